@@ -1,0 +1,80 @@
+"""Fixtures shared by the integration tests (tests/) and the e2e suite (e2e/).
+
+One cluster per test session, one namespace per test. By default the cluster
+is the local control plane, started here and torn down at the end even when a
+test fails. With PHALANX_E2E_KUBECONFIG set, the suite runs against that
+cluster instead (Kind with the real dra-example-driver, for instance) and
+starts nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from phalanx.localcluster import ClusterSpec, LocalCluster
+from phalanx.localcluster.cluster import build_binaries
+
+ROOT = Path(__file__).parent
+WORKLOADS = ROOT / "e2e" / "workloads"
+
+
+@dataclass
+class Cluster:
+    """What a test may rely on: a kubeconfig and a matching kubectl."""
+
+    kubeconfig: Path
+    kubectl_binary: str
+    local: LocalCluster | None
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        proc = subprocess.run([self.kubectl_binary, *args], env=env, input=stdin, text=True, capture_output=True)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
+        return proc
+
+    def get(self, *args: str) -> dict:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    external = os.environ.get("PHALANX_E2E_KUBECONFIG")
+    if external:
+        yield Cluster(Path(external), os.environ.get("KUBECTL", "kubectl"), None)
+        return
+    local = LocalCluster(ClusterSpec(name="phalanx-test"))
+    try:
+        local.up()
+        yield Cluster(local.kubeconfig, str(build_binaries() / "kubectl"), local)
+    finally:
+        local.down()
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace, deleted and waited for, so the next test starts with every device free."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+        _wait_gone(cluster, name)
+
+
+def _wait_gone(cluster: Cluster, namespace: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while cluster.kubectl("get", "namespace", namespace, check=False).returncode == 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"namespace {namespace} still terminating after {timeout}s")
+        time.sleep(0.5)

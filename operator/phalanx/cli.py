@@ -1,0 +1,99 @@
+"""Command line: the local control plane and the article's demo."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from phalanx import demo
+from phalanx.localcluster import ClusterSpec, LocalCluster
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return args.func(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="phalanx", description=__doc__)
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    cluster = commands.add_parser("cluster", help="the local control plane (etcd, apiserver, scheduler, kwok nodes)")
+    cluster_commands = cluster.add_subparsers(required=True, metavar="ACTION")
+    up = cluster_commands.add_parser("up", help="build (once) and start the cluster")
+    _add_name(up)
+    up.add_argument("--workers", type=int, default=3, help="worker nodes (default 3)")
+    up.add_argument("--gpus-per-worker", type=int, default=2, help="fake GPUs per worker (default 2)")
+    up.add_argument(
+        "--upstream-gang",
+        action="store_true",
+        help="also enable the in-tree gang feature (GenericWorkload, WorkloadWithJob, DRAWorkloadResourceClaims)",
+    )
+    up.set_defaults(func=_cluster_up)
+    down = cluster_commands.add_parser("down", help="stop the cluster and delete its state")
+    _add_name(down)
+    down.set_defaults(func=_cluster_down)
+    kubeconfig = cluster_commands.add_parser("kubeconfig", help="print the admin kubeconfig path")
+    _add_name(kubeconfig)
+    kubeconfig.set_defaults(func=_cluster_kubeconfig)
+    kubectl = cluster_commands.add_parser("kubectl", help="run the matching kubectl against the cluster")
+    _add_name(kubectl)
+    kubectl.add_argument("args", nargs=argparse.REMAINDER)
+    kubectl.set_defaults(func=_cluster_kubectl)
+
+    run_demo = commands.add_parser("demo", help="run the article's scenarios and print its table")
+    run_demo.add_argument("scenario", choices=["deadlock", "all"])
+    _add_name(run_demo)
+    run_demo.add_argument("--workloads", type=Path, default=Path("e2e/workloads"))
+    run_demo.set_defaults(func=_demo)
+    return parser
+
+
+def _add_name(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", default=os.environ.get("PHALANX_CLUSTER", "phalanx"), help="cluster name")
+
+
+def _cluster_up(args: argparse.Namespace) -> int:
+    spec = ClusterSpec(
+        name=args.name, workers=args.workers, gpus_per_worker=args.gpus_per_worker, upstream_gang=args.upstream_gang
+    )
+    cluster = LocalCluster(spec)
+    cluster.up()
+    print(f"export KUBECONFIG={cluster.kubeconfig}")
+    return 0
+
+
+def _cluster_down(args: argparse.Namespace) -> int:
+    LocalCluster(ClusterSpec(name=args.name)).down()
+    return 0
+
+
+def _cluster_kubeconfig(args: argparse.Namespace) -> int:
+    print(LocalCluster(ClusterSpec(name=args.name)).kubeconfig)
+    return 0
+
+
+def _cluster_kubectl(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(ClusterSpec(name=args.name))
+    rest = args.args[1:] if args.args[:1] == ["--"] else args.args
+    env = cluster.env()
+    return subprocess.call([env["KWOK_KUBECTL_BINARY"], *rest], env=env)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(ClusterSpec(name=args.name))
+    if not cluster.exists():
+        print(f"cluster {args.name!r} is not up: run ./task up first", file=sys.stderr)
+        return 1
+    rows = []
+    census = demo.run_deadlock(cluster.kubectl, args.workloads)
+    rows.append(census.row("no gang policy"))
+    print(
+        f"\nno gang policy: {census.pods_running} ranks running, {census.pods_pending} pending; "
+        f"{census.jobs_training} of {census.jobs} Jobs have all ranks running"
+    )
+    print(demo.format_table(rows))
+    return 0

@@ -1,0 +1,218 @@
+"""Lifecycle of the local control plane, driven by kwokctl's binary runtime.
+
+kwokctl already generates the PKI, the admin kubeconfig and the component
+flags, and supervises etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and the kwok controller as plain processes; we only hand it
+binaries we built from the Go module proxy, our kwok stages, and feature gates
+when the upstream gang feature is wanted for comparison.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from kubernetes_asyncio import client, config
+
+from phalanx.localcluster import fakegpu
+
+KUBE_VERSION = "v1.37.2"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+HERE = Path(__file__).parent
+UPSTREAM_GANG_GATES = "GenericWorkload=true,WorkloadWithJob=true,DRAWorkloadResourceClaims=true"
+UPSTREAM_GANG_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("PHALANX_CACHE", Path.home() / ".cache" / "phalanx"))
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """The article's shape by default: a tainted control-plane node and 3 workers x 2 GPUs."""
+
+    name: str = "phalanx"
+    workers: int = 3
+    gpus_per_worker: int = 2
+    control_plane_node: bool = True
+    upstream_gang: bool = False
+    node_shape: fakegpu.NodeShape = fakegpu.NodeShape()
+
+    @property
+    def node_count(self) -> int:
+        return self.workers + (1 if self.control_plane_node else 0)
+
+
+def build_binaries() -> Path:
+    """Build (once; cached by version) and return the directory of the control-plane binaries."""
+    env = dict(os.environ, KUBE_VERSION=KUBE_VERSION, ETCD_VERSION=ETCD_VERSION, KWOK_VERSION=KWOK_VERSION)
+    env["PHALANX_CACHE"] = str(cache_dir())
+    out = subprocess.run(
+        ["bash", str(HERE / "build-kube.sh")], env=env, check=True, stdout=subprocess.PIPE, text=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+class LocalCluster:
+    """One named cluster under the cache directory; `up` and `down` are idempotent."""
+
+    def __init__(self, spec: ClusterSpec = ClusterSpec()) -> None:
+        self.spec = spec
+        self.workdir = cache_dir() / "kwok"
+        self.bin_dir: Path | None = None
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.workdir / "clusters" / self.spec.name
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.cluster_dir / "kubeconfig.yaml"
+
+    def _env(self) -> dict[str, str]:
+        bin_dir = self.bin_dir or build_binaries()
+        self.bin_dir = bin_dir
+        env = dict(os.environ)
+        env.update(
+            PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+            KWOK_WORKDIR=str(self.workdir),
+            KWOK_KUBE_VERSION=KUBE_VERSION,
+            KWOK_RUNTIME="binary",
+            KWOK_KUBECTL_BINARY=str(bin_dir / "kubectl"),
+            KWOK_KUBE_APISERVER_BINARY=str(bin_dir / "kube-apiserver"),
+            KWOK_KUBE_CONTROLLER_MANAGER_BINARY=str(bin_dir / "kube-controller-manager"),
+            KWOK_KUBE_SCHEDULER_BINARY=str(bin_dir / "kube-scheduler"),
+            KWOK_ETCD_BINARY=str(bin_dir / "etcd"),
+            KWOK_CONTROLLER_BINARY=str(bin_dir / "kwok"),
+            KUBECONFIG=str(self.kubeconfig),
+        )
+        return env
+
+    def env(self) -> dict[str, str]:
+        """Environment for a process that should talk to this cluster (KUBECONFIG, kubectl on PATH)."""
+        return self._env()
+
+    def exists(self) -> bool:
+        return self.kubeconfig.exists()
+
+    def up(self) -> None:
+        env = self._env()
+        started = time.monotonic()
+        if self.exists():
+            self._kwokctl(env, "delete", "cluster")
+        args = [
+            "create", "cluster",
+            "--runtime", "binary",
+            "--kubeconfig", str(self.kubeconfig),
+            "--config", str(HERE / "stages.yaml"),
+            "--kube-apiserver-binary", env["KWOK_KUBE_APISERVER_BINARY"],
+            "--kube-controller-manager-binary", env["KWOK_KUBE_CONTROLLER_MANAGER_BINARY"],
+            "--kube-scheduler-binary", env["KWOK_KUBE_SCHEDULER_BINARY"],
+            "--etcd-binary", env["KWOK_ETCD_BINARY"],
+            "--kwok-controller-binary", env["KWOK_CONTROLLER_BINARY"],
+            "--wait", "3m",
+        ]  # fmt: skip
+        if self.spec.upstream_gang:
+            args += ["--kube-feature-gates", UPSTREAM_GANG_GATES, "--kube-runtime-config", UPSTREAM_GANG_RUNTIME_CONFIG]
+        self._kwokctl(env, *args)
+        asyncio.run(self._populate())
+        _log(f"cluster {self.spec.name!r} up in {time.monotonic() - started:.1f}s (kubeconfig {self.kubeconfig})")
+
+    def down(self) -> None:
+        if not self.cluster_dir.exists():
+            return
+        self._kwokctl(self._env(), "delete", "cluster")
+        shutil.rmtree(self.cluster_dir, ignore_errors=True)
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = self._env()
+        return subprocess.run(
+            [env["KWOK_KUBECTL_BINARY"], *args], env=env, input=stdin, text=True, capture_output=True, check=check
+        )
+
+    def service_account_kubeconfig(self, namespace: str, name: str, *, duration: str = "24h") -> Path:
+        """A kubeconfig that authenticates as a ServiceAccount through a TokenRequest token."""
+        self.kubectl("create", "namespace", namespace, check=False)
+        self.kubectl("-n", namespace, "create", "serviceaccount", name, check=False)
+        token = self.kubectl("-n", namespace, "create", "token", name, "--duration", duration).stdout.strip()
+        admin = yaml.safe_load(self.kubeconfig.read_text())
+        cluster = admin["clusters"][0]["cluster"]
+        if "certificate-authority" in cluster:
+            ca = base64.b64encode(Path(cluster["certificate-authority"]).read_bytes()).decode()
+        else:
+            ca = cluster["certificate-authority-data"]
+        user = f"system:serviceaccount:{namespace}:{name}"
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": self.spec.name, "cluster": {"server": cluster["server"], "certificate-authority-data": ca}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": user, "context": {"cluster": self.spec.name, "user": user}}],
+            "current-context": user,
+        }
+        path = self.cluster_dir / f"sa-{namespace}-{name}.kubeconfig"
+        path.write_text(yaml.safe_dump(doc))
+        path.chmod(0o600)
+        return path
+
+    def _kwokctl(self, env: dict[str, str], *args: str) -> None:
+        cmd = [str(Path(env["KWOK_KUBECTL_BINARY"]).parent / "kwokctl"), "--name", self.spec.name, *args]
+        proc = subprocess.run(cmd, env=env, text=True, capture_output=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:4])} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+
+    async def _populate(self) -> None:
+        await self.wait_ready()
+        async with await self.api_client() as api:
+            await fakegpu.publish(
+                api,
+                workers=self.spec.workers,
+                gpus_per_worker=self.spec.gpus_per_worker,
+                control_plane=self.spec.control_plane_node,
+                shape=self.spec.node_shape,
+            )
+            await _wait_nodes_ready(client.CoreV1Api(api), self.spec.node_count)
+
+    async def api_client(self) -> client.ApiClient:
+        configuration = client.Configuration()
+        await config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=configuration)
+        return client.ApiClient(configuration)
+
+    async def wait_ready(self, timeout: float = 120) -> None:
+        """The API server answers before its service account and namespace controllers have run."""
+        deadline = time.monotonic() + timeout
+        while True:
+            proc = self.kubectl("get", "serviceaccount", "default", "-n", "default", "-o", "json", check=False)
+            if proc.returncode == 0 and json.loads(proc.stdout).get("metadata"):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cluster {self.spec.name!r} not ready after {timeout}s: {proc.stderr.strip()}")
+            await asyncio.sleep(0.5)
+
+
+async def _wait_nodes_ready(core: client.CoreV1Api, count: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = (await core.list_node()).items
+        ready = [
+            n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+        ]
+        if len(ready) >= count:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(ready)} of {count} nodes Ready after {timeout}s")
+        await asyncio.sleep(0.5)
+
+
+def _log(message: str) -> None:
+    print(f"localcluster: {message}", file=sys.stderr, flush=True)
