@@ -9,7 +9,7 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 CACHE="${PHALANX_CACHE:-$HOME/.cache/phalanx}"
 BIN="$CACHE/bin/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
-export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 want=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl)
 missing=()
