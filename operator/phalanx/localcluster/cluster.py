@@ -114,6 +114,7 @@ class LocalCluster:
             "create", "cluster",
             "--runtime", "binary",
             "--kubeconfig", str(self.kubeconfig),
+            "--config", str(HERE / "kwokctl.yaml"),
             "--config", str(HERE / "stages.yaml"),
             "--kube-apiserver-binary", env["KWOK_KUBE_APISERVER_BINARY"],
             "--kube-controller-manager-binary", env["KWOK_KUBE_CONTROLLER_MANAGER_BINARY"],
