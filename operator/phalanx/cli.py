@@ -1,4 +1,4 @@
-"""Command line: the local control plane and the article's demo."""
+"""Command line: the operator, its CRDs, the local control plane and the article's demo."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from phalanx import demo
+from phalanx.api import crdgen
 from phalanx.localcluster import ClusterSpec, LocalCluster
 
 
@@ -44,12 +45,24 @@ def _parser() -> argparse.ArgumentParser:
     kubectl.add_argument("args", nargs=argparse.REMAINDER)
     kubectl.set_defaults(func=_cluster_kubectl)
 
+    crds = commands.add_parser("crds", help="write the CRD YAML generated from the API models")
+    crds.add_argument("--out", type=Path, default=Path("crds"))
+    crds.set_defaults(func=_crds)
+
     run_demo = commands.add_parser("demo", help="run the article's scenarios and print its table")
     run_demo.add_argument("scenario", choices=["deadlock", "all"])
     _add_name(run_demo)
     run_demo.add_argument("--workloads", type=Path, default=Path("e2e/workloads"))
     run_demo.set_defaults(func=_demo)
     return parser
+
+
+def _crds(args: argparse.Namespace) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, doc in crdgen.all_crds().items():
+        (args.out / name).write_text(crdgen.render(doc))
+        print(args.out / name)
+    return 0
 
 
 def _add_name(parser: argparse.ArgumentParser) -> None:

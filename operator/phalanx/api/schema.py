@@ -1,0 +1,166 @@
+"""Workload and PodGroup in `scheduling.phalanx.dev/v1beta1`: the single source of the CRDs.
+
+The shape mirrors upstream `scheduling.k8s.io/v1beta1` (KEP-4671) field for
+field, so moving to the in-tree feature later is a change of apiVersion. Rules
+the API server must enforce (one-of unions, immutability) travel with the
+models as `x-kubernetes-validations` CEL rules; `phalanx.api.crdgen` turns
+these models into the YAML under `crds/`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "scheduling.phalanx.dev"
+VERSION = "v1beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+IMMUTABLE = {"rule": "self == oldSelf", "message": "field is immutable"}
+
+
+def _rules(*rules: dict[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": list(rules)}
+
+
+def _one_of(*members: str) -> dict[str, str]:
+    count = " + ".join(f"(has(self.{m}) ? 1 : 0)" for m in members)
+    names = ", ".join(f"`{m}`" for m in members)
+    return {"rule": f"{count} == 1", "message": f"must specify exactly one of: {names}"}
+
+
+class Model(BaseModel):
+    """camelCase on the wire, unknown fields rejected: a typo is an error, never a silent drop."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Empty(Model):
+    """A union member that carries no settings, as `basic: {}` or `all: {}` upstream."""
+
+
+class GangSchedulingPolicy(Model):
+    min_count: int = Field(ge=1, le=2**31 - 1, description="Pods that must be placed together, or none is.")
+
+
+class PodGroupSchedulingPolicy(Model):
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            _one_of("basic", "gang"),
+            {
+                "rule": "has(self.gang) == has(oldSelf.gang)",
+                "message": "the basic/gang policy variant is immutable; only gang.minCount may be updated",
+            },
+        )
+    )
+
+    basic: Empty | None = Field(default=None, description="Pod-by-pod scheduling, as without Phalanx.")
+    gang: GangSchedulingPolicy | None = Field(default=None, description="All-or-nothing placement.")
+
+
+class DisruptionMode(Model):
+    model_config = ConfigDict(json_schema_extra=_rules(_one_of("single", "all")))
+
+    single: Empty | None = Field(default=None, description="A disrupted member is replaced alone.")
+    all: Empty | None = Field(default=None, description="A disrupted member takes the whole group down with it.")
+
+
+class TopologyConstraint(Model):
+    key: str = Field(min_length=1, max_length=317, description="Node label key; all members share one value of it.")
+
+
+class PodGroupSchedulingConstraints(Model):
+    topology: list[TopologyConstraint] = Field(default_factory=list, max_length=1)
+
+
+class TypedLocalObjectReference(Model):
+    api_group: str | None = None
+    kind: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+
+
+class PodGroupTemplate(Model):
+    name: str = Field(min_length=1, max_length=63)
+    scheduling_policy: PodGroupSchedulingPolicy
+    scheduling_constraints: PodGroupSchedulingConstraints | None = Field(
+        default=None, json_schema_extra=_rules(IMMUTABLE)
+    )
+    disruption_mode: DisruptionMode | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
+    priority_class_name: str | None = Field(default=None, max_length=253, json_schema_extra=_rules(IMMUTABLE))
+    priority: int | None = Field(default=None, le=1_000_000_000, json_schema_extra=_rules(IMMUTABLE))
+
+
+class WorkloadSpec(Model):
+    controller_ref: TypedLocalObjectReference | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
+    pod_group_templates: list[PodGroupTemplate] = Field(
+        min_length=1,
+        max_length=8,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+
+class ObjectMeta(Model):
+    """Only what Phalanx sets; the API server owns the rest of metadata."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None
+    namespace: str | None = None
+
+
+class Workload(Model):
+    """The template of a gang, created per Job; no status, as upstream."""
+
+    api_version: Literal["scheduling.phalanx.dev/v1beta1"] = API_VERSION
+    kind: Literal["Workload"] = "Workload"
+    metadata: ObjectMeta = ObjectMeta()
+    spec: WorkloadSpec
+
+
+class WorkloadReference(Model):
+    workload_name: str = Field(min_length=1, max_length=253)
+    template_name: str = Field(min_length=1, max_length=63)
+
+
+class PodGroupSpec(Model):
+    workload_ref: WorkloadReference | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
+    scheduling_policy: PodGroupSchedulingPolicy
+    scheduling_constraints: PodGroupSchedulingConstraints | None = Field(
+        default=None, json_schema_extra=_rules(IMMUTABLE)
+    )
+    disruption_mode: DisruptionMode = Field(json_schema_extra=_rules(IMMUTABLE))
+    priority_class_name: str | None = Field(default=None, max_length=253, json_schema_extra=_rules(IMMUTABLE))
+    priority: int | None = Field(default=None, le=1_000_000_000, json_schema_extra=_rules(IMMUTABLE))
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = Field(
+        default=None, json_schema_extra=_rules(IMMUTABLE)
+    )
+
+
+class Condition(Model):
+    type: str = Field(min_length=1, max_length=316)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(min_length=1, max_length=1024)
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: str
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class PodGroupStatus(Model):
+    conditions: list[Condition] = Field(
+        default_factory=list, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
+    )
+
+
+class PodGroup(Model):
+    """The runtime instance Phalanx admits or rejects as a unit."""
+
+    api_version: Literal["scheduling.phalanx.dev/v1beta1"] = API_VERSION
+    kind: Literal["PodGroup"] = "PodGroup"
+    metadata: ObjectMeta = ObjectMeta()
+    spec: PodGroupSpec
+    status: PodGroupStatus | None = None
