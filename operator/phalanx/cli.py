@@ -45,6 +45,18 @@ def _parser() -> argparse.ArgumentParser:
     kubectl.add_argument("args", nargs=argparse.REMAINDER)
     kubectl.set_defaults(func=_cluster_kubectl)
 
+    run = commands.add_parser("run", help="run the operator (webhooks and controllers)")
+    run.add_argument("--namespace", default=os.environ.get("PHALANX_NAMESPACE", "phalanx-system"), help="the operator's namespace (excluded from its webhooks)")
+    run.add_argument("--gang-disruption-mode", choices=["all", "single"], default="all", help="disruptionMode of gangs that set none (default all)")
+    run.add_argument("--webhook-listen", default="0.0.0.0", help="address the webhook server listens on")
+    run.add_argument("--webhook-port", type=int, default=9443)
+    endpoint = run.add_mutually_exclusive_group()
+    endpoint.add_argument("--webhook-host", help="reach the webhooks at https://HOST:PORT (local control plane)")
+    endpoint.add_argument("--webhook-service", help="reach the webhooks through this Service in --namespace (in cluster)")
+    run.add_argument("--tls-dir", type=Path, help="tls.crt, tls.key and ca.crt to serve with; generated when absent")
+    run.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="Kopf liveness endpoint")
+    run.set_defaults(func=_run)
+
     crds = commands.add_parser("crds", help="write the CRD YAML generated from the API models")
     crds.add_argument("--out", type=Path, default=Path("crds"))
     crds.set_defaults(func=_crds)
@@ -55,6 +67,24 @@ def _parser() -> argparse.ArgumentParser:
     run_demo.add_argument("--workloads", type=Path, default=Path("e2e/workloads"))
     run_demo.set_defaults(func=_demo)
     return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from phalanx import operator
+
+    operator.run(
+        operator.OperatorConfig(
+            namespace=args.namespace,
+            gang_disruption_mode=args.gang_disruption_mode,
+            webhook_listen=args.webhook_listen,
+            webhook_port=args.webhook_port,
+            webhook_url_host=args.webhook_host,
+            webhook_service=args.webhook_service,
+            tls_dir=args.tls_dir,
+            liveness=args.liveness,
+        )
+    )
+    return 0
 
 
 def _crds(args: argparse.Namespace) -> int:

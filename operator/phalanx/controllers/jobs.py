@@ -1,0 +1,102 @@
+"""The Job controller: every gang Job gets its Workload and PodGroup, and keeps them in step.
+
+Level-triggered on every Job event and idempotent, so a restart, a missed
+event or a retry converges on the same objects. Kopf's persistence is not
+used: nothing of Kopf's is written onto users' Jobs or Pods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from phalanx import jobgang, status
+from phalanx.api import gang
+from phalanx.kube import Kube
+
+NOT_GATED_MESSAGE = (
+    "the Job's pod template lacks the scheduling gate {gate}: it was admitted without Phalanx's webhook "
+    "(webhook not installed, namespace excluded, or bypassed), so its pods are scheduled one by one and may "
+    "deadlock; delete and recreate the Job to get gang scheduling"
+)
+
+
+def _is_gang_job(annotations: Any, **_: Any) -> bool:
+    return any(k in (annotations or {}) for k in gang.KEYS)
+
+
+@kopf.on.event("batch", "v1", "jobs", when=_is_gang_job)
+async def job_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+        return  # ownerReferences hand the Workload and PodGroup to the garbage collector
+    job = dict(body)
+    try:
+        source = jobgang.from_job(job)
+    except gang.GangSpecError as exc:
+        await memo.kube.event(_job_ref(job), type_="Warning", reason="InvalidGangSpec", message=str(exc))
+        return
+    if source is not None:
+        await reconcile(memo.kube, job, source, logger)
+
+
+async def reconcile(kube: Kube, job: dict[str, Any], source: jobgang.GangSource, logger: Any) -> None:
+    """Ensure the Workload, then the PodGroup (which names it as owner), then their minCount and status."""
+    job_ref = _job_ref(job)
+    workload, created = await kube.create_custom("workloads", source.namespace, jobgang.workload(source).wire())
+    if created:
+        await kube.event(job_ref, type_="Normal", reason="WorkloadCreated", message=f"Created Workload {source.workload_name}")
+    elif patch := jobgang.min_count_patch(source, workload, workload_kind=True):
+        await kube.patch_custom("workloads", source.namespace, source.workload_name, patch)
+    pod_group, created = await kube.create_custom(
+        "podgroups", source.namespace, jobgang.pod_group(source, workload["metadata"]["uid"]).wire()
+    )
+    if created:
+        await kube.event(
+            job_ref,
+            type_="Normal",
+            reason="PodGroupCreated",
+            message=f"Created PodGroup {source.pod_group_name} ({_policy_text(source)})",
+        )
+    elif patch := jobgang.min_count_patch(source, pod_group, workload_kind=False):
+        pod_group = await kube.patch_custom("podgroups", source.namespace, source.pod_group_name, patch) or pod_group
+        await kube.event(
+            job_ref, type_="Normal", reason="MinCountUpdated", message=f"minCount of {source.pod_group_name} is now {source.min_count}"
+        )
+    await _report_gating(kube, job_ref, source, pod_group, logger)
+
+
+async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: jobgang.GangSource, pod_group: dict[str, Any], logger: Any) -> None:
+    conditions = (pod_group.get("status") or {}).get("conditions") or []
+    generation = pod_group["metadata"].get("generation")
+    updates = []
+    if source.gated:
+        updates.append(status.condition(status.GATED, True, "Gated", f"pods are held by {gang.SCHEDULING_GATE} until the group can be placed", generation))
+    else:
+        message = NOT_GATED_MESSAGE.format(gate=gang.SCHEDULING_GATE)
+        updates.append(status.condition(status.GATED, False, "PodsNotGated", message, generation))
+    if not any(c["type"] == status.INITIALLY_SCHEDULED for c in conditions):
+        updates.append(
+            status.condition(
+                status.INITIALLY_SCHEDULED, False, "Pending", f"waiting for the group: minCount {source.min_count}", generation
+            )
+        )
+    changed = conditions
+    for update in updates:
+        changed = status.merged(changed, update) or changed
+    if changed == conditions:
+        return
+    await kube.patch_custom_status("podgroups", source.namespace, source.pod_group_name, {"status": {"conditions": changed}})
+    if not source.gated:
+        logger.warning(f"gang Job {source.namespace}/{source.name} was admitted without its scheduling gate")
+        await kube.event(job_ref, type_="Warning", reason="GangNotEnforced", message=NOT_GATED_MESSAGE.format(gate=gang.SCHEDULING_GATE))
+
+
+def _policy_text(source: jobgang.GangSource) -> str:
+    if source.intent.policy == "gang":
+        return f"gang, minCount {source.min_count}, disruptionMode {source.intent.disruption_mode or 'all'}"
+    return "basic"
+
+
+def _job_ref(job: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job["metadata"]}

@@ -1,0 +1,115 @@
+"""Every API write Phalanx makes, in one place, each one idempotent.
+
+Create treats "already exists" as success and returns what is there; patch
+treats "gone" as nothing to do. Callers decide; this module never swallows
+any other error.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from phalanx.api.schema import GROUP, VERSION
+
+
+class Kube:
+    """The operator's API client for its own objects, Events and webhook configurations."""
+
+    def __init__(self, api: client.ApiClient, *, component: str = "phalanx") -> None:
+        self.api = api
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.admission = client.AdmissionregistrationV1Api(api)
+        self.component = component
+
+    async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def create_custom(self, plural: str, namespace: str, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Create, or return the existing object; the flag says whether this call created it."""
+        try:
+            return await self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body), True
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        existing = await self.get_custom(plural, namespace, body["metadata"]["name"])
+        if existing is None:
+            raise RuntimeError(f"{plural}/{body['metadata']['name']} reported to exist but cannot be read")
+        return existing, False
+
+    async def patch_custom(self, plural: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            return await self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, name, patch, _content_type="application/merge-patch+json"
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def patch_custom_status(
+        self, plural: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        try:
+            return await self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, patch, _content_type="application/merge-patch+json"
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def event(self, obj: dict[str, Any], *, type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on `obj`, as `kubectl describe` shows them."""
+        meta = obj["metadata"]
+        now = datetime.datetime.now(datetime.timezone.utc)
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.component,
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
+        }
+        await self.core.create_namespaced_event(meta["namespace"], body)
+
+    async def apply_webhook_configuration(self, kind: str, body: dict[str, Any]) -> None:
+        """Create the configuration, or patch ours in place (caBundle and URL change across restarts)."""
+        create, patch = {
+            "MutatingWebhookConfiguration": (
+                self.admission.create_mutating_webhook_configuration,
+                self.admission.patch_mutating_webhook_configuration,
+            ),
+            "ValidatingWebhookConfiguration": (
+                self.admission.create_validating_webhook_configuration,
+                self.admission.patch_validating_webhook_configuration,
+            ),
+        }[kind]
+        try:
+            await create(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            await patch(
+                body["metadata"]["name"], {"webhooks": body["webhooks"]}, _content_type="application/merge-patch+json"
+            )

@@ -1,0 +1,97 @@
+"""The operator process: Kopf with Phalanx's handlers, its webhook server and configurations."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kopf
+from kubernetes_asyncio import client, config
+
+from phalanx import tls, webhooks
+from phalanx.api import gang
+from phalanx.kube import Kube
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    namespace: str = "phalanx-system"
+    gang_disruption_mode: gang.Mode = "all"
+    webhook_listen: str = "0.0.0.0"
+    webhook_port: int = 9443
+    liveness: str = "http://0.0.0.0:8080/healthz"
+    webhook_url_host: str | None = None
+    webhook_service: str | None = None
+    tls_dir: Path | None = None
+    job_scheduling_dropped: bool | None = None
+
+    def endpoint(self) -> webhooks.Endpoint:
+        if self.webhook_service:
+            return webhooks.Endpoint(service_namespace=self.namespace, service_name=self.webhook_service)
+        return webhooks.Endpoint(url=f"https://{self.webhook_url_host or '127.0.0.1'}:{self.webhook_port}")
+
+    def cert_hosts(self) -> list[str]:
+        if self.webhook_service:
+            svc = f"{self.webhook_service}.{self.namespace}"
+            return [f"{svc}.svc", svc, f"{svc}.svc.cluster.local"]
+        return [self.webhook_url_host or "127.0.0.1", "localhost"]
+
+
+@kopf.on.startup()
+async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    cfg: OperatorConfig = memo.config
+    settings.peering.standalone = True
+    settings.posting.enabled = False
+    settings.watching.server_timeout = 300
+    api = await _api_client()
+    memo.kube = Kube(api)
+    dropped = await _job_scheduling_dropped(api)
+    memo.config = cfg = OperatorConfig(**{**cfg.__dict__, "job_scheduling_dropped": dropped})
+    cert = tls.load(cfg.tls_dir) if cfg.tls_dir else tls.generate(Path(tempfile.mkdtemp(prefix="phalanx-tls-")), cfg.cert_hosts())
+    settings.admission.server = kopf.WebhookServer(
+        addr=cfg.webhook_listen, port=cfg.webhook_port, certfile=str(cert.cert_file), pkeyfile=str(cert.key_file)
+    )
+    for kind, body in webhooks.configurations(cfg.endpoint(), cert.ca_pem, cfg.namespace).items():
+        await memo.kube.apply_webhook_configuration(kind, body)
+    logger.info(
+        f"webhooks at {cfg.endpoint().url or cfg.webhook_service}; spec.scheduling "
+        f"{'is dropped by this API server' if dropped else 'may be kept by this API server'}"
+    )
+
+
+@kopf.on.cleanup()
+async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
+    kube = getattr(memo, "kube", None)
+    if kube is not None:
+        await kube.api.close()
+
+
+async def _api_client() -> client.ApiClient:
+    configuration = client.Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        await config.load_kube_config(client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+async def _job_scheduling_dropped(api: client.ApiClient) -> bool | None:
+    """WorkloadWithJob needs GenericWorkload, which serves scheduling.k8s.io/v1beta1.
+
+    Without it the field is certainly dropped; with it, discovery cannot tell
+    whether WorkloadWithJob itself is on.
+    """
+    groups = (await client.ApisApi(api).get_api_versions()).groups
+    served = {v.version for g in groups if g.name == "scheduling.k8s.io" for v in g.versions}
+    return None if "v1beta1" in served else True
+
+
+def run(cfg: OperatorConfig) -> None:
+    import phalanx.controllers  # noqa: F401  (registers the handlers)
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    kopf.run(clusterwide=True, standalone=True, memo=kopf.Memo(config=cfg), liveness_endpoint=cfg.liveness)
