@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _crds(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, doc in crdgen.all_crds().items():
+    for name, doc in {**crdgen.all_crds(), "kustomization.yaml": crdgen.kustomization()}.items():
         (args.out / name).write_text(crdgen.render(doc))
         print(args.out / name)
     return 0

@@ -29,7 +29,7 @@ def test_dra_v1_is_served_and_the_upstream_gang_api_is_not(cluster: Cluster) -> 
     resources = cluster.kubectl("api-resources", "-o", "name").stdout.split()
     assert "resourceclaims.resource.k8s.io" in resources
     assert "resourceslices.resource.k8s.io" in resources
-    assert not [r for r in resources if r.startswith("podgroups.")], "no feature gate is set by default"
+    assert "podgroups.scheduling.k8s.io" not in resources, "no feature gate is set by default"
 
 
 def test_nodes_have_the_articles_shape(cluster: Cluster) -> None:

@@ -118,6 +118,14 @@ def all_crds() -> dict[str, dict[str, Any]]:
     }
 
 
+def kustomization() -> dict[str, Any]:
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": sorted(all_crds()),
+    }
+
+
 def render(doc: dict[str, Any]) -> str:
     header = "# Generated from operator/phalanx/api/schema.py by `./task crds`; do not edit.\n"
     return header + yaml.safe_dump(doc, sort_keys=False, width=120)

@@ -49,7 +49,7 @@ class FieldError:
     fix: str
 
     def __str__(self) -> str:
-        return f"{self.path}: Invalid value: {json.dumps(self.value)}: {self.detail}; {self.fix}"
+        return f"{self.path}: Invalid value: {json.dumps(self.value, sort_keys=True)}: {self.detail}; {self.fix}"
 
 
 class GangSpecError(ValueError):

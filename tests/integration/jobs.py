@@ -1,0 +1,55 @@
+"""Builders for the Jobs the integration tests submit with kubectl."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from phalanx.api import gang
+
+BASE: dict[str, Any] = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {"name": "train"},
+    "spec": {
+        "completions": 4,
+        "parallelism": 4,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "template": {
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "rank", "image": "busybox:1.36", "command": ["sleep", "3600"]}],
+            }
+        },
+    },
+}
+
+
+def gang_job(
+    name: str = "train",
+    *,
+    annotations: dict[str, str] | None = None,
+    scheduling: dict[str, Any] | None = None,
+    parallelism: int | None = 4,
+) -> dict[str, Any]:
+    job = copy.deepcopy(BASE)
+    job["metadata"]["name"] = name
+    if annotations is not None:
+        job["metadata"]["annotations"] = annotations
+    if scheduling is not None:
+        job["spec"]["scheduling"] = scheduling
+    if parallelism is None:
+        del job["spec"]["parallelism"]
+        del job["spec"]["completions"]
+    else:
+        job["spec"]["parallelism"] = job["spec"]["completions"] = parallelism
+    return job
+
+
+def as_json(job: dict[str, Any]) -> str:
+    return json.dumps(job)
+
+
+MIN4 = {gang.MIN_COUNT: "4"}

@@ -1,0 +1,145 @@
+"""The Job controller against the real control plane: Workload and PodGroup per gang Job, kept in step."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from jobs import MIN4, as_json, gang_job
+
+from conftest import OPERATOR_NAMESPACE, Cluster, Operator
+from phalanx.api import gang
+
+
+# kube-controller-manager's garbage collector learns new CRDs on a 30 s discovery cycle.
+GC_DISCOVERY_TIMEOUT = 75
+
+
+def _wait(probe: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := probe()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not seen in {timeout}s")
+        time.sleep(0.3)
+    return result
+
+
+def _items(cluster: Cluster, kind: str, namespace: str) -> list[dict]:
+    return cluster.get(kind, "-n", namespace)["items"]
+
+
+def _job_events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    events = cluster.get("events", "-n", namespace, "--field-selector", f"involvedObject.kind=Job,involvedObject.name={name}")
+    return [(e["type"], e["reason"], e["message"]) for e in events["items"]]
+
+
+def test_the_articles_gang_job_gets_a_workload_a_podgroup_and_gated_pods(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job("train-a", annotations=MIN4)))
+    job = cluster.get("job", "train-a", "-n", namespace)
+    uid = job["metadata"]["uid"]
+
+    (workload,) = _wait(lambda: _items(cluster, "workloads.scheduling.phalanx.dev", namespace), "Workload")
+    (pod_group,) = _wait(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
+    assert workload["metadata"]["name"].startswith("train-a-")
+    assert workload["metadata"]["ownerReferences"] == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train-a", "uid": uid, "controller": True}
+    ]
+    assert workload["spec"] == {
+        "controllerRef": {"apiGroup": "batch", "kind": "Job", "name": "train-a"},
+        "podGroupTemplates": [
+            {"name": "train-a-pgt-0", "schedulingPolicy": {"gang": {"minCount": 4}}, "disruptionMode": {"all": {}}}
+        ],
+    }
+    assert pod_group["metadata"]["name"] == f"{workload['metadata']['name']}-train-a-pgt-0-" + pod_group["metadata"]["name"].rsplit("-", 1)[-1]
+    assert pod_group["spec"] == {
+        "workloadRef": {"workloadName": workload["metadata"]["name"], "templateName": "train-a-pgt-0"},
+        "schedulingPolicy": {"gang": {"minCount": 4}},
+        "disruptionMode": {"all": {}},
+    }
+    owners = {(o["kind"], o["name"]) for o in pod_group["metadata"]["ownerReferences"]}
+    assert owners == {("Job", "train-a"), ("Workload", workload["metadata"]["name"])}
+
+    def four_pods() -> list[dict] | None:
+        pods = _items(cluster, "pods", namespace)
+        return pods if len(pods) == 4 else None
+
+    pods = _wait(four_pods, "4 pods")
+    for pod in pods:
+        assert pod["spec"]["schedulingGates"] == [{"name": "scheduling.phalanx.dev/gang"}]
+        assert pod["metadata"]["labels"][gang.TEMPLATE_LABEL] == "train-a-pgt-0"
+        assert "nodeName" not in pod["spec"]
+        assert not any(k.startswith("kopf.") for k in pod["metadata"].get("annotations", {})), "Kopf writes nothing to pods"
+        assert not [f for f in pod["metadata"].get("finalizers", []) if "kopf" in f]
+    assert not any(k.startswith("kopf.") for k in job["metadata"].get("annotations", {}))
+
+    table = cluster.kubectl("get", "podgroups.scheduling.phalanx.dev", "-n", namespace).stdout.splitlines()
+    assert table[0].split() == ["NAME", "POLICY", "WORKLOAD", "STATUS", "AGE"]
+    assert table[1].split()[:4] == [pod_group["metadata"]["name"], "Gang", workload["metadata"]["name"], "Pending"]
+    reasons = {reason for _, reason, _ in _job_events(cluster, namespace, "train-a")}
+    assert {"WorkloadCreated", "PodGroupCreated"} <= reasons
+
+
+def test_deleting_the_job_removes_workload_and_podgroup(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job(annotations=MIN4)))
+    _wait(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
+    cluster.kubectl("delete", "job", "train", "-n", namespace, "--cascade=background")
+    _wait(
+        lambda: not _items(cluster, "podgroups.scheduling.phalanx.dev", namespace)
+        and not _items(cluster, "workloads.scheduling.phalanx.dev", namespace),
+        "garbage collection of Workload and PodGroup",
+        timeout=GC_DISCOVERY_TIMEOUT,
+    )
+
+
+def test_a_recreated_job_gets_new_objects(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job(annotations=MIN4)))
+    (first,) = _wait(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
+    cluster.kubectl("delete", "job", "train", "-n", namespace, "--cascade=background", "--wait=true")
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job(annotations=MIN4)))
+    second = _wait(
+        lambda: [p for p in _items(cluster, "podgroups.scheduling.phalanx.dev", namespace) if p["metadata"]["name"] != first["metadata"]["name"]],
+        "the new Job's PodGroup",
+    )
+    assert len(second) == 1
+
+
+def test_min_count_updates_reach_workload_and_podgroup(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job(annotations=MIN4)))
+    _wait(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
+    cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", json.dumps({"metadata": {"annotations": {gang.MIN_COUNT: "3"}}}))
+
+    def updated() -> bool:
+        (pg,) = _items(cluster, "podgroups.scheduling.phalanx.dev", namespace)
+        (wl,) = _items(cluster, "workloads.scheduling.phalanx.dev", namespace)
+        return (
+            pg["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
+            and wl["spec"]["podGroupTemplates"][0]["schedulingPolicy"]["gang"]["minCount"] == 3
+        )
+
+    _wait(updated, "minCount 3 on both objects")
+    assert ("Normal", "MinCountUpdated") in {(t, r) for t, r, _ in _job_events(cluster, namespace, "train")}
+
+
+def test_a_gang_job_admitted_without_the_webhook_is_reported(cluster: Cluster, operator: Operator) -> None:
+    """The operator's own namespace is outside the webhook's scope, as a bypass would be."""
+    name = f"ungated-{int(time.time() * 1000) % 100000}"
+    cluster.kubectl("apply", "-n", OPERATOR_NAMESPACE, "-f", "-", stdin=as_json(gang_job(name, annotations={gang.POLICY: "gang", gang.MIN_COUNT: "4"})))
+    try:
+        def condition() -> dict | None:
+            for pg in _items(cluster, "podgroups.scheduling.phalanx.dev", OPERATOR_NAMESPACE):
+                if pg["metadata"]["labels"].get("scheduling.phalanx.dev/job-name") == name:
+                    conds = {c["type"]: c for c in pg.get("status", {}).get("conditions", [])}
+                    return conds.get("PodsGated")
+            return None
+
+        gated = _wait(condition, "PodsGated condition")
+        assert (gated["status"], gated["reason"]) == ("False", "PodsNotGated")
+        assert "lacks the scheduling gate scheduling.phalanx.dev/gang" in gated["message"]
+        warnings = [m for t, r, m in _job_events(cluster, OPERATOR_NAMESPACE, name) if (t, r) == ("Warning", "GangNotEnforced")]
+        assert warnings and "delete and recreate the Job" in warnings[0]
+    finally:
+        cluster.kubectl("delete", "job", name, "-n", OPERATOR_NAMESPACE, "--cascade=background", check=False)
