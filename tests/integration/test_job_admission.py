@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from jobs import MIN4, as_json, gang_job
@@ -30,6 +31,13 @@ def test_spec_scheduling_is_kept_as_annotations_with_a_warning(cluster: Cluster,
     annotations = job["metadata"]["annotations"]
     assert (annotations[gang.POLICY], annotations[gang.MIN_COUNT], annotations[gang.DISRUPTION_MODE]) == ("gang", "3", "single")
     assert job["spec"]["template"]["spec"]["schedulingGates"] == [{"name": "scheduling.phalanx.dev/gang"}]
+    deadline = time.monotonic() + 30
+    while not (groups := cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace)["items"]):
+        assert time.monotonic() < deadline, "no PodGroup for the spec.scheduling Job"
+        time.sleep(0.3)
+    (pod_group,) = groups
+    assert pod_group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 3}}
+    assert pod_group["spec"]["disruptionMode"] == {"single": {}}
 
 
 def test_a_job_without_gang_intent_never_reaches_the_webhook(cluster: Cluster, operator: Operator, namespace: str) -> None:

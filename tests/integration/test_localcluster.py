@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,11 @@ def _wait_for(probe, timeout: float = 60):
             raise TimeoutError(f"condition not met in {timeout}s")
         time.sleep(0.5)
     return result
+
+
+def test_install_manifests_are_accepted_by_the_api_server(cluster: Cluster) -> None:
+    root = Path(__file__).parents[2]
+    cluster.kubectl("apply", "-f", str(root / "manifests" / "namespace.yaml"))
+    proc = cluster.kubectl("apply", "-k", str(root / "manifests"), "--dry-run=server", check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "deployment.apps/phalanx" in proc.stdout and "clusterrole.rbac.authorization.k8s.io/phalanx" in proc.stdout
