@@ -1,0 +1,353 @@
+"""Placement of a whole group: every member needed for quorum, or none.
+
+`plan(snapshot, group)` returns `Fits` (pod -> node, claim -> devices) or
+`Short` (how many members fit and what is short, by how much). The caller's
+reaction: on `Fits`, reserve the claims and release the pods as a unit; on
+`Short`, report it, try preemption, and plan again when the cluster changes.
+
+Search: a greedy first-fit in packing order (nodes this plan already uses,
+then the busiest), which settles the common case of identical members in one
+pass; when it falls short of quorum, a depth-first search with symmetry
+breaking over identical members and a node budget, exhaustive on small cases.
+Upstream's rule for groups larger than minCount: the group goes once minCount
+members fit together, and every member that fits goes with it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.planner import nodes as nodefilter
+from phalanx.planner.devices import DeviceMatcher, Result, allocate
+from phalanx.planner.snapshot import Claim, ClaimKey, Device, DeviceId, Group, Member, Node, Snapshot
+
+DEFAULT_BUDGET = 20_000
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """An allocation to write: results, the node it is pinned to, config copied as the scheduler does."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    results: tuple[Result, ...]
+    config: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Fits:
+    placements: tuple[tuple[Member, str], ...]
+    claims: tuple[ClaimPlan, ...]
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(node for _, node in self.placements)
+
+
+@dataclass(frozen=True)
+class Shortage:
+    resource: str
+    needed: int
+    free: int
+    total: int
+
+    def __str__(self) -> str:
+        return f"short {self.needed - self.free} x {self.resource} ({self.free} free of {self.total})"
+
+
+@dataclass(frozen=True)
+class Short:
+    min_count: int
+    members: int
+    fit: int
+    shortages: tuple[Shortage, ...] = ()
+    blocked: tuple[tuple[str, int], ...] = ()
+    """Scheduler-style filter reasons: (reason, number of nodes)."""
+
+    @property
+    def message(self) -> str:
+        head = f"minCount {self.min_count}: {self.fit} of {self.members} members fit"
+        if self.members < self.min_count:
+            return f"minCount {self.min_count}: only {self.members} members exist"
+        details = [str(s) for s in self.shortages] or ["no combination of nodes fits the group"]
+        details += [f"{count} {reason}" for reason, count in self.blocked]
+        return f"{head}; " + "; ".join(details)
+
+
+@dataclass
+class _State:
+    """The tentative plan during search; every change is undone on backtrack."""
+
+    free: dict[str, Counter[str]]
+    taken: set[DeviceId]
+    claims: dict[ClaimKey, ClaimPlan] = field(default_factory=dict)
+    placed: list[tuple[Member, str]] = field(default_factory=list)
+    used_nodes: dict[str, int] = field(default_factory=dict)
+
+
+class _Planner:
+    def __init__(self, snapshot: Snapshot, group: Group, matcher: DeviceMatcher, budget: int) -> None:
+        self.snapshot = snapshot
+        self.group = group
+        self.matcher = matcher
+        self.budget = budget
+        self.node_by_name = {n.name: n for n in snapshot.nodes}
+        self._local: dict[str, list[Device]] = {}
+        self._network: list[Device] = []
+        for device in snapshot.devices:
+            if device.node_name is not None:
+                self._local.setdefault(device.node_name, []).append(device)
+            else:
+                self._network.append(device)
+        self._reach: dict[str, list[Device]] = {}
+        self._eligible: dict[tuple[Any, str], str | None] = {}
+        users = Counter((m.namespace, c) for m in group.members for c in m.claims)
+        self._alone = {
+            m.uid: all(
+                users[(m.namespace, c)] == 1
+                and (claim := snapshot.claims.get((m.namespace, c))) is not None
+                and claim.allocated is None
+                for c in m.claims
+            )
+            for m in group.members
+        }
+
+    def key(self, member: Member) -> Any:
+        """Members with equal keys are interchangeable; one with a shared or allocated claim is unique."""
+        return _shape(member) if self._alone.get(member.uid, False) else member.uid
+
+    def reachable(self, node: Node) -> list[Device]:
+        found = self._reach.get(node.name)
+        if found is None:
+            network = [
+                d
+                for d in self._network
+                if d.all_nodes or (d.node_selector is not None and nodefilter.matches_terms(node, d.node_selector))
+            ]
+            found = self._reach[node.name] = self._local.get(node.name, []) + network
+        return found
+
+    def blocked(self, member: Member, node: Node) -> str | None:
+        key = (_shape(member), node.name)
+        if key not in self._eligible:
+            self._eligible[key] = nodefilter.blocking_reason(member, node)
+        return self._eligible[key]
+
+    def initial_state(self) -> _State:
+        free = {
+            n.name: Counter({k: v - n.requested.get(k, 0) for k, v in n.allocatable.items()}) for n in self.snapshot.nodes
+        }
+        return _State(free=free, taken=set(self.snapshot.held))
+
+    def try_place(self, state: _State, member: Member, node: Node) -> list[ClaimPlan] | None:
+        """Place `member` on `node` in `state` if it fits; returns the new claim plans (to undo), else None."""
+        if self.blocked(member, node) is not None:
+            return None
+        free = state.free[node.name]
+        needs = Counter(member.requests)
+        needs["pods"] += 1
+        if any(free.get(k, 0) < v for k, v in needs.items() if v > 0):
+            return None
+        new: list[ClaimPlan] = []
+        new_taken: set[DeviceId] = set()
+        for claim_name in member.claims:
+            claim = self.snapshot.claims.get((member.namespace, claim_name))
+            if claim is None:
+                return None
+            planned = state.claims.get(claim.key)
+            if planned is not None or claim.allocated is not None:
+                pinned = planned.node if planned is not None else claim.allocated_node
+                if pinned is not None and pinned != node.name:
+                    return None
+                continue
+            results = allocate(claim, self.reachable(node), state.taken | new_taken, self.snapshot.classes, self.matcher)
+            if results is None:
+                return None
+            new_taken.update(r.device_id for r in results)
+            new.append(_claim_plan(claim, node.name, results, self.snapshot))
+        free.subtract(needs)
+        state.taken.update(new_taken)
+        for plan in new:
+            state.claims[(plan.namespace, plan.name)] = plan
+        state.placed.append((member, node.name))
+        state.used_nodes[node.name] = state.used_nodes.get(node.name, 0) + 1
+        return new
+
+    def undo(self, state: _State, member: Member, node: Node, new: list[ClaimPlan]) -> None:
+        needs = Counter(member.requests)
+        needs["pods"] += 1
+        state.free[node.name].update(needs)
+        for plan in new:
+            del state.claims[(plan.namespace, plan.name)]
+            state.taken.difference_update(r.device_id for r in plan.results)
+        state.placed.pop()
+        state.used_nodes[node.name] -= 1
+        if not state.used_nodes[node.name]:
+            del state.used_nodes[node.name]
+
+    def order(self, domain: Sequence[Node], state: _State) -> list[Node]:
+        """Packing: nodes this plan already uses, then the busiest nodes first."""
+        used = [self.node_by_name[n] for n in state.used_nodes]
+        return used + [n for n in domain if n.name not in state.used_nodes]
+
+    def greedy(self, domain: Sequence[Node], members: Sequence[Member]) -> _State:
+        state = self.initial_state()
+        dead: set[tuple[Any, str]] = set()
+        for member in members:
+            shape = self.key(member)
+            for node in self.order(domain, state):
+                if (shape, node.name) in dead:
+                    continue
+                if self.try_place(state, member, node) is not None:
+                    break
+                dead.add((shape, node.name))  # capacity only shrinks during a greedy pass
+        return state
+
+    def search(self, domain: Sequence[Node], members: Sequence[Member], need: int) -> _State | None:
+        state = self.initial_state()
+        visits = 0
+
+        def dfs(i: int, lower: int) -> bool:
+            nonlocal visits
+            if len(state.placed) >= need:
+                return True
+            if len(members) - i < need - len(state.placed) or visits > self.budget:
+                return False
+            member = members[i]
+            same_as_previous = i > 0 and self.key(members[i - 1]) == self.key(member)
+            for index, node in enumerate(domain):
+                if same_as_previous and index < lower:
+                    continue
+                visits += 1
+                new = self.try_place(state, member, node)
+                if new is None:
+                    continue
+                if dfs(i + 1, index):
+                    return True
+                self.undo(state, member, node, new)
+            return dfs(i + 1, 0)
+
+        return state if dfs(0, 0) else None
+
+    def fill(self, domain: Sequence[Node], state: _State, members: Sequence[Member]) -> None:
+        placed = {m.uid for m, _ in state.placed}
+        for member in members:
+            if member.uid in placed:
+                continue
+            for node in self.order(domain, state):
+                if self.try_place(state, member, node) is not None:
+                    break
+
+    def domains(self) -> list[list[Node]]:
+        nodes = sorted(self.snapshot.nodes, key=self._busy_first)
+        key = self.group.topology_key
+        if key is None:
+            return [nodes]
+        grouped: dict[str, list[Node]] = {}
+        for node in nodes:
+            if key in node.labels:
+                grouped.setdefault(node.labels[key], []).append(node)
+        return [grouped[v] for v in sorted(grouped, key=lambda v: (-len(grouped[v]), v))]
+
+    def _busy_first(self, node: Node) -> tuple[int, int, str]:
+        free_devices = sum(1 for d in self._local.get(node.name, ()) if d.id not in self.snapshot.held)
+        free_cpu = node.allocatable.get("cpu", 0) - node.requested.get("cpu", 0)
+        return (free_devices, free_cpu, node.name)
+
+
+def _shape(member: Member) -> tuple[Any, ...]:
+    """Members with equal shapes are interchangeable for placement (claims differ only by name)."""
+    return (
+        tuple(sorted(member.requests.items())),
+        member.tolerations,
+        tuple(sorted(member.node_selector.items())),
+        member.affinity,
+        len(member.claims),
+    )
+
+
+def _claim_plan(claim: Claim, node: str, results: tuple[Result, ...], snapshot: Snapshot) -> ClaimPlan:
+    """Config as the scheduler copies it: the classes' first (FromClass), then the claim's own (FromClaim)."""
+    config: list[Mapping[str, Any]] = []
+    for request in claim.requests:
+        device_class = snapshot.classes[request.device_class]
+        for entry in device_class.config:
+            config.append({"source": "FromClass", "requests": [request.name], **entry})
+    for entry in claim.config:
+        config.append({"source": "FromClaim", **entry})
+    return ClaimPlan(claim.namespace, claim.name, claim.uid, node, results, tuple(config))
+
+
+def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None, budget: int = DEFAULT_BUDGET) -> Fits | Short:
+    """Pure: reads the snapshot, never changes it; the same inputs give the same answer."""
+    matcher = matcher or DeviceMatcher()
+    members = tuple(sorted(group.members, key=lambda m: m.name))
+    if len(members) < group.min_count:
+        return Short(group.min_count, len(members), 0)
+    planner = _Planner(snapshot, group, matcher, budget)
+    best = 0
+    for domain in planner.domains():
+        state = planner.greedy(domain, members)
+        if len(state.placed) < group.min_count:
+            best = max(best, len(state.placed))
+            state = planner.search(domain, members, group.min_count)
+            if state is None:
+                continue
+        planner.fill(domain, state, members)
+        return Fits(placements=tuple(state.placed), claims=tuple(state.claims.values()))
+    return _short(planner, members, best)
+
+
+def _short(planner: _Planner, members: Sequence[Member], fit: int) -> Short:
+    snapshot, group = planner.snapshot, planner.group
+    quorum = members[: group.min_count]
+    reasons: Counter[str] = Counter()
+    usable: list[Node] = []
+    for node in snapshot.nodes:
+        reason = planner.blocked(quorum[0], node)
+        if reason is None:
+            usable.append(node)
+        else:
+            reasons[reason] += 1
+    shortages: list[Shortage] = []
+    needed: Counter[str] = Counter()
+    for member in quorum:
+        needed.update(member.requests)
+    for resource, amount in sorted(needed.items()):
+        free = sum(max(0, n.allocatable.get(resource, 0) - n.requested.get(resource, 0)) for n in usable)
+        total = sum(n.allocatable.get(resource, 0) for n in snapshot.nodes)
+        if amount > free:
+            shortages.append(Shortage(resource, amount, free, total))
+    shortages.extend(_device_shortages(planner, quorum, usable))
+    return Short(group.min_count, len(members), fit, tuple(shortages), tuple(sorted(reasons.items())))
+
+
+def _device_shortages(planner: _Planner, quorum: Sequence[Member], usable: Sequence[Node]) -> list[Shortage]:
+    snapshot = planner.snapshot
+    wanted: Counter[str] = Counter()
+    seen: set[ClaimKey] = set()
+    for member in quorum:
+        for name in member.claims:
+            claim = snapshot.claims.get((member.namespace, name))
+            if claim is None or claim.key in seen or claim.allocated is not None:
+                continue
+            seen.add(claim.key)
+            for request in claim.requests:
+                wanted[request.device_class] += request.count if request.mode == "ExactCount" else 1
+    out = []
+    for class_name, count in sorted(wanted.items()):
+        device_class = snapshot.classes.get(class_name)
+        if device_class is None:
+            out.append(Shortage(f"{class_name} (no such DeviceClass)", count, 0, 0))
+            continue
+        of_class = [d for d in snapshot.devices if all(planner.matcher.matches(e, d) for e in device_class.selectors)]
+        reachable = {d.id for n in usable for d in planner.reachable(n)}
+        free = sum(1 for d in of_class if d.id not in snapshot.held and d.id in reachable)
+        if count > free:
+            out.append(Shortage(class_name, count, free, len(of_class)))
+    return out

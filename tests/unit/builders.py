@@ -1,0 +1,80 @@
+"""Small builders for planner inputs: clusters and gangs described as data."""
+
+from __future__ import annotations
+
+from phalanx.planner.snapshot import (
+    Claim,
+    Device,
+    DeviceClass,
+    DeviceRequest,
+    Group,
+    Member,
+    Node,
+    Snapshot,
+    Taint,
+    frozen_map,
+)
+
+GPU = "gpu.example.com"
+GPU_CLASS = DeviceClass(GPU, selectors=(f"device.driver == '{GPU}'",))
+
+
+def node(name: str, *, cpu: int = 32000, pods: int = 110, labels: dict | None = None, taints=(), used_cpu: int = 0) -> Node:
+    return Node(
+        name=name,
+        labels=frozen_map({"kubernetes.io/hostname": name, **(labels or {})}),
+        taints=tuple(taints),
+        allocatable=frozen_map({"cpu": cpu, "memory": 256 * 2**30, "pods": pods}),
+        requested=frozen_map({"cpu": used_cpu}),
+    )
+
+
+def gpus(node_name: str, count: int, **attributes) -> list[Device]:
+    return [
+        Device(
+            GPU,
+            node_name,
+            f"gpu-{i}",
+            node_name=node_name,
+            attributes=frozen_map({"index": i, "model": "LATEST-GPU-MODEL", **attributes}),
+            capacity=frozen_map({"memory": 80 * 2**30}),
+        )
+        for i in range(count)
+    ]
+
+
+def cluster(workers: int = 3, gpus_per_worker: int = 2, *, control_plane: bool = True, held=(), claims=()) -> Snapshot:
+    nodes = [node(f"worker-{i}") for i in range(1, workers + 1)]
+    if control_plane:
+        nodes.insert(0, node("control-plane", taints=[Taint("node-role.kubernetes.io/control-plane")]))
+    devices = [d for n in nodes if n.name.startswith("worker") for d in gpus(n.name, gpus_per_worker)]
+    return Snapshot(
+        nodes=tuple(nodes),
+        devices=tuple(devices),
+        classes=frozen_map({GPU: GPU_CLASS}),
+        claims=frozen_map({c.key: c for c in claims}),
+        held=frozenset(held),
+    )
+
+
+def one_gpu_claim(namespace: str, name: str, *, count: int = 1, selectors=(), mode: str = "ExactCount") -> Claim:
+    return Claim(namespace, name, f"uid-{name}", (DeviceRequest("gpu", GPU, mode, count, tuple(selectors)),))
+
+
+def gang(name: str, size: int, *, min_count: int | None = None, cpu: int = 50, namespace: str = "ml", topology_key=None):
+    """A Job-like gang: `size` ranks, each with its own one-GPU claim. Returns (group, claims)."""
+    members, claims = [], []
+    for rank in range(size):
+        claim = one_gpu_claim(namespace, f"{name}-{rank}-gpu")
+        claims.append(claim)
+        members.append(
+            Member(namespace, f"{name}-{rank}", f"uid-{name}-{rank}", requests=frozen_map({"cpu": cpu}), claims=(claim.name,))
+        )
+    group = Group(namespace, name, min_count if min_count is not None else size, tuple(members), topology_key)
+    return group, claims
+
+
+def with_claims(snapshot: Snapshot, claims) -> Snapshot:
+    merged = dict(snapshot.claims)
+    merged.update({c.key: c for c in claims})
+    return Snapshot(snapshot.nodes, snapshot.devices, snapshot.classes, frozen_map(merged), snapshot.held)

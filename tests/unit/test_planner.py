@@ -1,0 +1,195 @@
+"""The planner on clusters described as data: whole-group plans, or exact reasons."""
+
+from __future__ import annotations
+
+from builders import GPU, GPU_CLASS, cluster, gang, gpus, node, one_gpu_claim, with_claims
+
+from phalanx.planner import Fits, Short, plan
+from phalanx.planner.devices import DeviceMatcher
+from phalanx.planner.snapshot import (
+    Claim,
+    Device,
+    DeviceClass,
+    DeviceRequest,
+    Group,
+    MatchAttribute,
+    Member,
+    Requirement,
+    SelectorTerm,
+    Snapshot,
+    Toleration,
+    frozen_map,
+)
+
+
+def _devices(result: Fits) -> list:
+    return [r.device_id for c in result.claims for r in c.results]
+
+
+def test_the_articles_example_2_first_gang_fits_on_two_nodes() -> None:
+    group, claims = gang("train-a", 4)
+    result = plan(with_claims(cluster(), claims), group)
+    assert isinstance(result, Fits)
+    assert len(result.placements) == 4 and len(result.nodes) == 2, "packed onto the fewest nodes"
+    assert "control-plane" not in result.nodes
+    assert len(set(_devices(result))) == 4
+    for claim in result.claims:
+        (placed_node,) = [n for m, n in result.placements if m.claims == (claim.name,)]
+        assert claim.node == placed_node and claim.results[0].pool == placed_node
+
+
+def test_the_articles_example_2_second_gang_is_short_with_exact_counters() -> None:
+    held = [(GPU, f"worker-{w}", f"gpu-{i}") for w in (1, 2) for i in (0, 1)]
+    group, claims = gang("train-b", 4)
+    result = plan(with_claims(cluster(held=held), claims), group)
+    assert isinstance(result, Short)
+    assert result.message == (
+        "minCount 4: 2 of 4 members fit; short 2 x gpu.example.com (2 free of 6); 1 node(s) had untolerated taint(s)"
+    )
+
+
+def test_the_planner_leaves_the_snapshot_unchanged() -> None:
+    group, claims = gang("train-a", 4)
+    snapshot = with_claims(cluster(), claims)
+    before = repr(snapshot)
+    plan(snapshot, group)
+    assert repr(snapshot) == before
+
+
+def test_more_members_than_min_count_go_together_when_quorum_fits() -> None:
+    group, claims = gang("elastic", 8, min_count=4)
+    result = plan(with_claims(cluster(), claims), group)
+    assert isinstance(result, Fits)
+    assert len(result.placements) == 6, "every member that fits goes with the group"
+
+
+def test_too_few_members_is_short_before_any_search() -> None:
+    group, claims = gang("train", 2)
+    group = Group(group.namespace, group.name, 4, group.members)
+    assert plan(with_claims(cluster(), claims), group).message == "minCount 4: only 2 members exist"
+
+
+def test_cpu_shortage_is_named_with_the_amounts() -> None:
+    group, claims = gang("huge", 4, cpu=40000)
+    result = plan(with_claims(cluster(control_plane=False), claims), group)
+    assert isinstance(result, Short)
+    assert result.message == "minCount 4: 0 of 4 members fit; short 64000 x cpu (96000 free of 96000)"
+
+
+def test_fragmented_capacity_is_not_called_a_shortage() -> None:
+    group, claims = gang("wide", 4, cpu=20000)
+    result = plan(with_claims(cluster(control_plane=False), claims), group)
+    assert isinstance(result, Short)
+    assert result.message == "minCount 4: 3 of 4 members fit; no combination of nodes fits the group"
+
+
+def test_topology_key_keeps_every_member_in_one_domain() -> None:
+    nodes = [node("a1", labels={"zone": "a"}), node("a2", labels={"zone": "a"}), node("b1", labels={"zone": "b"})]
+    devices = [d for n in nodes for d in gpus(n.name, 2)]
+    group, claims = gang("zonal", 4, topology_key="zone")
+    snapshot = Snapshot(tuple(nodes), tuple(devices), frozen_map({GPU: GPU_CLASS}), frozen_map({c.key: c for c in claims}))
+    result = plan(snapshot, group)
+    assert isinstance(result, Fits) and result.nodes == {"a1", "a2"}
+    group, claims = gang("zonal", 5, topology_key="zone")
+    assert isinstance(plan(with_claims(snapshot, claims), group), Short), "5 GPUs exist, but not in one zone"
+
+
+def test_node_affinity_and_tolerations_are_honoured() -> None:
+    group, claims = gang("pinned", 2)
+    only_three = SelectorTerm((Requirement("metadata.name", "In", ("worker-3",), field=True),))
+    members = tuple(Member(m.namespace, m.name, m.uid, m.requests, affinity=(only_three,), claims=m.claims) for m in group.members)
+    result = plan(with_claims(cluster(), claims), Group("ml", "pinned", 2, members))
+    assert isinstance(result, Fits) and result.nodes == {"worker-3"}
+    tolerant = tuple(
+        Member(m.namespace, m.name, m.uid, m.requests, tolerations=(Toleration(operator="Exists"),), claims=()) for m in group.members
+    )
+    result = plan(cluster(workers=0), Group("ml", "cp", 2, tolerant))
+    assert isinstance(result, Fits) and result.nodes == {"control-plane"}
+
+
+def test_cel_request_selectors_and_capacity_quantities() -> None:
+    devices = gpus("worker-1", 1, model="OLD") + [
+        Device(GPU, "worker-1", "gpu-big", node_name="worker-1", attributes=frozen_map({"model": "NEW"}), capacity=frozen_map({"memory": 160 * 2**30}))
+    ]
+    claim = one_gpu_claim(
+        "ml", "c", selectors=(f"device.attributes['{GPU}'].model == 'NEW'", f"device.capacity['{GPU}'].memory.compareTo(quantity('100Gi')) >= 0")
+    )
+    snapshot = Snapshot((node("worker-1"),), tuple(devices), frozen_map({GPU: GPU_CLASS}), frozen_map({claim.key: claim}))
+    member = Member("ml", "p", "uid-p", claims=("c",))
+    result = plan(snapshot, Group("ml", "g", 1, (member,)))
+    assert isinstance(result, Fits) and _devices(result) == [(GPU, "worker-1", "gpu-big")]
+
+
+def test_all_mode_takes_every_matching_device_or_none() -> None:
+    claim = one_gpu_claim("ml", "all", mode="All")
+    snapshot = with_claims(cluster(workers=1, gpus_per_worker=4, control_plane=False), [claim])
+    member = Member("ml", "p", "uid-p", claims=("all",))
+    result = plan(snapshot, Group("ml", "g", 1, (member,)))
+    assert isinstance(result, Fits) and len(_devices(result)) == 4
+    busy = Snapshot(snapshot.nodes, snapshot.devices, snapshot.classes, snapshot.claims, frozenset({(GPU, "worker-1", "gpu-2")}))
+    assert isinstance(plan(busy, Group("ml", "g", 1, (member,))), Short)
+
+
+def test_match_attribute_keeps_a_claims_devices_alike() -> None:
+    devices = [
+        Device(GPU, "worker-1", f"gpu-{i}", node_name="worker-1", attributes=frozen_map({"numa": i % 2})) for i in range(3)
+    ]
+    requests = (DeviceRequest("a", GPU, count=1), DeviceRequest("b", GPU, count=1))
+    claim = Claim("ml", "pair", "uid-pair", requests, constraints=(MatchAttribute(f"{GPU}/numa"),))
+    devices = [Device(d.driver, d.pool, d.name, node_name=d.node_name, attributes=frozen_map({f"{GPU}/numa": d.attributes["numa"]})) for d in devices]
+    snapshot = Snapshot((node("worker-1"),), tuple(devices), frozen_map({GPU: GPU_CLASS}), frozen_map({claim.key: claim}))
+    result = plan(snapshot, Group("ml", "g", 1, (Member("ml", "p", "uid-p", claims=("pair",)),)))
+    assert isinstance(result, Fits)
+    assert sorted(d for _, _, d in _devices(result)) == ["gpu-0", "gpu-2"], "both on numa 0"
+
+
+def test_network_attached_pool_serves_every_node() -> None:
+    fabric = [Device("fabric.example.com", "fabric", f"link-{i}", all_nodes=True) for i in range(2)]
+    classes = frozen_map({"link": DeviceClass("link", ("device.driver == 'fabric.example.com'",))})
+    claims = [Claim("ml", f"c{i}", f"u{i}", (DeviceRequest("r", "link"),)) for i in range(3)]
+    snapshot = Snapshot((node("n1"), node("n2")), tuple(fabric), classes, frozen_map({c.key: c for c in claims}))
+    members = tuple(Member("ml", f"p{i}", f"up{i}", claims=(f"c{i}",)) for i in range(3))
+    result = plan(snapshot, Group("ml", "g", 3, members))
+    assert isinstance(result, Short)
+    assert "short 1 x link (2 free of 2)" in result.message
+    assert isinstance(plan(snapshot, Group("ml", "g", 2, members[:2])), Fits)
+
+
+def test_a_claim_shared_by_members_is_allocated_once_and_keeps_them_together() -> None:
+    shared = one_gpu_claim("ml", "shared")
+    members = tuple(Member("ml", f"p{i}", f"u{i}", claims=("shared",)) for i in range(3))
+    result = plan(with_claims(cluster(control_plane=False), [shared]), Group("ml", "g", 3, members))
+    assert isinstance(result, Fits)
+    assert len(result.claims) == 1 and len(result.nodes) == 1
+
+
+def test_a_preallocated_claim_pins_its_pod() -> None:
+    claim = Claim("ml", "done", "u", (DeviceRequest("gpu", GPU),), allocated=((GPU, "worker-2", "gpu-0"),), allocated_node="worker-2")
+    member = Member("ml", "p", "up", claims=("done",))
+    result = plan(with_claims(cluster(held=[(GPU, "worker-2", "gpu-0")]), [claim]), Group("ml", "g", 1, (member,)))
+    assert isinstance(result, Fits) and result.nodes == {"worker-2"} and result.claims == ()
+
+
+def test_a_failing_selector_matches_nothing_and_is_reported() -> None:
+    matcher = DeviceMatcher()
+    claim = one_gpu_claim("ml", "c", selectors=("device.attributes['nope'].missing == 1",))
+    result = plan(with_claims(cluster(), [claim]), Group("ml", "g", 1, (Member("ml", "p", "u", claims=("c",)),)), matcher)
+    assert isinstance(result, Short)
+    assert matcher.errors
+
+
+def test_search_finds_plans_greedy_packing_misses() -> None:
+    """Big-then-small: greedy packing could strand capacity; the search must still find the plan."""
+    nodes = (node("n1", cpu=3000), node("n2", cpu=2000))
+    members = (
+        Member("ml", "a", "ua", requests=frozen_map({"cpu": 2000})),
+        Member("ml", "b", "ub", requests=frozen_map({"cpu": 3000})),
+    )
+    result = plan(Snapshot(nodes), Group("ml", "g", 2, members))
+    assert isinstance(result, Fits)
+    assert dict((m.name, n) for m, n in result.placements) == {"a": "n2", "b": "n1"}
+
+
+def test_results_are_deterministic() -> None:
+    group, claims = gang("train", 4)
+    assert plan(with_claims(cluster(), claims), group) == plan(with_claims(cluster(), claims), group)
