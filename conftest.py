@@ -106,6 +106,7 @@ def operator(cluster: Cluster) -> Iterator[Operator]:
         "--webhook-host", "127.0.0.1",
         "--webhook-port", str(webhook_port),
         "--liveness", f"http://127.0.0.1:{liveness_port}/healthz",
+        "--metrics-port", str(_free_port()),
     ]  # fmt: skip
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
     with log.open("wb") as out:

@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     endpoint.add_argument("--webhook-host", help="reach the webhooks at https://HOST:PORT (local control plane)")
     endpoint.add_argument("--webhook-service", help="reach the webhooks through this Service in --namespace (in cluster)")
     run.add_argument("--tls-dir", type=Path, help="tls.crt, tls.key and ca.crt to serve with; generated when absent")
+    run.add_argument("--metrics-port", type=int, default=8000, help="Prometheus metrics port (0: off)")
+    run.add_argument("--race-settle", type=float, default=0.5, help="seconds to wait after reserving before the fresh-read check")
     run.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="Kopf liveness endpoint")
     run.set_defaults(func=_run)
 
@@ -82,6 +84,8 @@ def _run(args: argparse.Namespace) -> int:
             webhook_service=args.webhook_service,
             tls_dir=args.tls_dir,
             liveness=args.liveness,
+            metrics_port=args.metrics_port or None,
+            race_settle=args.race_settle,
         )
     )
     return 0

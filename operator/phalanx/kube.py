@@ -8,6 +8,7 @@ any other error.
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -67,6 +68,36 @@ class Kube:
             if exc.status == 404:
                 return None
             raise
+
+    async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch of a ResourceClaim's metadata/spec; include metadata.resourceVersion to make it conditional."""
+        response = await client.ResourceV1Api(self.api).patch_namespaced_resource_claim(
+            name, namespace, patch, _content_type="application/merge-patch+json", _preload_content=False
+        )
+        return json.loads(await response.read())
+
+    async def patch_claim_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        response = await client.ResourceV1Api(self.api).patch_namespaced_resource_claim_status(
+            name, namespace, patch, _content_type="application/merge-patch+json", _preload_content=False
+        )
+        return json.loads(await response.read())
+
+    async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        await self.core.patch_namespaced_pod(
+            name, namespace, patch, _content_type="application/merge-patch+json", _preload_content=False
+        )
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete exactly this pod (uid precondition); False when it is already gone."""
+        try:
+            await self.core.delete_namespaced_pod(
+                name, namespace, body={"preconditions": {"uid": uid}}, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
 
     async def event(self, obj: dict[str, Any], *, type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on `obj`, as `kubectl describe` shows them."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import tempfile
@@ -10,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+import prometheus_client
 from kubernetes_asyncio import client, config
 
 from phalanx import tls, webhooks
 from phalanx.api import gang
+from phalanx.controllers.release import ReleaseLoop
 from phalanx.kube import Kube
+from phalanx.view import ClusterView
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,8 @@ class OperatorConfig:
     webhook_service: str | None = None
     tls_dir: Path | None = None
     job_scheduling_dropped: bool | None = None
+    race_settle: float = 0.5
+    metrics_port: int | None = 8000
 
     def endpoint(self) -> webhooks.Endpoint:
         if self.webhook_service:
@@ -57,6 +63,12 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     )
     for kind, body in webhooks.configurations(cfg.endpoint(), cert.ca_pem, cfg.namespace).items():
         await memo.kube.apply_webhook_configuration(kind, body)
+    if cfg.metrics_port:
+        prometheus_client.start_http_server(cfg.metrics_port)
+    memo.view = ClusterView(api)
+    await memo.view.start()
+    memo.loop = ReleaseLoop(memo.kube, memo.view, settle=cfg.race_settle)
+    memo.loop_task = asyncio.create_task(memo.loop.run(), name="release-loop")
     logger.info(
         f"webhooks at {cfg.endpoint().url or cfg.webhook_service}; spec.scheduling "
         f"{'is dropped by this API server' if dropped else 'may be kept by this API server'}"
@@ -65,6 +77,13 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
 
 @kopf.on.cleanup()
 async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
+    task = getattr(memo, "loop_task", None)
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    view = getattr(memo, "view", None)
+    if view is not None:
+        await view.stop()
     kube = getattr(memo, "kube", None)
     if kube is not None:
         await kube.api.close()

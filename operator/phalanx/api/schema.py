@@ -150,10 +150,41 @@ class Condition(Model):
     observed_generation: int | None = Field(default=None, ge=0)
 
 
+class DeviceResult(Model):
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+
+class ClaimReservation(Model):
+    name: str
+    uid: str
+    node: str
+    results: list[DeviceResult] = Field(default_factory=list)
+
+
+class PodPlacement(Model):
+    name: str
+    uid: str
+    node: str
+
+
+class Reservation(Model):
+    """Phalanx's intent, recorded before its first write, so a restarted operator finishes or undoes it."""
+
+    state: Literal["Reserving", "Released"]
+    placements: list[PodPlacement] = Field(default_factory=list)
+    claims: list[ClaimReservation] = Field(default_factory=list)
+
+
 class PodGroupStatus(Model):
     conditions: list[Condition] = Field(
         default_factory=list, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
     )
+    reservation: Reservation | None = None
+    members: int | None = Field(default=None, ge=0, description="Pods of the group that exist and are not terminal.")
+    bound: int | None = Field(default=None, ge=0, description="Members bound to a node.")
 
 
 class PodGroup(Model):

@@ -1,0 +1,27 @@
+"""Prometheus metrics, with upstream's names under the `phalanx_` prefix for drop-in dashboards."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+BUCKETS = tuple(0.001 * 2**i for i in range(15))  # upstream: ExponentialBuckets(0.001, 2, 15)
+
+SCHEDULE_ATTEMPTS = Counter(
+    "phalanx_podgroup_schedule_attempts_total", "Planning attempts for a pod group, by result.", ["result"]
+)
+ATTEMPT_DURATION = Histogram(
+    "phalanx_podgroup_scheduling_attempt_duration_seconds",
+    "End-to-end duration of an attempt: plan, reserve, verify, pin and release.",
+    ["result"],
+    buckets=BUCKETS,
+)
+ALGORITHM_DURATION = Histogram(
+    "phalanx_podgroup_scheduling_algorithm_duration_seconds", "Time the planner took to decide.", buckets=BUCKETS
+)
+CONFLICTS = Counter(
+    "phalanx_reservation_conflicts_total",
+    "Devices found held by both a Phalanx reservation and another claim (two allocators), by where it was caught.",
+    ["stage"],
+)
+ROLLBACKS = Counter("phalanx_reservation_rollbacks_total", "Reservations undone before their gang was released.")
+RELEASED_PODS = Counter("phalanx_released_pods_total", "Pods whose scheduling gate Phalanx lifted.")

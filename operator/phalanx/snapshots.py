@@ -1,0 +1,250 @@
+"""From API objects (the view's dicts) to the planner's immutable snapshot.
+
+This is the edge where Kubernetes' shapes meet the core's dataclasses; the
+translation follows what kube-scheduler counts: requests of every
+non-terminal pod bound to a node (plus those Phalanx pinned and released but
+the scheduler has not bound yet), only the newest complete generation of a
+ResourceSlice pool, and every device some claim holds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from phalanx.api import gang
+from phalanx.planner import quantity
+from phalanx.planner.snapshot import (
+    Claim,
+    Device,
+    DeviceClass,
+    DeviceId,
+    DeviceRequest,
+    MatchAttribute,
+    Member,
+    Node,
+    Requirement,
+    SelectorTerm,
+    Snapshot,
+    Taint,
+    Toleration,
+    frozen_map,
+)
+
+PINNED_NODE = f"{gang.GROUP}/node"
+"""Annotation Phalanx sets on a pod it pinned, so the node counts it before the scheduler binds it."""
+
+
+def terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    return any(g.get("name") == gang.SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or [])
+
+
+def placed_on(pod: Mapping[str, Any]) -> str | None:
+    """The node a pod occupies: bound, or pinned by Phalanx and released."""
+    node = pod["spec"].get("nodeName")
+    if node:
+        return node
+    if not gated(pod):
+        return (pod["metadata"].get("annotations") or {}).get(PINNED_NODE)
+    return None
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Counter[str]:
+    """Effective requests as the scheduler computes them: containers summed, init containers' max, overhead."""
+    total: Counter[str] = Counter()
+    for container in pod["spec"].get("containers") or []:
+        for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[name] += quantity.amount(name, value)
+    for container in pod["spec"].get("initContainers") or []:
+        for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[name] = max(total[name], quantity.amount(name, value))
+    for name, value in (pod["spec"].get("overhead") or {}).items():
+        total[name] += quantity.amount(name, value)
+    return total
+
+
+def _requirements(term: Mapping[str, Any]) -> SelectorTerm:
+    reqs = [Requirement(e["key"], e["operator"], tuple(e.get("values") or ())) for e in term.get("matchExpressions") or []]
+    reqs += [Requirement(e["key"], e["operator"], tuple(e.get("values") or ()), field=True) for e in term.get("matchFields") or []]
+    return SelectorTerm(tuple(reqs))
+
+
+def node_selector_terms(selector: Mapping[str, Any] | None) -> tuple[SelectorTerm, ...]:
+    return tuple(_requirements(t) for t in (selector or {}).get("nodeSelectorTerms") or [])
+
+
+def node(obj: Mapping[str, Any], requested: Mapping[str, int]) -> Node:
+    spec = obj.get("spec") or {}
+    allocatable = (obj.get("status") or {}).get("allocatable") or {}
+    return Node(
+        name=obj["metadata"]["name"],
+        labels=frozen_map(obj["metadata"].get("labels")),
+        taints=tuple(Taint(t["key"], t.get("value", ""), t.get("effect", "")) for t in spec.get("taints") or []),
+        unschedulable=bool(spec.get("unschedulable")),
+        allocatable=frozen_map({k: quantity.amount(k, v) for k, v in allocatable.items()}),
+        requested=frozen_map(requested),
+    )
+
+
+def _attribute(value: Mapping[str, Any]) -> Any:
+    for kind in ("int", "bool", "string", "version"):
+        if kind in value:
+            return value[kind]
+    return None
+
+
+def devices(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
+    """Devices of the newest generation of each pool, and only of pools whose slices are all published."""
+    pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for s in slices:
+        spec = s["spec"]
+        pools.setdefault((spec["driver"], spec["pool"]["name"]), []).append(spec)
+    out: list[Device] = []
+    for (driver, pool), specs in pools.items():
+        newest = max(s["pool"].get("generation", 0) for s in specs)
+        current = [s for s in specs if s["pool"].get("generation", 0) == newest]
+        if len(current) < max(s["pool"].get("resourceSliceCount", 1) for s in current):
+            continue
+        for spec in current:
+            selector = node_selector_terms(spec.get("nodeSelector")) if spec.get("nodeSelector") else None
+            for d in spec.get("devices") or []:
+                attributes = {(k if "/" in k else f"{driver}/{k}"): _attribute(v) for k, v in (d.get("attributes") or {}).items()}
+                capacity = {
+                    (k if "/" in k else f"{driver}/{k}"): quantity.amount("", v["value"]) for k, v in (d.get("capacity") or {}).items()
+                }
+                out.append(
+                    Device(
+                        driver=driver,
+                        pool=pool,
+                        name=d["name"],
+                        node_name=spec.get("nodeName"),
+                        node_selector=selector,
+                        all_nodes=bool(spec.get("allNodes")),
+                        attributes=frozen_map(attributes),
+                        capacity=frozen_map(capacity),
+                        generation=newest,
+                    )
+                )
+    return out
+
+
+def device_class(obj: Mapping[str, Any]) -> DeviceClass:
+    spec = obj.get("spec") or {}
+    return DeviceClass(
+        name=obj["metadata"]["name"],
+        selectors=tuple(s["cel"]["expression"] for s in spec.get("selectors") or [] if "cel" in s),
+        config=tuple(frozen_map(c) for c in spec.get("config") or []),
+    )
+
+
+def allocated_ids(obj: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
+    allocation = (obj.get("status") or {}).get("allocation")
+    if not allocation:
+        return None
+    return tuple((r["driver"], r["pool"], r["device"]) for r in (allocation.get("devices") or {}).get("results") or [])
+
+
+def _pinned_node(allocation: Mapping[str, Any] | None) -> str | None:
+    for term in ((allocation or {}).get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("operator") == "In" and len(field.get("values") or []) == 1:
+                return field["values"][0]
+    return None
+
+
+def claim(obj: Mapping[str, Any]) -> Claim:
+    devices_spec = (obj.get("spec") or {}).get("devices") or {}
+    requests = []
+    for r in devices_spec.get("requests") or []:
+        exactly = r.get("exactly") or {}
+        requests.append(
+            DeviceRequest(
+                name=r["name"],
+                device_class=exactly.get("deviceClassName", ""),
+                mode=exactly.get("allocationMode", "ExactCount"),
+                count=int(exactly.get("count", 1)),
+                selectors=tuple(s["cel"]["expression"] for s in exactly.get("selectors") or [] if "cel" in s),
+            )
+        )
+    constraints = tuple(
+        MatchAttribute(c["matchAttribute"], tuple(c.get("requests") or ()))
+        for c in devices_spec.get("constraints") or []
+        if c.get("matchAttribute")
+    )
+    allocation = (obj.get("status") or {}).get("allocation")
+    return Claim(
+        namespace=obj["metadata"]["namespace"],
+        name=obj["metadata"]["name"],
+        uid=obj["metadata"]["uid"],
+        requests=tuple(requests),
+        constraints=constraints,
+        config=tuple(frozen_map(c) for c in devices_spec.get("config") or []),
+        allocated=allocated_ids(obj),
+        allocated_node=_pinned_node(allocation),
+    )
+
+
+def claim_names(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The ResourceClaims a pod uses, or None while the resourceclaim controller has not created them all."""
+    statuses = {s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+    names = []
+    for ref in pod["spec"].get("resourceClaims") or []:
+        if ref.get("resourceClaimName"):
+            names.append(ref["resourceClaimName"])
+        elif ref.get("resourceClaimTemplateName"):
+            generated = statuses.get(ref["name"])
+            if not generated:
+                return None
+            names.append(generated)
+    return tuple(names)
+
+
+def member(pod: Mapping[str, Any], claims: tuple[str, ...]) -> Member:
+    spec = pod["spec"]
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    return Member(
+        namespace=pod["metadata"]["namespace"],
+        name=pod["metadata"]["name"],
+        uid=pod["metadata"]["uid"],
+        requests=frozen_map(pod_requests(pod)),
+        tolerations=tuple(
+            Toleration(t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""), t.get("effect", ""))
+            for t in spec.get("tolerations") or []
+        ),
+        node_selector=frozen_map(spec.get("nodeSelector")),
+        affinity=node_selector_terms(affinity),
+        claims=claims,
+    )
+
+
+def build(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    slices: Iterable[Mapping[str, Any]],
+    claims: Iterable[Mapping[str, Any]],
+    classes: Iterable[Mapping[str, Any]],
+    in_flight: Iterable[DeviceId] = (),
+) -> Snapshot:
+    requested: dict[str, Counter[str]] = {}
+    for pod in pods:
+        where = placed_on(pod)
+        if where is None or terminal(pod):
+            continue
+        counter = requested.setdefault(where, Counter())
+        counter.update(pod_requests(pod))
+        counter["pods"] += 1
+    claim_objs = [claim(c) for c in claims]
+    held = {d for c in claim_objs for d in (c.allocated or ())}
+    held.update(in_flight)
+    return Snapshot(
+        nodes=tuple(node(n, requested.get(n["metadata"]["name"], Counter())) for n in nodes),
+        devices=tuple(devices(slices)),
+        classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
+        claims=frozen_map({c.key: c for c in claim_objs}),
+        held=frozenset(held),
+    )
