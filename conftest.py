@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,22 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.localcluster import ClusterSpec, LocalCluster
+from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
 from phalanx.localcluster.cluster import build_binaries
 
 ROOT = Path(__file__).parent
 WORKLOADS = ROOT / "e2e" / "workloads"
-OPERATOR_NAMESPACE = "phalanx-system"
-GANG_PROBE_JOB = {
-    "apiVersion": "batch/v1",
-    "kind": "Job",
-    "metadata": {"name": "readiness-probe", "annotations": {"scheduling.phalanx.dev/min-count": "1"}},
-    "spec": {
-        "template": {
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}
-        }
-    },
-}
+OPERATOR_NAMESPACE = operatorproc.NAMESPACE
 
 
 @dataclass
@@ -82,77 +69,30 @@ def cluster() -> Iterator[Cluster]:
 class Operator:
     """The operator process, run with its ServiceAccount's kubeconfig (never as admin), so RBAC is proven."""
 
-    process: subprocess.Popen[bytes] | None
-    log: Path | None
+    handle: operatorproc.OperatorProcess | None
+
+    @property
+    def log(self) -> Path | None:
+        return self.handle.log if self.handle else None
 
     def logs(self) -> str:
-        return self.log.read_text() if self.log else ""
+        return self.handle.logs() if self.handle else ""
 
 
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster) -> Iterator[Operator]:
     if cluster.local is None:
-        yield Operator(None, None)  # deployed into that cluster from manifests/
+        yield Operator(None)  # deployed into that cluster from manifests/
         return
-    cluster.kubectl("apply", "-k", str(ROOT / "crds"))
-    cluster.kubectl("apply", "-f", str(ROOT / "manifests" / "namespace.yaml"), "-f", str(ROOT / "manifests" / "rbac.yaml"))
-    kubeconfig = cluster.local.service_account_kubeconfig(OPERATOR_NAMESPACE, "phalanx")
-    log = Path(tempfile.mkstemp(prefix="phalanx-operator-", suffix=".log")[1])
-    webhook_port, liveness_port = _free_port(), _free_port()
-    args = [
-        sys.executable, "-m", "phalanx", "run",
-        "--namespace", OPERATOR_NAMESPACE,
-        "--webhook-listen", "127.0.0.1",
-        "--webhook-host", "127.0.0.1",
-        "--webhook-port", str(webhook_port),
-        "--liveness", f"http://127.0.0.1:{liveness_port}/healthz",
-        "--metrics-port", str(_free_port()),
-    ]  # fmt: skip
-    env = dict(os.environ, KUBECONFIG=str(kubeconfig))
-    with log.open("wb") as out:
-        process = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    handle = Operator(process, log)
+    handle = operatorproc.start(cluster.local, ROOT)
     try:
-        _wait_admitting(cluster, handle)
-        yield handle
+        yield Operator(handle)
     finally:
-        _stop(process)
+        handle.stop()
         if os.environ.get("PHALANX_KEEP_LOGS"):
-            print(f"operator log: {log}", file=sys.stderr)
+            print(f"operator log: {handle.log}", file=sys.stderr)
         else:
-            log.unlink(missing_ok=True)
-
-
-def _wait_admitting(cluster: Cluster, operator: Operator, timeout: float = 60) -> None:
-    """Ready means a gang Job sent through the real admission chain comes back gated."""
-    deadline = time.monotonic() + timeout
-    probe = json.dumps(GANG_PROBE_JOB)
-    while True:
-        assert operator.process is not None
-        if operator.process.poll() is not None:
-            raise RuntimeError(f"operator exited with {operator.process.returncode}:\n{operator.logs()}")
-        proc = cluster.kubectl("create", "--dry-run=server", "-n", "default", "-o", "json", "-f", "-", stdin=probe, check=False)
-        if proc.returncode == 0 and json.loads(proc.stdout)["spec"]["template"]["spec"].get("schedulingGates"):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"operator not admitting Jobs after {timeout}s: {proc.stderr}\n{operator.logs()}")
-        time.sleep(0.5)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+            handle.log.unlink(missing_ok=True)
 
 
 @pytest.fixture

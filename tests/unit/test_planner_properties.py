@@ -21,6 +21,23 @@ NS = "ml"
 CPU_STEP = 500
 
 
+def build(nodes: list, devices: list, held: set, shapes: list[tuple[int, bool]], min_count: int) -> tuple[Snapshot, Group]:
+    """The snapshot and group for members of the given (cpu, wants a GPU) shapes, named in order."""
+    members, claims = [], []
+    for i, (cpu, gpu) in enumerate(shapes):
+        if gpu:
+            claims.append(one_gpu_claim(NS, f"m{i}-gpu"))
+        members.append(Member(NS, f"m{i}", f"uid-m{i}", requests=frozen_map({"cpu": cpu}), claims=(f"m{i}-gpu",) * gpu))
+    snapshot = Snapshot(
+        nodes=tuple(nodes),
+        devices=tuple(devices),
+        classes=frozen_map({GPU: GPU_CLASS}),
+        claims=frozen_map({c.key: c for c in claims}),
+        held=frozenset(held),
+    )
+    return snapshot, Group(NS, "g", min_count, tuple(members))
+
+
 @st.composite
 def cases(draw: st.DrawFn, max_nodes: int = 4, max_members: int = 4) -> tuple[Snapshot, Group]:
     """A cluster and a group, sized so capacity, pods and GPUs all bind sometimes.
@@ -37,23 +54,29 @@ def cases(draw: st.DrawFn, max_nodes: int = 4, max_members: int = 4) -> tuple[Sn
         nodes.append(node(f"n{i}", cpu=cpu, used_cpu=used, pods=draw(st.integers(0, 3))))
         devices += gpus(f"n{i}", draw(st.integers(0, 3)))
     held = draw(st.sets(st.sampled_from([d.id for d in devices]))) if devices else set()
-    members, claims = [], []
-    for i in range(draw(st.integers(1, max_members))):
-        cpu = CPU_STEP * draw(st.integers(0, 4))
-        claim_names: tuple[str, ...] = ()
-        if draw(st.booleans()):
-            claims.append(one_gpu_claim(NS, f"m{i}-gpu"))
-            claim_names = (f"m{i}-gpu",)
-        members.append(Member(NS, f"m{i}", f"uid-m{i}", requests=frozen_map({"cpu": cpu}), claims=claim_names))
-    min_count = draw(st.integers(1, len(members)))
-    snapshot = Snapshot(
-        nodes=tuple(nodes),
-        devices=tuple(devices),
-        classes=frozen_map({GPU: GPU_CLASS}),
-        claims=frozen_map({c.key: c for c in claims}),
-        held=frozenset(held),
-    )
-    return snapshot, Group(NS, "g", min_count, tuple(members))
+    shapes = draw(st.lists(st.tuples(st.integers(0, 4).map(CPU_STEP.__mul__), st.booleans()), min_size=1, max_size=max_members))
+    return build(nodes, devices, held, shapes, draw(st.integers(1, len(shapes))))
+
+
+@st.composite
+def planted(draw: st.DrawFn, max_nodes: int = 4, max_members: int = 4) -> tuple[Snapshot, Group]:
+    """Tight cases with a known plan: members cut exactly out of each node's cpu, pods and GPUs, then reordered.
+
+    Random cases almost never defeat the greedy first pass (about 1 in 1,000
+    needs the search); these, with sizes often named smallest first, which
+    first-fit packs badly, do far more often, so the search itself is tested.
+    """
+    nodes, devices, shapes = [], [], []
+    for i in range(draw(st.integers(1, max_nodes))):
+        k = draw(st.integers(0 if i else 1, max_members - len(shapes)))
+        cuts = sorted(draw(st.lists(st.integers(0, 6), min_size=k, max_size=k)))
+        here = [(CPU_STEP * (b - a), draw(st.booleans())) for a, b in zip([0, *cuts], cuts)]
+        slack_cpu, slack_pods = draw(st.integers(0, 1)), draw(st.integers(0, 1))
+        nodes.append(node(f"n{i}", cpu=CPU_STEP * (max(cuts, default=0) + slack_cpu), pods=k + slack_pods))
+        devices += gpus(f"n{i}", sum(g for _, g in here) + draw(st.integers(0, 1)))
+        shapes += here
+    shapes = sorted(shapes) if draw(st.booleans()) else draw(st.permutations(shapes))
+    return build(nodes, devices, set(), shapes, draw(st.integers(1, len(shapes))))
 
 
 def feasible_on(snapshot: Snapshot, node_name: str, members: list[Member]) -> bool:
@@ -84,7 +107,7 @@ def oracle(snapshot: Snapshot, group: Group) -> bool:
 
 
 @settings(max_examples=300, deadline=None)
-@given(cases())
+@given(st.one_of(cases(), planted()))
 def test_a_plan_never_overbooks_a_node_or_a_device(case: tuple[Snapshot, Group]) -> None:
     """Whatever the search does, the plan it returns must be one the cluster can actually run."""
     snapshot, group = case
@@ -116,7 +139,7 @@ def test_a_plan_never_overbooks_a_node_or_a_device(case: tuple[Snapshot, Group])
 
 
 @settings(max_examples=300, deadline=None)
-@given(cases(max_nodes=3, max_members=4))
+@given(st.one_of(cases(max_nodes=3), planted(max_nodes=3)))
 def test_short_exactly_when_no_assignment_fits(case: tuple[Snapshot, Group]) -> None:
     """The search is exhaustive on small cases: Short must mean impossible, and Fits must mean possible."""
     snapshot, group = case
@@ -126,7 +149,7 @@ def test_short_exactly_when_no_assignment_fits(case: tuple[Snapshot, Group]) -> 
 
 
 @settings(max_examples=300, deadline=None)
-@given(cases())
+@given(st.one_of(cases(), planted()))
 def test_the_snapshot_is_never_changed(case: tuple[Snapshot, Group]) -> None:
     """Snapshots are shared across a cycle; a planner that edits one corrupts every later decision."""
     snapshot, group = case

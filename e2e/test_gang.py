@@ -1,0 +1,98 @@
+"""The article's Example 2 with Phalanx: gang.minCount 4 on 6 GPUs, no feature gate."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from conftest import WORKLOADS, Cluster, Operator
+from phalanx import demo
+
+RANKS = 4
+SCHEDULED = "PodGroupInitiallyScheduled"
+
+
+def _wait(probe: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := probe()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached in {timeout}s")
+        time.sleep(0.2)
+    return result
+
+
+def _pods(cluster: Cluster, namespace: str, job: str) -> list[dict]:
+    return cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")["items"]
+
+
+def _pod_group(cluster: Cluster, namespace: str, job: str) -> dict | None:
+    items = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"scheduling.phalanx.dev/job-name={job}")["items"]
+    return items[0] if items else None
+
+
+def _condition(pod_group: dict | None) -> dict:
+    for cond in ((pod_group or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == SCHEDULED:
+            return cond
+    return {}
+
+
+def _gated(pod: dict) -> bool:
+    return any(g["name"] == "scheduling.phalanx.dev/gang" for g in pod["spec"].get("schedulingGates") or [])
+
+
+def _held(cluster: Cluster) -> list[tuple]:
+    claims = cluster.get("resourceclaims", "-A")["items"]
+    return [
+        (r["driver"], r["pool"], r["device"])
+        for c in claims
+        if (c.get("status") or {}).get("allocation")
+        for r in c["status"]["allocation"]["devices"]["results"]
+    ]
+
+
+def test_the_second_gang_waits_whole_and_goes_whole(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    try:
+        _example_2(cluster, namespace)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}\n--- operator log (tail) ---\n{operator.logs()[-6000:]}") from None
+
+
+def _example_2(cluster: Cluster, namespace: str) -> None:
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml", "gang-train-a.yaml"], namespace)
+    _wait(lambda: _condition(_pod_group(cluster, namespace, "train-a")).get("reason") == "Scheduled", "train-a Scheduled")
+    demo.apply(cluster.kubectl, WORKLOADS, ["gang-train-b.yaml"], namespace)
+    blocked = _wait(
+        lambda: (c := _condition(_pod_group(cluster, namespace, "train-b"))).get("reason") == "Unschedulable" and c,
+        "train-b Unschedulable",
+    )
+    assert blocked["status"] == "False"
+    assert blocked["message"] == (
+        "minCount 4: 2 of 4 members fit; short 2 x gpu.example.com (2 free of 6); 1 node(s) had untolerated taint(s)"
+    )
+
+    a, b = _pods(cluster, namespace, "train-a"), _pods(cluster, namespace, "train-b")
+    assert [p["status"]["phase"] for p in a] == ["Running"] * RANKS
+    assert len(b) == RANKS and all(_gated(p) and "nodeName" not in p["spec"] for p in b)
+    held = _held(cluster)
+    assert len(held) == len(set(held)) == 4, "4 GPUs held, 2 free, none twice"
+    table = cluster.kubectl("get", "podgroups.scheduling.phalanx.dev", "-n", namespace).stdout
+    assert " Scheduled " in table and " Unschedulable " in table
+
+    cluster.kubectl("delete", "job", "train-a", "-n", namespace, "--cascade=background")
+    observations = []
+
+    def b_running() -> bool:
+        pods = _pods(cluster, namespace, "train-b")
+        bound = sum(1 for p in pods if p["spec"].get("nodeName"))
+        observations.append((bound, sum(1 for p in pods if _gated(p))))
+        return sum(1 for p in pods if p["status"].get("phase") == "Running") == RANKS
+
+    _wait(b_running, "train-b released as a unit and running")
+    assert all(bound == 0 or gated == 0 for bound, gated in observations), f"never bound beside gated: {observations}"
+    assert _wait(lambda: _condition(_pod_group(cluster, namespace, "train-b")).get("reason") == "Scheduled", "train-b Scheduled")
+    for claim in cluster.get("resourceclaims", "-n", namespace)["items"]:
+        if claim["metadata"]["name"].startswith("train-b"):
+            assert claim["status"]["reservedFor"][0]["name"].startswith("train-b")
+            assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
