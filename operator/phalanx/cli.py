@@ -10,7 +10,7 @@ from pathlib import Path
 
 from phalanx import demo
 from phalanx.api import crdgen
-from phalanx.localcluster import ClusterSpec, LocalCluster
+from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,8 +139,22 @@ def _demo(args: argparse.Namespace) -> int:
     census = demo.run_deadlock(cluster.kubectl, args.workloads)
     rows.append(census.row("no gang policy"))
     print(
-        f"\nno gang policy: {census.pods_running} ranks running, {census.pods_pending} pending; "
+        f"no gang policy: {census.pods_running} ranks running, {census.pods_pending} pending; "
         f"{census.jobs_training} of {census.jobs} Jobs have all ranks running"
     )
+    if args.scenario == "all":
+        demo.clean(cluster.kubectl, "ml-team")
+        operator = operatorproc.start(cluster, args.workloads.resolve().parents[1])
+        try:
+            both, after = demo.run_gang(cluster.kubectl, args.workloads)
+        finally:
+            operator.stop()
+        rows.append(both.row("gang.minCount: 4"))
+        rows.append(after.row("gang, train-a deleted"))
+        print(
+            f"gang.minCount 4: {both.pods_running} ranks running, {both.pods_pending} held whole by Phalanx; "
+            f"after deleting train-a, {after.pods_running} of train-b's ranks run"
+        )
+    print()
     print(demo.format_table(rows))
     return 0

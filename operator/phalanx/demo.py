@@ -90,9 +90,31 @@ def apply(kubectl: Kubectl, workloads: Path, files: Sequence[str], namespace: st
 
 
 def run_deadlock(kubectl: Kubectl, workloads: Path, namespace: str = "ml-team") -> Census:
+    """Example 1: two 4-rank Jobs, no gang policy."""
     kubectl("apply", "-f", str(workloads / "namespace.yaml"))
     apply(kubectl, workloads, ["one-gpu.yaml", "train-a.yaml", "train-b.yaml"], namespace)
     return settle(kubectl, namespace, pods_expected=8)
+
+
+def run_gang(kubectl: Kubectl, workloads: Path, namespace: str = "ml-team") -> tuple[Census, Census]:
+    """Example 2: the same Jobs with gang.minCount 4; then train-a is deleted and train-b goes as a unit."""
+    apply(kubectl, workloads, ["one-gpu.yaml", "gang-train-a.yaml"], namespace)
+    settle(kubectl, namespace, pods_expected=4)
+    apply(kubectl, workloads, ["gang-train-b.yaml"], namespace)
+    both = settle(kubectl, namespace, pods_expected=8)
+    kubectl("-n", namespace, "delete", "job", "train-a", "--cascade=foreground", "--wait=true")
+    after = settle(kubectl, namespace, pods_expected=4)
+    return both, after
+
+
+def clean(kubectl: Kubectl, namespace: str, timeout: float = 60) -> None:
+    """Delete the scenario's Jobs and wait until their claims have released every device."""
+    kubectl("-n", namespace, "delete", "jobs", "--all", "--cascade=foreground", "--wait=true")
+    deadline = time.monotonic() + timeout
+    while _items(kubectl, "-n", namespace, "get", "resourceclaims"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"claims in {namespace} not released after {timeout}s")
+        time.sleep(0.5)
 
 
 def format_table(rows: Sequence[tuple[str, ...]]) -> str:
@@ -120,7 +142,8 @@ def _job_of(pod: dict[str, Any]) -> str:
 
 
 def _unschedulable(pod: dict[str, Any]) -> bool:
+    """Unschedulable by the scheduler, or held whole by Phalanx's gate."""
     return any(
-        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") in ("Unschedulable", "SchedulingGated")
         for c in pod.get("status", {}).get("conditions", [])
     )
