@@ -25,3 +25,6 @@ CONFLICTS = Counter(
 )
 ROLLBACKS = Counter("phalanx_reservation_rollbacks_total", "Reservations undone before their gang was released.")
 RELEASED_PODS = Counter("phalanx_released_pods_total", "Pods whose scheduling gate Phalanx lifted.")
+EVICTIONS = Counter(
+    "phalanx_race_evictions_total", "Non-gang pods evicted because kube-scheduler gave them a device Phalanx had reserved."
+)

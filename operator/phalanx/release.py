@@ -43,6 +43,11 @@ DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 class ReleaseAborted(Exception):
     """The plan can no longer be completed; its reservation has been rolled back."""
 
+    def __init__(self, message: str, intruders: tuple[Mapping[str, Any], ...] = ()) -> None:
+        super().__init__(message)
+        self.intruders = intruders
+        """Claims kube-scheduler allocated with a device of ours: their pods must go too."""
+
 
 def reservation_of(fits: Fits) -> schema.Reservation:
     return schema.Reservation(
@@ -128,6 +133,8 @@ class Releaser:
             await self._await_pinned(namespace, reservation)
         except ReleaseAborted as exc:
             await self.rollback(pod_group, reservation, str(exc), record=record)
+            for intruder in exc.intruders:
+                await self.evict_holders(intruder)
             raise
         for pod in pods:
             await self._lift_gate(pod)
@@ -249,13 +256,35 @@ class Releaser:
         items = json.loads(await response.read())["items"]
         ours = {(namespace, c.name) for c in reservation.claims}
         mine = {(r.driver, r.pool, r.device): c.name for c in reservation.claims for r in c.results}
+        intruders = []
         for obj in items:
             if (obj["metadata"]["namespace"], obj["metadata"]["name"]) in ours:
                 continue
-            clash = set(allocated_ids(obj) or ()) & set(mine)
-            if clash:
-                metrics.CONFLICTS.labels(stage="verify").inc()
-                raise ReleaseAborted(f"device {sorted(clash)[0]} was also allocated to claim {obj['metadata']['namespace']}/{obj['metadata']['name']}")
+            if set(allocated_ids(obj) or ()) & set(mine):
+                intruders.append(obj)
+        if intruders:
+            metrics.CONFLICTS.labels(stage="verify").inc(len(intruders))
+            names = ", ".join(f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in intruders)
+            raise ReleaseAborted(f"devices of this reservation were also allocated to {names}", tuple(intruders))
+
+    async def evict_holders(self, claim: Mapping[str, Any]) -> None:
+        """Delete the pods of a claim that took a device Phalanx holds.
+
+        kube-scheduler tracks allocated devices as a set: once one holder of a
+        doubly held device is deallocated it believes the device free while
+        the other still holds it, and hands it out again. Removing every
+        holder but a reservation of ours that is rolled back anyway returns
+        both allocators to the truth; the pods' controllers recreate them.
+        """
+        namespace = claim["metadata"]["namespace"]
+        consumers = [c for c in (claim.get("status") or {}).get("reservedFor") or [] if c.get("resource") == "pods"]
+        consumers += [
+            {"name": o["name"], "uid": o["uid"]} for o in claim["metadata"].get("ownerReferences") or [] if o.get("kind") == "Pod"
+        ]
+        for consumer in {c["uid"]: c for c in consumers}.values():
+            if await self.kube.delete_pod(namespace, consumer["name"], consumer["uid"]):
+                metrics.EVICTIONS.inc()
+                logger.warning("evicted %s/%s: its claim took a device Phalanx had reserved", namespace, consumer["name"])
 
     async def _pin(self, pod: Mapping[str, Any], node: str) -> None:
         annotations = pod["metadata"].get("annotations") or {}

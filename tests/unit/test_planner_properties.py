@@ -65,6 +65,7 @@ def planted(draw: st.DrawFn, max_nodes: int = 4, max_members: int = 4) -> tuple[
     Random cases almost never defeat the greedy first pass (about 1 in 1,000
     needs the search); these, with sizes often named smallest first, which
     first-fit packs badly, do far more often, so the search itself is tested.
+    Sometimes one more member fits nowhere, so a quorum must leave it out.
     """
     nodes, devices, shapes = [], [], []
     for i in range(draw(st.integers(1, max_nodes))):
@@ -75,8 +76,11 @@ def planted(draw: st.DrawFn, max_nodes: int = 4, max_members: int = 4) -> tuple[
         nodes.append(node(f"n{i}", cpu=CPU_STEP * (max(cuts, default=0) + slack_cpu), pods=k + slack_pods))
         devices += gpus(f"n{i}", sum(g for _, g in here) + draw(st.integers(0, 1)))
         shapes += here
+    min_count = len(shapes)  # every member the cut made; a smaller quorum is greedy's easy case
     shapes = sorted(shapes) if draw(st.booleans()) else draw(st.permutations(shapes))
-    return build(nodes, devices, set(), shapes, draw(st.integers(1, len(shapes))))
+    if len(shapes) < max_members and draw(st.booleans()):
+        shapes.insert(0, (CPU_STEP * 8, False))  # fits no node: the search must leave it out
+    return build(nodes, devices, set(), shapes, min_count)
 
 
 def feasible_on(snapshot: Snapshot, node_name: str, members: list[Member]) -> bool:

@@ -193,6 +193,7 @@ class ReleaseLoop:
             await self._event(pod_group, "Warning", "ReservationRolledBack", f"unfinished reservation undone: {exc}")
 
     async def _repair_double_allocations(self) -> None:
+        """A device held twice: the race window outlived the fresh-read check, or a repair left a hole."""
         holders: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
         for claim in self.view.claims.items():
             for device in snapshots.allocated_ids(claim) or ():
@@ -200,24 +201,21 @@ class ReleaseLoop:
         reserved = set()
         for pod_group in self.view.podgroups.items():
             raw = (pod_group.get("status") or {}).get("reservation")
-            if raw:
-                for c in raw.get("claims") or []:
-                    reserved.add((pod_group["metadata"]["namespace"], c["name"]))
+            for c in (raw or {}).get("claims") or []:
+                reserved.add((pod_group["metadata"]["namespace"], c["name"]))
         for device, claims in holders.items():
             if len(claims) < 2:
                 continue
             ours = [c for c in claims if (c["metadata"]["namespace"], c["metadata"]["name"]) in reserved]
-            if not ours:
-                continue
-            for intruder in (c for c in claims if c not in ours):
-                for consumer in (intruder.get("status") or {}).get("reservedFor") or []:
-                    if consumer.get("resource") != "pods" or consumer["uid"] in self._evicted:
-                        continue
-                    self._evicted.add(consumer["uid"])
-                    metrics.CONFLICTS.labels(stage="after-release").inc()
-                    namespace = intruder["metadata"]["namespace"]
-                    logger.warning("device %s held twice; evicting %s/%s, which took it after Phalanx reserved it", device, namespace, consumer["name"])
-                    await self.kube.delete_pod(namespace, consumer["name"], consumer["uid"])
+            # kube-scheduler counts a device once however many claims hold it, so removing one
+            # holder makes it forget the others: every holder that is not a reservation of ours goes.
+            for intruder in claims:
+                if intruder in ours or intruder["metadata"]["uid"] in self._evicted:
+                    continue
+                self._evicted.add(intruder["metadata"]["uid"])
+                metrics.CONFLICTS.labels(stage="after-release").inc()
+                logger.warning("device %s held by %d claims; evicting the holders of %s", device, len(claims), intruder["metadata"]["name"])
+                await self.releaser.evict_holders(intruder)
 
     async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int) -> None:
         current = pod_group.get("status") or {}

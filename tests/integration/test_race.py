@@ -1,0 +1,154 @@
+"""Two allocators, one pool: gangs reserved by Phalanx raced by non-gang DRA pods kube-scheduler places.
+
+20 gangs of mixed sizes and 50 single-GPU pods are submitted at once on 10
+nodes x 4 devices (100 GPUs asked, 40 exist). After the cluster settles:
+no device is held by two claims, no gang has a member bound while another
+waits, no waiting gang holds a device, and no waiting gang would fit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
+
+ROOT = Path(__file__).parents[2]
+NAMESPACE = "race"
+SIZES = [1, 2, 3, 4] * 5
+SINGLES = 50
+CLAIM_TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "one-gpu", "namespace": NAMESPACE},
+    "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", "count": 1}}]}}},
+}
+POD_SPEC = {
+    "restartPolicy": "Never",
+    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+    "containers": [
+        {
+            "name": "c",
+            "image": "busybox:1.36",
+            "command": ["sleep", "3600"],
+            "resources": {"requests": {"cpu": "50m"}, "claims": [{"name": "gpu"}]},
+        }
+    ],
+}
+
+
+def _gang(index: int, size: int) -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"gang-{index}", "namespace": NAMESPACE, "annotations": {"scheduling.phalanx.dev/min-count": str(size)}},
+        "spec": {"parallelism": size, "completions": size, "backoffLimit": 0, "template": {"spec": POD_SPEC}},
+    }
+
+
+def _singles(replicas: int) -> dict:
+    """Non-gang DRA pods kube-scheduler places alone; a Deployment, so an evicted one comes back."""
+    spec = dict(POD_SPEC, restartPolicy="Always")
+    labels = {"app": "single"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "single", "namespace": NAMESPACE},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": spec}},
+    }
+
+
+@pytest.fixture(scope="module")
+def race_cluster() -> Iterator[tuple[LocalCluster, operatorproc.OperatorProcess]]:
+    if os.environ.get("PHALANX_E2E_KUBECONFIG"):
+        pytest.skip("needs a dedicated local control plane of 10 nodes x 4 devices")
+    local = LocalCluster(ClusterSpec(name="phalanx-race", workers=10, gpus_per_worker=4))
+    try:
+        local.up()
+        operator = operatorproc.start(local, ROOT)
+        try:
+            yield local, operator
+        finally:
+            operator.stop()
+            if os.environ.get("PHALANX_KEEP_LOGS"):
+                print(f"race operator log: {operator.log}")
+    finally:
+        local.down()
+
+
+def _state(local: LocalCluster) -> tuple[list[dict], list[dict]]:
+    pods = json.loads(local.kubectl("get", "pods", "-n", NAMESPACE, "-o", "json").stdout)["items"]
+    claims = json.loads(local.kubectl("get", "resourceclaims", "-A", "-o", "json").stdout)["items"]
+    return pods, claims
+
+
+def _fingerprint(pods: list[dict], claims: list[dict]) -> tuple:
+    bound = sorted(p["metadata"]["name"] for p in pods if p["spec"].get("nodeName"))
+    held = sorted(c["metadata"]["name"] for c in claims if (c.get("status") or {}).get("allocation"))
+    return (len(pods), tuple(bound), tuple(held))
+
+
+def test_gangs_and_single_pods_never_share_a_device(race_cluster) -> None:
+    local, operator = race_cluster
+    local.kubectl("create", "namespace", NAMESPACE)
+    items: list[dict] = [CLAIM_TEMPLATE, _singles(SINGLES)]
+    items += [_gang(i, size) for i, size in enumerate(SIZES)]
+    local.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+
+    expected_pods = sum(SIZES) + SINGLES
+    stable_since, last = time.monotonic(), None
+    deadline = time.monotonic() + 240
+    while True:
+        pods, claims = _state(local)
+        fingerprint = _fingerprint(pods, claims)
+        if fingerprint != last:
+            stable_since, last = time.monotonic(), fingerprint
+        if len(pods) >= expected_pods and time.monotonic() - stable_since > 8:
+            break
+        assert time.monotonic() < deadline, f"did not settle: {fingerprint[0]} pods"
+        time.sleep(1)
+
+    holders: dict[tuple, list[str]] = {}
+    for claim in claims:
+        for r in ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", []):
+            holders.setdefault((r["driver"], r["pool"], r["device"]), []).append(claim["metadata"]["name"])
+    shared = {d: c for d, c in holders.items() if len(c) > 1}
+    assert not shared, f"devices held by two claims: {shared}"
+
+    allocated_claims = {c["metadata"]["name"] for c in claims if (c.get("status") or {}).get("allocation")}
+    waiting_sizes = []
+    for index, size in enumerate(SIZES):
+        members = [p for p in pods if p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") == f"gang-{index}"]
+        bound = [p for p in members if p["spec"].get("nodeName")]
+        assert len(bound) in (0, size), f"gang-{index}: {len(bound)} of {size} members bound"
+        if not bound:
+            waiting_sizes.append(size)
+            held = [
+                s["resourceClaimName"]
+                for p in members
+                for s in (p.get("status") or {}).get("resourceClaimStatuses") or []
+                if s.get("resourceClaimName") in allocated_claims
+            ]
+            assert not held, f"waiting gang-{index} holds devices: {held}"
+    free = 40 - len(holders)
+    pending_singles = [p for p in pods if p["metadata"]["name"].startswith("single-") and not p["spec"].get("nodeName")]
+    pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    if waiting_sizes:
+        assert free < min(waiting_sizes), f"{free} devices free but a gang of {min(waiting_sizes)} still waits"
+    assert free == 0 or not pending_singles, f"{free} devices free while {len(pending_singles)} single pods wait"
+
+    running_gangs = len(SIZES) - len(waiting_sizes)
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics").read().decode()
+    conflicts = sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("phalanx_reservation_conflicts_total{"))
+    evictions = sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("phalanx_race_evictions_total "))
+    print(
+        f"race: {running_gangs}/{len(SIZES)} gangs running, {len(pods)} pods, {len(holders)}/40 devices held, "
+        f"{conflicts:.0f} conflicts caught, {evictions:.0f} non-gang pods evicted, sizes waiting {dict(Counter(waiting_sizes))}"
+    )
