@@ -62,10 +62,10 @@ def cases(draw: st.DrawFn, max_nodes: int = 4, max_members: int = 4) -> tuple[Sn
 def planted(draw: st.DrawFn, max_nodes: int = 4, max_members: int = 4) -> tuple[Snapshot, Group]:
     """Tight cases with a known plan: members cut exactly out of each node's cpu, pods and GPUs, then reordered.
 
-    Random cases almost never defeat the greedy first pass (about 1 in 1,000
+    Random cases almost never defeat the greedy first pass (under 1 in 1,000
     needs the search); these, with sizes often named smallest first, which
-    first-fit packs badly, do far more often, so the search itself is tested.
-    Sometimes one more member fits nowhere, so a quorum must leave it out.
+    first-fit packs badly, do about 1 in 15 times, so the search itself is
+    tested. Sometimes one more member fits nowhere, so the search must skip it.
     """
     nodes, devices, shapes = [], [], []
     for i in range(draw(st.integers(1, max_nodes))):

@@ -220,10 +220,11 @@ class _Planner:
                 return False
             member = members[i]
             same_as_previous = i > 0 and self.key(members[i - 1]) == self.key(member)
-            for index, node in enumerate(domain):
-                if same_as_previous and index < lower:
-                    continue
+            for index in range(lower if same_as_previous else 0, len(domain)):
+                node = domain[index]
                 visits += 1
+                if visits > self.budget:
+                    return False
                 new = self.try_place(state, member, node)
                 if new is None:
                     continue
@@ -254,10 +255,11 @@ class _Planner:
                 grouped.setdefault(node.labels[key], []).append(node)
         return [grouped[v] for v in sorted(grouped, key=lambda v: (-len(grouped[v]), v))]
 
-    def _busy_first(self, node: Node) -> tuple[int, int, str]:
+    def _busy_first(self, node: Node) -> tuple[bool, int, int, str]:
+        """Packing order: the fullest nodes that still have a free device, then nodes with none."""
         free_devices = sum(1 for d in self._local.get(node.name, ()) if d.id not in self.snapshot.held)
         free_cpu = node.allocatable.get("cpu", 0) - node.requested.get("cpu", 0)
-        return (free_devices, free_cpu, node.name)
+        return (bool(self._local.get(node.name)) and free_devices == 0, free_devices, free_cpu, node.name)
 
 
 def _shape(member: Member) -> tuple[Any, ...]:
@@ -291,10 +293,15 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
         return Short(group.min_count, len(members), 0)
     planner = _Planner(snapshot, group, matcher, budget)
     best = 0
+    short: Short | None = None
     for domain in planner.domains():
         state = planner.greedy(domain, members)
         if len(state.placed) < group.min_count:
             best = max(best, len(state.placed))
+            if short is None:
+                short = _short(planner, members, best)
+            if short.shortages and group.topology_key is None:
+                return short  # not enough in all, however it is arranged: no search can help
             state = planner.search(domain, members, group.min_count)
             if state is None:
                 continue

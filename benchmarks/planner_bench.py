@@ -1,0 +1,181 @@
+"""Planner decision time for a 64-pod gang on 1,000 nodes x 8 fake GPUs.
+
+A standalone script, not a test: it times `plan()` and prints a table, with
+no timed assertions (timings depend on the machine). It does check the
+answers, and exits non-zero when a case does not decide as it must.
+
+The cluster is the fake GPU driver's shape (`phalanx.localcluster.fakegpu`):
+one pool per node named after it, devices gpu-0..gpu-7 with index, uuid,
+model and driverVersion attributes and memory/compute capacity, and the
+`gpu.example.com` DeviceClass with its CEL selector. The gang is a Job-like
+group: 64 ranks, each with its own one-GPU claim and a 50m cpu request.
+
+Cases:
+  cold   a fresh DeviceMatcher per run: every CEL selector compiled and
+         evaluated against every device it meets, from scratch;
+  warm   one DeviceMatcher reused across runs, as the operator keeps one
+         (one untimed run first fills its cache);
+  short  the same cluster with only 40 devices free (the rest held), so the
+         64-pod gang cannot fit; warm matcher. This is the search's worst
+         case: greedy falls short, then the depth-first search runs until it
+         exhausts its node budget.
+
+Usage: python benchmarks/planner_bench.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+from phalanx.localcluster import fakegpu
+from phalanx.planner import DeviceMatcher, Fits, Short, plan
+from phalanx.planner import quantity
+from phalanx.planner.snapshot import (
+    Claim,
+    Device,
+    DeviceClass,
+    DeviceRequest,
+    Group,
+    Member,
+    Node,
+    Snapshot,
+    frozen_map,
+)
+
+NODES = 1_000
+DEVICES_PER_NODE = 8
+MEMBERS = 64
+FREE_IN_SHORT_CASE = 40
+CPU_MILLI = 50
+TARGET_MS = 50.0
+NAMESPACE = "bench"
+
+
+def snapshot_node(name: str) -> Node:
+    """A planner Node from the fake driver's Node object."""
+    obj = fakegpu.node(name, fakegpu.NodeShape())
+    allocatable = {k: quantity.amount(k, v) for k, v in obj["status"]["allocatable"].items()}
+    return Node(name, labels=frozen_map(obj["metadata"]["labels"]), allocatable=frozen_map(allocatable), requested=frozen_map({"cpu": 0}))
+
+
+def snapshot_devices(node_name: str) -> list[Device]:
+    """The planner Devices of the fake driver's ResourceSlice for one node."""
+    spec = fakegpu.resource_slice(node_name, f"uid-{node_name}", DEVICES_PER_NODE)["spec"]
+    return [
+        Device(
+            spec["driver"],
+            spec["pool"]["name"],
+            d["name"],
+            node_name=spec["nodeName"],
+            attributes=frozen_map({k: next(iter(v.values())) for k, v in d["attributes"].items()}),
+            capacity=frozen_map({k: quantity.amount(k, v["value"]) for k, v in d["capacity"].items()}),
+            generation=spec["pool"]["generation"],
+        )
+        for d in spec["devices"]
+    ]
+
+
+def device_class() -> DeviceClass:
+    obj = fakegpu.device_class()
+    return DeviceClass(obj["metadata"]["name"], tuple(s["cel"]["expression"] for s in obj["spec"]["selectors"]))
+
+
+def build() -> tuple[Snapshot, Snapshot, Group]:
+    """The cluster with every device free, the same cluster with only 40 free, and the gang."""
+    names = fakegpu.worker_names(NODES)
+    nodes = tuple(snapshot_node(n) for n in names)
+    devices = tuple(d for n in names for d in snapshot_devices(n))
+    claims, members = {}, []
+    for rank in range(MEMBERS):
+        claim = Claim(NAMESPACE, f"train-{rank}-gpu", f"uid-claim-{rank}", (DeviceRequest("gpu", fakegpu.DEVICE_CLASS),))
+        claims[claim.key] = claim
+        members.append(
+            Member(NAMESPACE, f"train-{rank}", f"uid-pod-{rank}", requests=frozen_map({"cpu": CPU_MILLI}), claims=(claim.name,))
+        )
+    classes = frozen_map({fakegpu.DEVICE_CLASS: device_class()})
+    free = Snapshot(nodes, devices, classes, frozen_map(claims))
+    # 40 free devices spread over 40 nodes (gpu-0 of every 25th node): fragmented, as a busy cluster is.
+    keep = {(fakegpu.DRIVER, names[i], "gpu-0") for i in range(0, NODES, NODES // FREE_IN_SHORT_CASE)}
+    short = Snapshot(nodes, devices, classes, frozen_map(claims), frozenset(d.id for d in devices if d.id not in keep))
+    return free, short, Group(NAMESPACE, "train", MEMBERS, tuple(members))
+
+
+def measure(runs: int, decide: Callable[[], Fits | Short], check: Callable[[Fits | Short], str | None]) -> tuple[list[float], str | None]:
+    """Milliseconds per run, and the first wrong answer (None if every answer was right)."""
+    samples, wrong = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = decide()
+        samples.append((time.perf_counter() - start) * 1000)
+        wrong = wrong or check(result)
+    return samples, wrong
+
+
+def fits_all(result: Fits | Short) -> str | None:
+    if not isinstance(result, Fits):
+        return f"expected Fits, got {result.message}"
+    if len(result.placements) != MEMBERS or len(result.claims) != MEMBERS:
+        return f"expected {MEMBERS} placements and claims, got {len(result.placements)} and {len(result.claims)}"
+    return None
+
+
+def is_short(result: Fits | Short) -> str | None:
+    return None if isinstance(result, Short) else f"expected Short, got Fits with {len(result.placements)} placements"
+
+
+def p90(samples: list[float]) -> float:
+    """Nearest-rank 90th percentile."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per case (default 30)")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+
+    free, short, group = build()
+    print(f"nodes: {len(free.nodes):,}  devices: {len(free.devices):,} ({DEVICES_PER_NODE} per node)  "
+          f"members: {len(group.members)} (min_count {group.min_count}, 1 GPU claim + {CPU_MILLI}m cpu each)")
+    print(f"short case: {len(short.devices) - len(short.held)} devices free, {len(short.held):,} held")
+    print(f"runs per case: {args.runs}  (time.perf_counter around plan())")
+    print()
+
+    warm = DeviceMatcher()
+    plan(free, group, warm)  # untimed: fills the warm matcher's cache, as the operator's first cycle does
+    plan(short, group, warm)
+    cases = [
+        ("cold (fresh matcher)", *measure(args.runs, lambda: plan(free, group, DeviceMatcher()), fits_all)),
+        ("warm (reused matcher)", *measure(args.runs, lambda: plan(free, group, warm), fits_all)),
+        (f"short ({FREE_IN_SHORT_CASE} free, warm)", *measure(args.runs, lambda: plan(short, group, warm), is_short)),
+    ]
+
+    header = f"{'case':<24}{'median ms':>11}{'p90 ms':>10}{'min ms':>10}{'target ms':>11}{'median/target':>15}"
+    print(header)
+    print("-" * len(header))
+    failures = []
+    for name, samples, wrong in cases:
+        median = statistics.median(samples)
+        print(f"{name:<24}{median:>11.1f}{p90(samples):>10.1f}{min(samples):>10.1f}{TARGET_MS:>11.0f}{median / TARGET_MS:>14.2f}x")
+        if wrong:
+            failures.append(f"{name}: {wrong}")
+    print()
+    last = plan(short, group, warm)
+    if isinstance(last, Short):
+        print(f"short case verdict: {last.message}")
+    for failure in failures:
+        print(f"WRONG ANSWER  {failure}", file=sys.stderr)
+    if not failures:
+        print("answers: cold and warm Fits with 64 placements, short Short: as expected")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
