@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -46,6 +47,11 @@ class Cluster:
 
     def get(self, *args: str) -> dict:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (CI timeouts, `kill`) unwinds like Ctrl-C, so fixtures still stop every process they started."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

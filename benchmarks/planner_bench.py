@@ -16,9 +16,9 @@ Cases:
   warm   one DeviceMatcher reused across runs, as the operator keeps one
          (one untimed run first fills its cache);
   short  the same cluster with only 40 devices free (the rest held), so the
-         64-pod gang cannot fit; warm matcher. This is the search's worst
-         case: greedy falls short, then the depth-first search runs until it
-         exhausts its node budget.
+         64-pod gang cannot fit; warm matcher. Greedy places 40 members, then
+         the aggregate count (24 devices short) proves that no arrangement
+         fits, so the depth-first search is skipped.
 
 Usage: python benchmarks/planner_bench.py [--runs N]
 """

@@ -17,6 +17,16 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from phalanx.api.schema import GROUP, VERSION
 
 
+async def _json_or_none(response: Any) -> dict[str, Any] | None:
+    """Raw responses skip the client's status check: 404 is None, any other error raises."""
+    raw = await response.read()
+    if response.status == 404:
+        return None
+    if response.status >= 300:
+        raise ApiException(status=response.status, reason=raw.decode(errors="replace")[:300])
+    return json.loads(raw)
+
+
 class Kube:
     """The operator's API client for its own objects, Events and webhook configurations."""
 
@@ -69,6 +79,32 @@ class Kube:
                 return None
             raise
 
+    async def apply_status(self, kind: str, namespace: str, name: str, status: dict[str, Any], manager: str) -> None:
+        """Server-side apply of a status fragment: each writer owns its own conditions, none overwrites another's."""
+        plural = kind.lower() + "s"
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name, "namespace": namespace}, "status": status}
+        try:
+            await self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, body,
+                field_manager=manager, force=True, _content_type="application/apply-patch+yaml",
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A fresh read from the API server (never the cache), as raw JSON; None when gone."""
+        response = await client.ResourceV1Api(self.api).read_namespaced_resource_claim(name, namespace, _preload_content=False)
+        return await _json_or_none(response)
+
+    async def list_claims(self) -> list[dict[str, Any]]:
+        """Every claim in the cluster, read afresh: the race check must not trust any cache."""
+        response = await client.ResourceV1Api(self.api).list_resource_claim_for_all_namespaces(_preload_content=False)
+        body = await _json_or_none(response)
+        if body is None:
+            raise ApiException(status=404, reason="resourceclaims are not served")
+        return body["items"]
+
     async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A merge patch of a ResourceClaim's metadata/spec; include metadata.resourceVersion to make it conditional."""
         response = await client.ResourceV1Api(self.api).patch_namespaced_resource_claim(
@@ -83,16 +119,18 @@ class Kube:
         return json.loads(await response.read())
 
     async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        await self.core.patch_namespaced_pod(
+        response = await self.core.patch_namespaced_pod(
             name, namespace, patch, _content_type="application/merge-patch+json", _preload_content=False
         )
+        response.release()  # unread, the connection would stay checked out of the pool
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         """Delete exactly this pod (uid precondition); False when it is already gone."""
         try:
-            await self.core.delete_namespaced_pod(
+            response = await self.core.delete_namespaced_pod(
                 name, namespace, body={"preconditions": {"uid": uid}}, _preload_content=False
             )
+            response.release()
         except ApiException as exc:
             if exc.status in (404, 409):
                 return False

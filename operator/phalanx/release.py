@@ -19,13 +19,11 @@ operator resumes from the recorded intent.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx import metrics
@@ -95,7 +93,6 @@ class Releaser:
     def __init__(self, kube: Kube, view: ClusterView, *, settle: float = 0.5, observe_timeout: float = 10.0) -> None:
         self.kube = kube
         self.view = view
-        self.resource = client.ResourceV1Api(kube.api)
         self.settle = settle
         self.observe_timeout = observe_timeout
 
@@ -149,14 +146,8 @@ class Releaser:
         namespace = pod_group["metadata"]["namespace"]
         mine = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results}
         for claim in reservation.claims:
-            try:
-                current = await self.resource.read_namespaced_resource_claim(claim.name, namespace, _preload_content=False)
-                obj = json.loads(await current.read())
-            except ApiException as exc:
-                if exc.status == 404:
-                    continue
-                raise
-            if obj["metadata"]["uid"] != claim.uid or not set(allocated_ids(obj) or ()) <= mine or not allocated_ids(obj):
+            obj = await self.kube.read_claim(namespace, claim.name)
+            if obj is None or obj["metadata"]["uid"] != claim.uid or not set(allocated_ids(obj) or ()) <= mine or not allocated_ids(obj):
                 continue
             await self.kube.patch_claim_status(
                 namespace, claim.name, {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": {"allocation": None, "reservedFor": None}}
@@ -252,8 +243,7 @@ class Releaser:
 
     async def _verify(self, namespace: str, reservation: schema.Reservation) -> None:
         """A fresh read of every claim: no device of ours may be held by anyone else."""
-        response = await self.resource.list_resource_claim_for_all_namespaces(_preload_content=False)
-        items = json.loads(await response.read())["items"]
+        items = await self.kube.list_claims()
         ours = {(namespace, c.name) for c in reservation.claims}
         mine = {(r.driver, r.pool, r.device): c.name for c in reservation.claims for r in c.results}
         intruders = []

@@ -60,7 +60,10 @@ class Informer:
 
     async def _relist(self) -> str:
         response = await self._list(_preload_content=False)
-        body = json.loads(await response.read())
+        raw = await response.read()
+        if response.status != 200:
+            raise ApiException(status=response.status, reason=raw.decode(errors="replace")[:200])
+        body = json.loads(raw)
         self.store = {key_of(obj): obj for obj in body.get("items", [])}
         self.relists += 1
         self.synced.set()

@@ -5,9 +5,10 @@ client configs and cannot scope by namespace or by content. Phalanx builds its
 own, so that the blast radius is as small as the API allows:
 
 * only `batch/v1` Jobs, CREATE and UPDATE (never pods, never status);
-* a CEL `matchCondition` sends only Jobs that mention gang scheduling
-  (a `scheduling.phalanx.dev/*` annotation, now or before, or `spec.scheduling`);
-  any other Job never waits for Phalanx, even when Phalanx is down;
+* a CEL `matchCondition` sends only gang Jobs being created and updates that
+  change gang settings (annotations, `spec.scheduling`, a gang's parallelism);
+  any other request, including deleting a gang Job, never waits for Phalanx,
+  even when Phalanx is down;
 * `kube-system` and the operator's own namespace are excluded, so the
   operator can always be repaired;
 * `failurePolicy: Fail` for the Jobs that remain: a gang Job admitted without
@@ -26,13 +27,31 @@ MUTATE_ID = "job-gang-mutate"
 VALIDATE_ID = "job-gang-validate"
 CONFIGURATION_NAME = f"jobs.{GROUP}"
 
-_MENTIONS_GANG = (
-    "(has(object.metadata.annotations) && "
-    f"object.metadata.annotations.exists(k, k.startsWith('{GROUP}/'))) || "
-    "(has(object.spec) && has(object.spec.scheduling)) || "
-    "(oldObject != null && has(oldObject.metadata.annotations) && "
-    f"oldObject.metadata.annotations.exists(k, k.startsWith('{GROUP}/')))"
+def _gang_annotations(obj: str) -> str:
+    """CEL: the object's `scheduling.phalanx.dev/*` annotations as a list of key=value strings."""
+    return (
+        f"(has({obj}.metadata.annotations) ? {obj}.metadata.annotations.filter(k, k.startsWith('{GROUP}/'))"
+        f".map(k, k + '=' + {obj}.metadata.annotations[k]) : [])"
+    )
+
+
+def _parallelism(obj: str) -> str:
+    return f"(has({obj}.spec.parallelism) ? {obj}.spec.parallelism : 1)"
+
+
+_NEW, _OLD = _gang_annotations("object"), _gang_annotations("oldObject")
+MATCH_CONDITION = (
+    "request.operation == 'CREATE' ? "
+    f"(size({_NEW}) > 0 || has(object.spec.scheduling)) : "
+    "(!has(object.metadata.deletionTimestamp) && ("
+    f"!({_NEW}.all(a, a in {_OLD}) && {_OLD}.all(a, a in {_NEW})) || "
+    f"(size({_OLD}) > 0 && {_parallelism('object')} != {_parallelism('oldObject')}) || "
+    "has(object.spec.scheduling) != has(oldObject.spec.scheduling) || "
+    "(has(object.spec.scheduling) && object.spec.scheduling != oldObject.spec.scheduling)))"
 )
+"""Only gang Jobs being created, and updates that touch gang settings or the parallelism
+of a gang Job, reach the webhooks. Anything else, including the garbage collector
+removing finalizers from a Job being deleted, never waits for Phalanx."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +102,7 @@ def configurations(endpoint: Endpoint, ca_pem: bytes, operator_namespace: str) -
                     }
                 ]
             },
-            "matchConditions": [{"name": "mentions-gang-scheduling", "expression": _MENTIONS_GANG}],
+            "matchConditions": [{"name": "gang-settings", "expression": MATCH_CONDITION}],
             "failurePolicy": "Fail",
             "sideEffects": "None",
             "timeoutSeconds": 10,

@@ -1,4 +1,9 @@
-"""Builders for the Jobs the integration tests submit with kubectl."""
+"""Builders for the Jobs the integration tests submit with kubectl.
+
+Each rank asks for more cpu than any node has, so a gang built here is held
+behind its gate for good: admission and Job-controller tests then see the
+objects and pods as they are before any release.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +25,9 @@ BASE: dict[str, Any] = {
         "template": {
             "spec": {
                 "restartPolicy": "Never",
-                "containers": [{"name": "rank", "image": "busybox:1.36", "command": ["sleep", "3600"]}],
+                "containers": [
+                    {"name": "rank", "image": "busybox:1.36", "command": ["sleep", "3600"], "resources": {"requests": {"cpu": "64"}}}
+                ],
             }
         },
     },

@@ -22,6 +22,9 @@ NOT_GATED_MESSAGE = (
 )
 
 
+MANAGER = "phalanx-job-controller"
+
+
 def _is_gang_job(annotations: Any, **_: Any) -> bool:
     return any(k in (annotations or {}) for k in gang.KEYS)
 
@@ -66,27 +69,22 @@ async def reconcile(kube: Kube, job: dict[str, Any], source: jobgang.GangSource,
     await _report_gating(kube, job_ref, source, pod_group, logger)
 
 
-async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: jobgang.GangSource, pod_group: dict[str, Any], logger: Any) -> None:
-    conditions = (pod_group.get("status") or {}).get("conditions") or []
+async def _report_gating(
+    kube: Kube, job_ref: dict[str, Any], source: jobgang.GangSource, pod_group: dict[str, Any], logger: Any
+) -> None:
+    """The PodsGated condition is this controller's; PodGroupInitiallyScheduled belongs to the release loop."""
     generation = pod_group["metadata"].get("generation")
-    updates = []
     if source.gated:
-        updates.append(status.condition(status.GATED, True, "Gated", f"pods are held by {gang.SCHEDULING_GATE} until the group can be placed", generation))
+        message = f"pods are held by {gang.SCHEDULING_GATE} until the group can be placed"
+        wanted = status.condition(status.GATED, True, "Gated", message, generation)
     else:
-        message = NOT_GATED_MESSAGE.format(gate=gang.SCHEDULING_GATE)
-        updates.append(status.condition(status.GATED, False, "PodsNotGated", message, generation))
-    if not any(c["type"] == status.INITIALLY_SCHEDULED for c in conditions):
-        updates.append(
-            status.condition(
-                status.INITIALLY_SCHEDULED, False, "Pending", f"waiting for the group: minCount {source.min_count}", generation
-            )
-        )
-    changed = conditions
-    for update in updates:
-        changed = status.merged(changed, update) or changed
-    if changed == conditions:
+        wanted = status.condition(status.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(gate=gang.SCHEDULING_GATE), generation)
+    existing = (pod_group.get("status") or {}).get("conditions") or []
+    merged = status.merged(existing, wanted)
+    if merged is None:
         return
-    await kube.patch_custom_status("podgroups", source.namespace, source.pod_group_name, {"status": {"conditions": changed}})
+    (current,) = [c for c in merged if c["type"] == status.GATED]
+    await kube.apply_status("PodGroup", source.namespace, source.pod_group_name, {"conditions": [current]}, MANAGER)
     if not source.gated:
         logger.warning(f"gang Job {source.namespace}/{source.name} was admitted without its scheduling gate")
         await kube.event(job_ref, type_="Warning", reason="GangNotEnforced", message=NOT_GATED_MESSAGE.format(gate=gang.SCHEDULING_GATE))

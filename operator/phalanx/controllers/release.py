@@ -34,6 +34,7 @@ from phalanx.view import ClusterView
 logger = logging.getLogger(__name__)
 
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+MANAGER = "phalanx-release-loop"
 
 
 def _owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
@@ -235,8 +236,10 @@ class ReleaseLoop:
         if merged is None:
             self._written[uid] = (ok, reason, message)
             return
-        await self.kube.patch_custom_status(
-            "podgroups", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"status": {"conditions": merged}}
+        logger.info("%s/%s: %s %s", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], reason, message)
+        (current,) = [c for c in merged if c["type"] == status.INITIALLY_SCHEDULED]
+        await self.kube.apply_status(
+            "PodGroup", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"conditions": [current]}, MANAGER
         )
         self._written[uid] = (ok, reason, message)
         if warn or ok:

@@ -323,31 +323,38 @@ def _short(planner: _Planner, members: Sequence[Member], fit: int) -> Short:
             reasons[reason] += 1
     shortages: list[Shortage] = []
     needed: Counter[str] = Counter()
-    for member in quorum:
-        needed.update(member.requests)
+    for resource in {r for m in members for r in m.requests}:
+        # the cheapest quorum: a lower bound, so a shortage here means no arrangement can fit
+        needed[resource] = sum(sorted(m.requests.get(resource, 0) for m in members)[: group.min_count])
     for resource, amount in sorted(needed.items()):
         free = sum(max(0, n.allocatable.get(resource, 0) - n.requested.get(resource, 0)) for n in usable)
         total = sum(n.allocatable.get(resource, 0) for n in snapshot.nodes)
         if amount > free:
             shortages.append(Shortage(resource, amount, free, total))
-    shortages.extend(_device_shortages(planner, quorum, usable))
+    shortages.extend(_device_shortages(planner, members, usable))
     return Short(group.min_count, len(members), fit, tuple(shortages), tuple(sorted(reasons.items())))
 
 
-def _device_shortages(planner: _Planner, quorum: Sequence[Member], usable: Sequence[Node]) -> list[Shortage]:
+def _device_shortages(planner: _Planner, members: Sequence[Member], usable: Sequence[Node]) -> list[Shortage]:
+    """Devices the cheapest quorum needs; a claim shared or already allocated counts as needing none."""
     snapshot = planner.snapshot
-    wanted: Counter[str] = Counter()
-    seen: set[ClaimKey] = set()
-    for member in quorum:
+    per_member: list[Counter[str]] = []
+    for member in members:
+        need: Counter[str] = Counter()
         for name in member.claims:
             claim = snapshot.claims.get((member.namespace, name))
-            if claim is None or claim.key in seen or claim.allocated is not None:
+            if claim is None or claim.allocated is not None or not planner._alone.get(member.uid, False):
                 continue
-            seen.add(claim.key)
             for request in claim.requests:
-                wanted[request.device_class] += request.count if request.mode == "ExactCount" else 1
+                need[request.device_class] += request.count if request.mode == "ExactCount" else 1
+        per_member.append(need)
+    wanted: Counter[str] = Counter()
+    for class_name in {c for need in per_member for c in need}:
+        wanted[class_name] = sum(sorted(need[class_name] for need in per_member)[: planner.group.min_count])
     out = []
     for class_name, count in sorted(wanted.items()):
+        if count == 0:
+            continue
         device_class = snapshot.classes.get(class_name)
         if device_class is None:
             out.append(Shortage(f"{class_name} (no such DeviceClass)", count, 0, 0))

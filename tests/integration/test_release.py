@@ -1,0 +1,81 @@
+"""The release loop on the local control plane: late members, and what a held gang holds."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from conftest import WORKLOADS, Cluster, Operator
+from phalanx import demo
+
+
+def _wait(probe: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := probe()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached in {timeout}s")
+        time.sleep(0.2)
+    return result
+
+
+def _job(name: str, size: int, mode: str) -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "annotations": {"scheduling.phalanx.dev/min-count": str(size), "scheduling.phalanx.dev/disruption-mode": mode},
+        },
+        "spec": {
+            "parallelism": size,
+            "completions": size,
+            "completionMode": "Indexed",
+            "backoffLimit": 3,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                    "containers": [
+                        {
+                            "name": "rank",
+                            "image": "busybox:1.36",
+                            "command": ["sleep", "3600"],
+                            "resources": {"requests": {"cpu": "50m"}, "claims": [{"name": "gpu"}]},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+def _running(cluster: Cluster, namespace: str) -> list[dict]:
+    pods = cluster.get("pods", "-n", namespace)["items"]
+    return [p for p in pods if p["status"].get("phase") == "Running"]
+
+
+def test_a_replacement_member_of_a_scheduled_gang_is_released_alone(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_job("elastic", 2, "single")))
+    def both_running() -> list[dict] | None:
+        running = _running(cluster, namespace)
+        return running if len(running) == 2 else None
+
+    first = _wait(both_running, "2 members running")
+    victim = first[0]["metadata"]["name"]
+    cluster.kubectl("annotate", "pod", victim, "-n", namespace, "localcluster.phalanx.dev/exit=1")
+
+    def replaced() -> list[dict] | None:
+        running = _running(cluster, namespace)
+        names = {p["metadata"]["name"] for p in running}
+        return running if len(running) == 2 and victim not in names else None
+
+    running = _wait(replaced, "the failed rank replaced and released")
+    replacement = next(p for p in running if p["metadata"]["name"] != first[1]["metadata"]["name"])
+    assert replacement["metadata"]["annotations"]["scheduling.phalanx.dev/node"] == replacement["spec"]["nodeName"]
+    events = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.kind=PodGroup")["items"]
+    assert [e["reason"] for e in events].count("Released") == 1, "the group itself was released once"

@@ -1,0 +1,160 @@
+"""An operator that dies mid-release resumes from the intent it recorded, or undoes it; nothing leaks.
+
+The crash is staged exactly: with the operator stopped, the PodGroup gets the
+`status.reservation` a release records first, and one claim gets the
+allocation a release writes next. The restarted operator must finish the job.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import WORKLOADS, Cluster
+from phalanx import demo
+from phalanx.localcluster import operatorproc
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture
+def stoppable(cluster: Cluster) -> Iterator[list[operatorproc.OperatorProcess]]:
+    if cluster.local is None:
+        pytest.skip("stops and starts the operator process")
+    started: list[operatorproc.OperatorProcess] = []
+    yield started
+    for handle in started:
+        handle.stop()
+
+
+def _wait(probe: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := probe()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached in {timeout}s")
+        time.sleep(0.2)
+    return result
+
+
+def _pod_group(cluster: Cluster, namespace: str, job: str) -> dict:
+    items = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"scheduling.phalanx.dev/job-name={job}")["items"]
+    return items[0] if items else {}
+
+
+def _reason(pg: dict) -> str | None:
+    for cond in (pg.get("status") or {}).get("conditions") or []:
+        if cond["type"] == "PodGroupInitiallyScheduled":
+            return cond["reason"]
+    return None
+
+
+def _claims_of(cluster: Cluster, namespace: str, job: str) -> dict[str, dict]:
+    claims = cluster.get("resourceclaims", "-n", namespace)["items"]
+    return {c["metadata"]["name"]: c for c in claims if c["metadata"]["name"].startswith(f"{job}-")}
+
+
+def _allocated(cluster: Cluster) -> list[tuple]:
+    return [
+        (r["driver"], r["pool"], r["device"])
+        for c in cluster.get("resourceclaims", "-A")["items"]
+        if (c.get("status") or {}).get("allocation")
+        for r in c["status"]["allocation"]["devices"]["results"]
+    ]
+
+
+def _stage_crash(cluster: Cluster, namespace: str, devices: list[tuple[str, str, str]]) -> dict:
+    """Record train-b's reservation on `devices` and write its first claim, as a release does before dying."""
+    pg = _pod_group(cluster, namespace, "train-b")
+    pods = sorted(cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-b")["items"], key=lambda p: p["metadata"]["name"])
+    claims = _claims_of(cluster, namespace, "train-b")
+    placements, reserved = [], []
+    for pod, (driver, pool, device) in zip(pods, devices):
+        claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        placements.append({"name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"], "node": pool})
+        reserved.append(
+            {
+                "name": claim_name,
+                "uid": claims[claim_name]["metadata"]["uid"],
+                "node": pool,
+                "results": [{"request": "gpu", "driver": driver, "pool": pool, "device": device}],
+            }
+        )
+    status = {"status": {"reservation": {"state": "Reserving", "placements": placements, "claims": reserved}}}
+    cluster.kubectl("patch", "podgroups.scheduling.phalanx.dev", pg["metadata"]["name"], "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    first, pod = reserved[0], pods[0]
+    cluster.kubectl("patch", "resourceclaim", first["name"], "-n", namespace, "--type=merge", "-p", json.dumps({"metadata": {"finalizers": ["resource.kubernetes.io/delete-protection"]}}))
+    allocation = {
+        "status": {
+            "allocation": {
+                "devices": {"results": first["results"]},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [first["node"]]}]}]},
+            },
+            "reservedFor": [{"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}],
+        }
+    }
+    cluster.kubectl("patch", "resourceclaim", first["name"], "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(allocation))
+    return {c["name"]: c["results"][0] for c in reserved}
+
+
+def _setup_blocked_gang(cluster: Cluster, stoppable: list, namespace: str) -> None:
+    stoppable.append(operatorproc.start(cluster.local, ROOT))
+    try:
+        _block(cluster, stoppable, namespace)
+    except TimeoutError as exc:
+        state = cluster.kubectl("get", "pods,podgroups.scheduling.phalanx.dev,resourceclaims", "-n", namespace, "-o", "wide").stdout
+        logs = stoppable[-1].logs()[-8000:] if stoppable else ""
+        raise TimeoutError(f"{exc}\n{state}\n--- operator log ---\n{logs}") from None
+
+
+def _block(cluster: Cluster, stoppable: list, namespace: str) -> None:
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml", "gang-train-a.yaml"], namespace)
+    _wait(lambda: _reason(_pod_group(cluster, namespace, "train-a")) == "Scheduled", "train-a Scheduled")
+    demo.apply(cluster.kubectl, WORKLOADS, ["gang-train-b.yaml"], namespace)
+    _wait(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Unschedulable", "train-b Unschedulable")
+    stoppable.pop().stop()
+    cluster.kubectl("delete", "job", "train-a", "-n", namespace, "--cascade=foreground", "--wait=true")
+    _wait(lambda: not _claims_of(cluster, namespace, "train-a"), "train-a's claims gone")
+
+
+def test_a_restarted_operator_finishes_the_recorded_release(cluster: Cluster, stoppable: list, namespace: str) -> None:
+    _setup_blocked_gang(cluster, stoppable, namespace)
+    free = [("gpu.example.com", f"worker-{w}", f"gpu-{i}") for w in (1, 2, 3) for i in (0, 1)]
+    free = [d for d in free if d not in _allocated(cluster)]
+    recorded = _stage_crash(cluster, namespace, free[:4])
+
+    stoppable.append(operatorproc.start(cluster.local, ROOT))
+    _wait(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Scheduled", "train-b Scheduled after the restart")
+    claims = _claims_of(cluster, namespace, "train-b")
+    actual = {name: c["status"]["allocation"]["devices"]["results"][0] for name, c in claims.items()}
+    assert actual == recorded, "the restarted operator completed the recorded plan, device for device"
+    assert _pod_group(cluster, namespace, "train-b")["status"]["reservation"]["state"] == "Released"
+
+
+def test_a_recorded_release_that_cannot_finish_is_rolled_back(cluster: Cluster, stoppable: list, namespace: str) -> None:
+    _setup_blocked_gang(cluster, stoppable, namespace)
+    free = [("gpu.example.com", f"worker-{w}", f"gpu-{i}") for w in (1, 2, 3) for i in (0, 1)]
+    free = [d for d in free if d not in _allocated(cluster)]
+    _stage_crash(cluster, namespace, free[:4])
+    pods = cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-b")["items"]
+    doomed = sorted(pods, key=lambda p: p["metadata"]["name"])[-1]["metadata"]["name"]
+    cluster.kubectl("patch", "job", "train-b", "-n", namespace, "--type=merge", "-p", '{"spec": {"backoffLimit": 3}}')
+    cluster.kubectl("delete", "pod", doomed, "-n", namespace, "--wait=true")  # a recorded member is gone; the Job replaces it
+
+    stoppable.append(operatorproc.start(cluster.local, ROOT))
+
+    def rolled_back_and_replanned() -> bool:
+        pg = _pod_group(cluster, namespace, "train-b")
+        reservation = (pg.get("status") or {}).get("reservation")
+        return reservation is None or reservation["state"] == "Released"
+
+    _wait(rolled_back_and_replanned, "the stale reservation undone")
+    events = cluster.get("events", "-n", namespace, "--field-selector", "reason=ReservationRolledBack")["items"]
+    assert events and "gone" in events[0]["message"]
+    _wait(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Scheduled", "train-b planned again and Scheduled")
+    held = _allocated(cluster)
+    assert len(held) == len(set(held)) == 4, f"exactly the 4 members' devices, none leaked: {held}"
