@@ -16,9 +16,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,16 @@ from phalanx.localcluster.cluster import build_binaries
 ROOT = Path(__file__).parent
 WORKLOADS = ROOT / "e2e" / "workloads"
 OPERATOR_NAMESPACE = operatorproc.NAMESPACE
+
+
+def wait_for(probe: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    """Poll until `probe` returns something truthy, and return it; fail naming what never happened."""
+    deadline = time.monotonic() + timeout
+    while not (result := probe()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached in {timeout}s")
+        time.sleep(0.2)
+    return result
 
 
 @dataclass

@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any
 
-from conftest import WORKLOADS, Cluster, Operator
+from conftest import Cluster, Operator, WORKLOADS, wait_for
 from phalanx import demo
 
 RANKS = 4
 SCHEDULED = "PodGroupInitiallyScheduled"
-
-
-def _wait(probe: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := probe()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached in {timeout}s")
-        time.sleep(0.2)
-    return result
 
 
 def _pods(cluster: Cluster, namespace: str, job: str) -> list[dict]:
@@ -61,9 +49,9 @@ def test_the_second_gang_waits_whole_and_goes_whole(cluster: Cluster, operator: 
 
 def _example_2(cluster: Cluster, namespace: str) -> None:
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml", "gang-train-a.yaml"], namespace)
-    _wait(lambda: _condition(_pod_group(cluster, namespace, "train-a")).get("reason") == "Scheduled", "train-a Scheduled")
+    wait_for(lambda: _condition(_pod_group(cluster, namespace, "train-a")).get("reason") == "Scheduled", "train-a Scheduled")
     demo.apply(cluster.kubectl, WORKLOADS, ["gang-train-b.yaml"], namespace)
-    blocked = _wait(
+    blocked = wait_for(
         lambda: (c := _condition(_pod_group(cluster, namespace, "train-b"))).get("reason") == "Unschedulable" and c,
         "train-b Unschedulable",
     )
@@ -85,13 +73,18 @@ def _example_2(cluster: Cluster, namespace: str) -> None:
 
     def b_running() -> bool:
         pods = _pods(cluster, namespace, "train-b")
+        claims = [c for c in cluster.get("resourceclaims", "-n", namespace)["items"] if c["metadata"]["name"].startswith("train-b")]
         bound = sum(1 for p in pods if p["spec"].get("nodeName"))
-        observations.append((bound, sum(1 for p in pods if _gated(p))))
+        reserved = sum(1 for c in claims if (c.get("status") or {}).get("allocation"))
+        pinned = sum(1 for p in pods if "scheduling.phalanx.dev/node" in (p["metadata"].get("annotations") or {}))
+        observations.append((bound, reserved, pinned))
         return sum(1 for p in pods if p["status"].get("phase") == "Running") == RANKS
 
-    _wait(b_running, "train-b released as a unit and running")
-    assert all(bound == 0 or gated == 0 for bound, gated in observations), f"never bound beside gated: {observations}"
-    assert _wait(lambda: _condition(_pod_group(cluster, namespace, "train-b")).get("reason") == "Scheduled", "train-b Scheduled")
+    wait_for(b_running, "train-b released as a unit and running")
+    # Gates are lifted one write at a time, so a member may bind while another's gate is still
+    # going; what must never happen is a member bound before the whole group is reserved and pinned.
+    assert all(bound == 0 or (reserved, pinned) == (RANKS, RANKS) for bound, reserved, pinned in observations), observations
+    assert wait_for(lambda: _condition(_pod_group(cluster, namespace, "train-b")).get("reason") == "Scheduled", "train-b Scheduled")
     for claim in cluster.get("resourceclaims", "-n", namespace)["items"]:
         if claim["metadata"]["name"].startswith("train-b"):
             assert claim["status"]["reservedFor"][0]["name"].startswith("train-b")

@@ -16,7 +16,7 @@ from kubernetes_asyncio import client, config
 
 from phalanx import tls, webhooks
 from phalanx.api import gang
-from phalanx.controllers.release import ReleaseLoop
+from phalanx.controllers.release import ReleaseLoop  # importing phalanx.controllers registers every handler
 from phalanx.kube import Kube
 from phalanx.view import ClusterView
 
@@ -110,7 +110,5 @@ async def _job_scheduling_dropped(api: client.ApiClient) -> bool | None:
 
 
 def run(cfg: OperatorConfig) -> None:
-    import phalanx.controllers  # noqa: F401  (registers the handlers)
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     kopf.run(clusterwide=True, standalone=True, memo=kopf.Memo(config=cfg), liveness_endpoint=cfg.liveness)

@@ -91,10 +91,10 @@ def test_only_min_count_may_change_after_creation(cluster: Cluster, operator: Op
         ({gang.POLICY: "basic", gang.MIN_COUNT: None}, f'{ANN}policy]: Invalid value: "basic": field is immutable; delete and recreate the Job to change it'),
         ({gang.MIN_COUNT: "6"}, f"{ANN}min-count]: Invalid value: 6: must not be greater than parallelism (4); lower it to at most 4 or raise spec.parallelism"),
     ]
-    for annotations, message in changes:
-        patch = json.dumps({"metadata": {"annotations": annotations}})
+    for change, message in changes:
+        patch = json.dumps({"metadata": {"annotations": change}})
         proc = cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", patch, check=False)
-        assert proc.returncode != 0, annotations
+        assert proc.returncode != 0, change
         assert proc.stderr.strip().split("denied the request: ", 1)[-1] == message
     removal = json.dumps({"metadata": {"annotations": {k: None for k in gang.KEYS}}})
     proc = cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", removal, check=False)

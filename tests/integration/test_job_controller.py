@@ -4,26 +4,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from typing import Any
 
 from jobs import MIN4, as_json, gang_job
 
-from conftest import OPERATOR_NAMESPACE, Cluster, Operator
+from conftest import Cluster, OPERATOR_NAMESPACE, Operator, wait_for
 from phalanx.api import gang
 
 
 # kube-controller-manager's garbage collector learns new CRDs on a 30 s discovery cycle.
 GC_DISCOVERY_TIMEOUT = 75
-
-
-def _wait(probe: Callable[[], Any], what: str, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := probe()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not seen in {timeout}s")
-        time.sleep(0.3)
-    return result
 
 
 def _items(cluster: Cluster, kind: str, namespace: str) -> list[dict]:
@@ -42,8 +31,8 @@ def test_the_articles_gang_job_gets_a_workload_a_podgroup_and_gated_pods(
     job = cluster.get("job", "train-a", "-n", namespace)
     uid = job["metadata"]["uid"]
 
-    (workload,) = _wait(lambda: _items(cluster, "workloads.scheduling.phalanx.dev", namespace), "Workload")
-    (pod_group,) = _wait(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
+    (workload,) = wait_for(lambda: _items(cluster, "workloads.scheduling.phalanx.dev", namespace), "Workload")
+    (pod_group,) = wait_for(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
     assert workload["metadata"]["name"].startswith("train-a-")
     assert workload["metadata"]["ownerReferences"] == [
         {"apiVersion": "batch/v1", "kind": "Job", "name": "train-a", "uid": uid, "controller": True}
@@ -67,7 +56,7 @@ def test_the_articles_gang_job_gets_a_workload_a_podgroup_and_gated_pods(
         pods = _items(cluster, "pods", namespace)
         return pods if len(pods) == 4 else None
 
-    pods = _wait(four_pods, "4 pods")
+    pods = wait_for(four_pods, "4 pods")
     for pod in pods:
         assert pod["spec"]["schedulingGates"] == [{"name": "scheduling.phalanx.dev/gang"}]
         assert pod["metadata"]["labels"][gang.TEMPLATE_LABEL] == "train-a-pgt-0"
@@ -86,9 +75,9 @@ def test_the_articles_gang_job_gets_a_workload_a_podgroup_and_gated_pods(
 
 def test_deleting_the_job_removes_workload_and_podgroup(cluster: Cluster, operator: Operator, namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job(annotations=MIN4)))
-    _wait(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
+    wait_for(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
     cluster.kubectl("delete", "job", "train", "-n", namespace, "--cascade=background")
-    _wait(
+    wait_for(
         lambda: not _items(cluster, "podgroups.scheduling.phalanx.dev", namespace)
         and not _items(cluster, "workloads.scheduling.phalanx.dev", namespace),
         "garbage collection of Workload and PodGroup",
@@ -98,10 +87,10 @@ def test_deleting_the_job_removes_workload_and_podgroup(cluster: Cluster, operat
 
 def test_a_recreated_job_gets_new_objects(cluster: Cluster, operator: Operator, namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job(annotations=MIN4)))
-    (first,) = _wait(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
+    (first,) = wait_for(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
     cluster.kubectl("delete", "job", "train", "-n", namespace, "--cascade=background", "--wait=true")
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job(annotations=MIN4)))
-    second = _wait(
+    second = wait_for(
         lambda: [p for p in _items(cluster, "podgroups.scheduling.phalanx.dev", namespace) if p["metadata"]["name"] != first["metadata"]["name"]],
         "the new Job's PodGroup",
     )
@@ -110,7 +99,7 @@ def test_a_recreated_job_gets_new_objects(cluster: Cluster, operator: Operator, 
 
 def test_min_count_updates_reach_workload_and_podgroup(cluster: Cluster, operator: Operator, namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job(annotations=MIN4)))
-    _wait(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
+    wait_for(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
     cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", json.dumps({"metadata": {"annotations": {gang.MIN_COUNT: "3"}}}))
 
     def updated() -> bool:
@@ -121,7 +110,7 @@ def test_min_count_updates_reach_workload_and_podgroup(cluster: Cluster, operato
             and wl["spec"]["podGroupTemplates"][0]["schedulingPolicy"]["gang"]["minCount"] == 3
         )
 
-    _wait(updated, "minCount 3 on both objects")
+    wait_for(updated, "minCount 3 on both objects")
     assert ("Normal", "MinCountUpdated") in {(t, r) for t, r, _ in _job_events(cluster, namespace, "train")}
 
 
@@ -137,7 +126,7 @@ def test_a_gang_job_admitted_without_the_webhook_is_reported(cluster: Cluster, o
                     return conds.get("PodsGated")
             return None
 
-        gated = _wait(condition, "PodsGated condition")
+        gated = wait_for(condition, "PodsGated condition")
         assert (gated["status"], gated["reason"]) == ("False", "PodsNotGated")
         assert "lacks the scheduling gate scheduling.phalanx.dev/gang" in gated["message"]
         warnings = [m for t, r, m in _job_events(cluster, OPERATOR_NAMESPACE, name) if (t, r) == ("Warning", "GangNotEnforced")]

@@ -3,21 +3,9 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
-from typing import Any
 
-from conftest import WORKLOADS, Cluster, Operator
+from conftest import Cluster, Operator, WORKLOADS, wait_for
 from phalanx import demo
-
-
-def _wait(probe: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := probe()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached in {timeout}s")
-        time.sleep(0.2)
-    return result
 
 
 def _job(name: str, size: int, mode: str) -> dict:
@@ -65,7 +53,7 @@ def test_a_replacement_member_of_a_scheduled_gang_is_released_alone(
         running = _running(cluster, namespace)
         return running if len(running) == 2 else None
 
-    first = _wait(both_running, "2 members running")
+    first = wait_for(both_running, "2 members running")
     victim = first[0]["metadata"]["name"]
     cluster.kubectl("annotate", "pod", victim, "-n", namespace, "localcluster.phalanx.dev/exit=1")
 
@@ -74,7 +62,7 @@ def test_a_replacement_member_of_a_scheduled_gang_is_released_alone(
         names = {p["metadata"]["name"] for p in running}
         return running if len(running) == 2 and victim not in names else None
 
-    running = _wait(replaced, "the failed rank replaced and released")
+    running = wait_for(replaced, "the failed rank replaced and released")
     replacement = next(p for p in running if p["metadata"]["name"] != first[1]["metadata"]["name"])
     assert replacement["metadata"]["annotations"]["scheduling.phalanx.dev/node"] == replacement["spec"]["nodeName"]
     events = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.kind=PodGroup")["items"]

@@ -8,14 +8,12 @@ allocation a release writes next. The restarted operator must finish the job.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from conftest import WORKLOADS, Cluster
+from conftest import Cluster, WORKLOADS, wait_for
 from phalanx import demo
 from phalanx.localcluster import operatorproc
 
@@ -30,15 +28,6 @@ def stoppable(cluster: Cluster) -> Iterator[list[operatorproc.OperatorProcess]]:
     yield started
     for handle in started:
         handle.stop()
-
-
-def _wait(probe: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := probe()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached in {timeout}s")
-        time.sleep(0.2)
-    return result
 
 
 def _pod_group(cluster: Cluster, namespace: str, job: str) -> dict:
@@ -113,12 +102,12 @@ def _setup_blocked_gang(cluster: Cluster, stoppable: list, namespace: str) -> No
 
 def _block(cluster: Cluster, stoppable: list, namespace: str) -> None:
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml", "gang-train-a.yaml"], namespace)
-    _wait(lambda: _reason(_pod_group(cluster, namespace, "train-a")) == "Scheduled", "train-a Scheduled")
+    wait_for(lambda: _reason(_pod_group(cluster, namespace, "train-a")) == "Scheduled", "train-a Scheduled")
     demo.apply(cluster.kubectl, WORKLOADS, ["gang-train-b.yaml"], namespace)
-    _wait(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Unschedulable", "train-b Unschedulable")
+    wait_for(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Unschedulable", "train-b Unschedulable")
     stoppable.pop().stop()
     cluster.kubectl("delete", "job", "train-a", "-n", namespace, "--cascade=foreground", "--wait=true")
-    _wait(lambda: not _claims_of(cluster, namespace, "train-a"), "train-a's claims gone")
+    wait_for(lambda: not _claims_of(cluster, namespace, "train-a"), "train-a's claims gone")
 
 
 def test_a_restarted_operator_finishes_the_recorded_release(cluster: Cluster, stoppable: list, namespace: str) -> None:
@@ -128,7 +117,7 @@ def test_a_restarted_operator_finishes_the_recorded_release(cluster: Cluster, st
     recorded = _stage_crash(cluster, namespace, free[:4])
 
     stoppable.append(operatorproc.start(cluster.local, ROOT))
-    _wait(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Scheduled", "train-b Scheduled after the restart")
+    wait_for(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Scheduled", "train-b Scheduled after the restart")
     claims = _claims_of(cluster, namespace, "train-b")
     actual = {name: c["status"]["allocation"]["devices"]["results"][0] for name, c in claims.items()}
     assert actual == recorded, "the restarted operator completed the recorded plan, device for device"
@@ -152,9 +141,9 @@ def test_a_recorded_release_that_cannot_finish_is_rolled_back(cluster: Cluster, 
         reservation = (pg.get("status") or {}).get("reservation")
         return reservation is None or reservation["state"] == "Released"
 
-    _wait(rolled_back_and_replanned, "the stale reservation undone")
+    wait_for(rolled_back_and_replanned, "the stale reservation undone")
     events = cluster.get("events", "-n", namespace, "--field-selector", "reason=ReservationRolledBack")["items"]
     assert events and "gone" in events[0]["message"]
-    _wait(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Scheduled", "train-b planned again and Scheduled")
+    wait_for(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Scheduled", "train-b planned again and Scheduled")
     held = _allocated(cluster)
     assert len(held) == len(set(held)) == 4, f"exactly the 4 members' devices, none leaked: {held}"
