@@ -262,9 +262,9 @@ class Releaser:
 
         kube-scheduler tracks allocated devices as a set: once one holder of a
         doubly held device is deallocated it believes the device free while
-        the other still holds it, and hands it out again. Removing every
-        holder but a reservation of ours that is rolled back anyway returns
-        both allocators to the truth; the pods' controllers recreate them.
+        the other still holds it, and may hand it out again; the release
+        loop then finds that double allocation too and evicts the newcomer.
+        The pods' controllers, if they have one, recreate them.
         """
         namespace = claim["metadata"]["namespace"]
         consumers = [c for c in (claim.get("status") or {}).get("reservedFor") or [] if c.get("resource") == "pods"]

@@ -208,14 +208,20 @@ class ReleaseLoop:
             if len(claims) < 2:
                 continue
             ours = [c for c in claims if (c["metadata"]["namespace"], c["metadata"]["name"]) in reserved]
-            # kube-scheduler counts a device once however many claims hold it, so removing one
-            # holder makes it forget the others: every holder that is not a reservation of ours goes.
+            # One holder keeps the device: Phalanx's reservation if there is one, else the oldest
+            # claim. Every other holder goes; its controller, if any, makes a new pod.
+            keep = ours or sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp", ""), c["metadata"]["name"]))[:1]
             for intruder in claims:
-                if intruder in ours or intruder["metadata"]["uid"] in self._evicted:
+                if intruder in keep or intruder["metadata"]["uid"] in self._evicted:
                     continue
                 self._evicted.add(intruder["metadata"]["uid"])
                 metrics.CONFLICTS.labels(stage="after-release").inc()
-                logger.warning("device %s held by %d claims; evicting the holders of %s", device, len(claims), intruder["metadata"]["name"])
+                logger.warning(
+                    "device %s held by %s; evicting the holders of %s",
+                    device,
+                    ", ".join(c["metadata"]["name"] + (" (reserved by Phalanx)" if c in ours else "") for c in claims),
+                    intruder["metadata"]["name"],
+                )
                 await self.releaser.evict_holders(intruder)
 
     async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int) -> None:
