@@ -57,23 +57,13 @@ class Kube:
             raise RuntimeError(f"{plural}/{body['metadata']['name']} reported to exist but cannot be read")
         return existing, False
 
-    async def patch_custom(self, plural: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
-        try:
-            return await self.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, name, patch, _content_type="application/merge-patch+json"
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    async def patch_custom_status(
-        self, plural: str, namespace: str, name: str, patch: dict[str, Any]
+    async def patch_custom(
+        self, plural: str, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False
     ) -> dict[str, Any] | None:
+        """A merge patch of one of our objects (or of its status subresource); None when it is gone."""
+        call = self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
         try:
-            return await self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, plural, name, patch, _content_type="application/merge-patch+json"
-            )
+            return await call(GROUP, VERSION, namespace, plural, name, patch, _content_type="application/merge-patch+json")
         except ApiException as exc:
             if exc.status == 404:
                 return None

@@ -159,8 +159,9 @@ class Releaser:
 
     async def _record(self, pod_group: Mapping[str, Any], reservation: schema.Reservation | None) -> None:
         body = reservation.wire() if reservation is not None else None
-        await self.kube.patch_custom_status(
-            "podgroups", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"status": {"reservation": body}}
+        await self.kube.patch_custom(
+            "podgroups", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"status": {"reservation": body}},
+            status=True,
         )
 
     def _claim_users(self, namespace: str, reservation: schema.Reservation) -> dict[str, list[dict[str, str]]]:

@@ -60,3 +60,19 @@ def as_json(job: dict[str, Any]) -> str:
 
 
 MIN4 = {gang.MIN_COUNT: "4"}
+
+
+def one_gpu_pod_spec(restart_policy: str = "Never") -> dict[str, Any]:
+    """A rank that holds one fake GPU (ResourceClaimTemplate `one-gpu`) and keeps running."""
+    return {
+        "restartPolicy": restart_policy,
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+        "containers": [
+            {
+                "name": "rank",
+                "image": "busybox:1.36",
+                "command": ["sleep", "3600"],
+                "resources": {"requests": {"cpu": "50m"}, "claims": [{"name": "gpu"}]},
+            }
+        ],
+    }

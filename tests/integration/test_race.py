@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from jobs import one_gpu_pod_spec
 
 from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
 
@@ -32,18 +33,7 @@ CLAIM_TEMPLATE = {
     "metadata": {"name": "one-gpu", "namespace": NAMESPACE},
     "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", "count": 1}}]}}},
 }
-POD_SPEC = {
-    "restartPolicy": "Never",
-    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-    "containers": [
-        {
-            "name": "c",
-            "image": "busybox:1.36",
-            "command": ["sleep", "3600"],
-            "resources": {"requests": {"cpu": "50m"}, "claims": [{"name": "gpu"}]},
-        }
-    ],
-}
+POD_SPEC = one_gpu_pod_spec()
 
 
 def _gang(index: int, size: int) -> dict:

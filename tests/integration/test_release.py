@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from jobs import one_gpu_pod_spec
+
 from conftest import Cluster, Operator, WORKLOADS, wait_for
 from phalanx import demo
 
@@ -21,20 +23,7 @@ def _job(name: str, size: int, mode: str) -> dict:
             "completions": size,
             "completionMode": "Indexed",
             "backoffLimit": 3,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-                    "containers": [
-                        {
-                            "name": "rank",
-                            "image": "busybox:1.36",
-                            "command": ["sleep", "3600"],
-                            "resources": {"requests": {"cpu": "50m"}, "claims": [{"name": "gpu"}]},
-                        }
-                    ],
-                }
-            },
+            "template": {"spec": one_gpu_pod_spec()},
         },
     }
 
@@ -49,6 +38,7 @@ def test_a_replacement_member_of_a_scheduled_gang_is_released_alone(
 ) -> None:
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_job("elastic", 2, "single")))
+
     def both_running() -> list[dict] | None:
         running = _running(cluster, namespace)
         return running if len(running) == 2 else None

@@ -228,8 +228,9 @@ class ReleaseLoop:
         current = pod_group.get("status") or {}
         if current.get("members") == members and current.get("bound") == bound:
             return
-        await self.kube.patch_custom_status(
-            "podgroups", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"status": {"members": members, "bound": bound}}
+        await self.kube.patch_custom(
+            "podgroups", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"status": {"members": members, "bound": bound}},
+            status=True,
         )
 
     async def _set(self, pod_group: dict[str, Any], ok: bool, reason: str, message: str, *, warn: bool = False) -> None:
