@@ -33,9 +33,8 @@ import time
 from collections.abc import Callable
 
 from phalanx.localcluster import fakegpu
-from phalanx.planner import DeviceMatcher, Fits, Short, plan
-from phalanx.planner import quantity
-from phalanx.planner.snapshot import (
+from phalanx.planner import DeviceMatcher, Fits, Short, plan, quantity
+from phalanx.planner.model import (
     Claim,
     Device,
     DeviceClass,
@@ -94,9 +93,7 @@ def build() -> tuple[Snapshot, Snapshot, Group]:
     for rank in range(MEMBERS):
         claim = Claim(NAMESPACE, f"train-{rank}-gpu", f"uid-claim-{rank}", (DeviceRequest("gpu", fakegpu.DEVICE_CLASS),))
         claims[claim.key] = claim
-        members.append(
-            Member(NAMESPACE, f"train-{rank}", f"uid-pod-{rank}", requests=frozen_map({"cpu": CPU_MILLI}), claims=(claim.name,))
-        )
+        members.append(Member(NAMESPACE, f"train-{rank}", f"uid-pod-{rank}", requests=frozen_map({"cpu": CPU_MILLI}), claims=(claim.name,)))
     classes = frozen_map({fakegpu.DEVICE_CLASS: device_class()})
     free = Snapshot(nodes, devices, classes, frozen_map(claims))
     # 40 free devices spread over 40 nodes (gpu-0 of every 25th node): fragmented, as a busy cluster is.
@@ -142,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--runs must be at least 1")
 
     free, short, group = build()
-    print(f"nodes: {len(free.nodes):,}  devices: {len(free.devices):,} ({DEVICES_PER_NODE} per node)  "
-          f"members: {len(group.members)} (min_count {group.min_count}, 1 GPU claim + {CPU_MILLI}m cpu each)")
+    print(
+        f"nodes: {len(free.nodes):,}  devices: {len(free.devices):,} ({DEVICES_PER_NODE} per node)  "
+        f"members: {len(group.members)} (min_count {group.min_count}, 1 GPU claim + {CPU_MILLI}m cpu each)"
+    )
     print(f"short case: {len(short.devices) - len(short.held)} devices free, {len(short.held):,} held")
     print(f"runs per case: {args.runs}  (time.perf_counter around plan())")
     print()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 from conftest import WORKLOADS, Cluster
-from phalanx import demo
+
+from phalanx.localcluster import demo
 
 RANKS = 4
 
@@ -19,9 +20,7 @@ def test_two_jobs_deadlock_on_six_gpus_without_gang_scheduling(cluster: Cluster,
 
     claims = cluster.get("resourceclaims", "-n", namespace)["items"]
     allocated = [c for c in claims if c.get("status", {}).get("allocation")]
-    devices = [
-        (r["driver"], r["pool"], r["device"]) for c in allocated for r in c["status"]["allocation"]["devices"]["results"]
-    ]
+    devices = [(r["driver"], r["pool"], r["device"]) for c in allocated for r in c["status"]["allocation"]["devices"]["results"]]
     assert len(devices) == devices_total, f"every GPU is held: {len(devices)}/{devices_total}"
     assert len(set(devices)) == len(devices), "no device is allocated twice"
 

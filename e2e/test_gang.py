@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from conftest import WORKLOADS, Cluster, Operator, wait_for
 
-from conftest import Cluster, Operator, WORKLOADS, wait_for
-from phalanx import demo
+from phalanx.localcluster import demo
 
 RANKS = 4
 SCHEDULED = "PodGroupInitiallyScheduled"

@@ -8,9 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from phalanx import demo
 from phalanx.api import crdgen
-from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
+from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,8 +45,14 @@ def _parser() -> argparse.ArgumentParser:
     kubectl.set_defaults(func=_cluster_kubectl)
 
     run = commands.add_parser("run", help="run the operator (webhooks and controllers)")
-    run.add_argument("--namespace", default=os.environ.get("PHALANX_NAMESPACE", "phalanx-system"), help="the operator's namespace (excluded from its webhooks)")
-    run.add_argument("--gang-disruption-mode", choices=["all", "single"], default="all", help="disruptionMode of gangs that set none (default all)")
+    run.add_argument(
+        "--namespace",
+        default=os.environ.get("PHALANX_NAMESPACE", "phalanx-system"),
+        help="the operator's namespace (excluded from its webhooks)",
+    )
+    run.add_argument(
+        "--gang-disruption-mode", choices=["all", "single"], default="all", help="disruptionMode of gangs that set none (default all)"
+    )
     run.add_argument("--webhook-listen", default="0.0.0.0", help="address the webhook server listens on")
     run.add_argument("--webhook-port", type=int, default=9443)
     endpoint = run.add_mutually_exclusive_group()
@@ -72,10 +77,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from phalanx import operator
+    from phalanx import manager
 
-    operator.run(
-        operator.OperatorConfig(
+    manager.run(
+        manager.OperatorConfig(
             namespace=args.namespace,
             gang_disruption_mode=args.gang_disruption_mode,
             webhook_listen=args.webhook_listen,
@@ -104,9 +109,7 @@ def _add_name(parser: argparse.ArgumentParser) -> None:
 
 
 def _cluster_up(args: argparse.Namespace) -> int:
-    spec = ClusterSpec(
-        name=args.name, workers=args.workers, gpus_per_worker=args.gpus_per_worker, upstream_gang=args.upstream_gang
-    )
+    spec = ClusterSpec(name=args.name, workers=args.workers, gpus_per_worker=args.gpus_per_worker, upstream_gang=args.upstream_gang)
     cluster = LocalCluster(spec)
     cluster.up()
     print(f"export KUBECONFIG={cluster.kubeconfig}")

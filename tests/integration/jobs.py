@@ -11,7 +11,7 @@ import copy
 import json
 from typing import Any
 
-from phalanx.api import gang
+from phalanx.api import keys
 
 BASE: dict[str, Any] = {
     "apiVersion": "batch/v1",
@@ -59,7 +59,7 @@ def as_json(job: dict[str, Any]) -> str:
     return json.dumps(job)
 
 
-MIN4 = {gang.MIN_COUNT: "4"}
+MIN4 = {keys.MIN_COUNT: "4"}
 
 
 def one_gpu_pod_spec(restart_policy: str = "Never") -> dict[str, Any]:

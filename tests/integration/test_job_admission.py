@@ -6,10 +6,10 @@ import json
 import time
 
 import pytest
-from jobs import MIN4, as_json, gang_job
-
 from conftest import Cluster, Operator
-from phalanx.api import gang
+
+from jobs import MIN4, as_json, gang_job
+from phalanx.api import keys
 
 ANN = "metadata.annotations[scheduling.phalanx.dev/"
 
@@ -29,7 +29,7 @@ def test_spec_scheduling_is_kept_as_annotations_with_a_warning(cluster: Cluster,
     job = cluster.get("job", "train", "-n", namespace)
     assert "scheduling" not in job["spec"], "the API server pruned the field, as the article shows"
     annotations = job["metadata"]["annotations"]
-    assert (annotations[gang.POLICY], annotations[gang.MIN_COUNT], annotations[gang.DISRUPTION_MODE]) == ("gang", "3", "single")
+    assert (annotations[keys.POLICY], annotations[keys.MIN_COUNT], annotations[keys.DISRUPTION_MODE]) == ("gang", "3", "single")
     assert job["spec"]["template"]["spec"]["schedulingGates"] == [{"name": "scheduling.phalanx.dev/gang"}]
     deadline = time.monotonic() + 30
     while not (groups := cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace)["items"]):
@@ -52,22 +52,67 @@ def test_a_job_without_gang_intent_never_reaches_the_webhook(cluster: Cluster, o
 
 
 BAD_CREATES = [
-    (gang_job(annotations={gang.MIN_COUNT: "0"}), f"{ANN}min-count]: Invalid value: 0: must be greater than or equal to 1; a gang needs at least one pod"),
-    (gang_job(annotations={gang.MIN_COUNT: "-1"}), f'{ANN}min-count]: Invalid value: "-1": must be a whole number; write the gang size as digits, e.g. "4"'),
-    (gang_job(annotations={gang.MIN_COUNT: "2.5"}), f'{ANN}min-count]: Invalid value: "2.5": must be a whole number; write the gang size as digits, e.g. "4"'),
-    (gang_job(annotations={gang.MIN_COUNT: "5"}), f"{ANN}min-count]: Invalid value: 5: must not be greater than parallelism (4); lower it to at most 4 or raise spec.parallelism"),
-    (gang_job(annotations={gang.MIN_COUNT: "2"}, parallelism=None), f"{ANN}min-count]: Invalid value: 2: must not be greater than parallelism (1); lower it to at most 1 or raise spec.parallelism"),
-    (gang_job(annotations={gang.POLICY: "gang", gang.DISRUPTION_MODE: "everything"}), f'{ANN}disruption-mode]: Invalid value: "everything": unknown disruption mode; use `all` or `single`'),
-    (gang_job(annotations={gang.POLICY: "basic", gang.DISRUPTION_MODE: "all"}), f'{ANN}disruption-mode]: Invalid value: "all": the disruptionMode `all` is not supported with the basic scheduling policy; use the `gang` policy or the `single` mode'),
-    (gang_job(annotations={gang.POLICY: "clique"}), f'{ANN}policy]: Invalid value: "clique": unknown policy; use `gang` or `basic`'),
-    (gang_job(annotations={gang.POLICY: "basic", gang.MIN_COUNT: "2"}), f"{ANN}min-count]: Invalid value: 2: minCount only applies to the gang policy; remove it or set the policy to `gang`"),
-    (gang_job(annotations={gang.DISRUPTION_MODE: "all"}), f"{ANN}policy]: Invalid value: null: required when other gang annotations are set; set it to `gang` or `basic`"),
-    (gang_job(annotations={gang.POLICY: "gang", gang.TOPOLOGY_KEY: "rack id"}), f'{ANN}topology-key]: Invalid value: "rack id": must be a node label key; use a key such as topology.kubernetes.io/zone'),
-    (gang_job(annotations={gang.MIN_COUNT: "3"}, scheduling={"schedulingPolicy": {"gang": {"minCount": 4}}}), f"{ANN}min-count]: Invalid value: 3: contradicts spec.scheduling.schedulingPolicy.gang.minCount (4); set the value in one place only"),
-    (gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 0}}}), f"{ANN}min-count]: Invalid value: 0: must be greater than or equal to 1; a gang needs at least one pod"),
-    (gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 4}, "basic": {}}}), 'spec.scheduling.schedulingPolicy: Invalid value: {"basic": {}, "gang": {"minCount": 4}}: must specify exactly one of: `basic`, `gang`; keep one of them'),
-    (gang_job(scheduling={"disruptionMode": {"all": {}}}), f'{ANN}disruption-mode]: Invalid value: "all": the disruptionMode `all` is not supported with the basic scheduling policy; use the `gang` policy or the `single` mode'),
-    (gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 9}}}), f"{ANN}min-count]: Invalid value: 9: must not be greater than parallelism (4); lower it to at most 4 or raise spec.parallelism"),
+    (
+        gang_job(annotations={keys.MIN_COUNT: "0"}),
+        f"{ANN}min-count]: Invalid value: 0: must be greater than or equal to 1; a gang needs at least one pod",
+    ),
+    (
+        gang_job(annotations={keys.MIN_COUNT: "-1"}),
+        f'{ANN}min-count]: Invalid value: "-1": must be a whole number; write the gang size as digits, e.g. "4"',
+    ),
+    (
+        gang_job(annotations={keys.MIN_COUNT: "2.5"}),
+        f'{ANN}min-count]: Invalid value: "2.5": must be a whole number; write the gang size as digits, e.g. "4"',
+    ),
+    (
+        gang_job(annotations={keys.MIN_COUNT: "5"}),
+        f"{ANN}min-count]: Invalid value: 5: must not be greater than parallelism (4); lower it to at most 4 or raise spec.parallelism",
+    ),
+    (
+        gang_job(annotations={keys.MIN_COUNT: "2"}, parallelism=None),
+        f"{ANN}min-count]: Invalid value: 2: must not be greater than parallelism (1); lower it to at most 1 or raise spec.parallelism",
+    ),
+    (
+        gang_job(annotations={keys.POLICY: "gang", keys.DISRUPTION_MODE: "everything"}),
+        f'{ANN}disruption-mode]: Invalid value: "everything": unknown disruption mode; use `all` or `single`',
+    ),
+    (
+        gang_job(annotations={keys.POLICY: "basic", keys.DISRUPTION_MODE: "all"}),
+        f'{ANN}disruption-mode]: Invalid value: "all": the disruptionMode `all` is not supported with the basic scheduling policy; use the `gang` policy or the `single` mode',
+    ),
+    (gang_job(annotations={keys.POLICY: "clique"}), f'{ANN}policy]: Invalid value: "clique": unknown policy; use `gang` or `basic`'),
+    (
+        gang_job(annotations={keys.POLICY: "basic", keys.MIN_COUNT: "2"}),
+        f"{ANN}min-count]: Invalid value: 2: minCount only applies to the gang policy; remove it or set the policy to `gang`",
+    ),
+    (
+        gang_job(annotations={keys.DISRUPTION_MODE: "all"}),
+        f"{ANN}policy]: Invalid value: null: required when other gang annotations are set; set it to `gang` or `basic`",
+    ),
+    (
+        gang_job(annotations={keys.POLICY: "gang", keys.TOPOLOGY_KEY: "rack id"}),
+        f'{ANN}topology-key]: Invalid value: "rack id": must be a node label key; use a key such as topology.kubernetes.io/zone',
+    ),
+    (
+        gang_job(annotations={keys.MIN_COUNT: "3"}, scheduling={"schedulingPolicy": {"gang": {"minCount": 4}}}),
+        f"{ANN}min-count]: Invalid value: 3: contradicts spec.scheduling.schedulingPolicy.gang.minCount (4); set the value in one place only",
+    ),
+    (
+        gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 0}}}),
+        f"{ANN}min-count]: Invalid value: 0: must be greater than or equal to 1; a gang needs at least one pod",
+    ),
+    (
+        gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 4}, "basic": {}}}),
+        'spec.scheduling.schedulingPolicy: Invalid value: {"basic": {}, "gang": {"minCount": 4}}: must specify exactly one of: `basic`, `gang`; keep one of them',
+    ),
+    (
+        gang_job(scheduling={"disruptionMode": {"all": {}}}),
+        f'{ANN}disruption-mode]: Invalid value: "all": the disruptionMode `all` is not supported with the basic scheduling policy; use the `gang` policy or the `single` mode',
+    ),
+    (
+        gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 9}}}),
+        f"{ANN}min-count]: Invalid value: 9: must not be greater than parallelism (4); lower it to at most 4 or raise spec.parallelism",
+    ),
 ]
 
 
@@ -86,22 +131,34 @@ def test_bad_gang_jobs_are_refused_with_the_field_and_the_fix(
 def test_only_min_count_may_change_after_creation(cluster: Cluster, operator: Operator, namespace: str) -> None:
     assert _apply(cluster, namespace, gang_job(annotations=MIN4)).returncode == 0
     changes = [
-        ({gang.DISRUPTION_MODE: "single"}, f'{ANN}disruption-mode]: Invalid value: "single": field is immutable; delete and recreate the Job to change it'),
-        ({gang.TOPOLOGY_KEY: "topology.kubernetes.io/zone"}, f'{ANN}topology-key]: Invalid value: "topology.kubernetes.io/zone": field is immutable; delete and recreate the Job to change it'),
-        ({gang.POLICY: "basic", gang.MIN_COUNT: None}, f'{ANN}policy]: Invalid value: "basic": field is immutable; delete and recreate the Job to change it'),
-        ({gang.MIN_COUNT: "6"}, f"{ANN}min-count]: Invalid value: 6: must not be greater than parallelism (4); lower it to at most 4 or raise spec.parallelism"),
+        (
+            {keys.DISRUPTION_MODE: "single"},
+            f'{ANN}disruption-mode]: Invalid value: "single": field is immutable; delete and recreate the Job to change it',
+        ),
+        (
+            {keys.TOPOLOGY_KEY: "topology.kubernetes.io/zone"},
+            f'{ANN}topology-key]: Invalid value: "topology.kubernetes.io/zone": field is immutable; delete and recreate the Job to change it',
+        ),
+        (
+            {keys.POLICY: "basic", keys.MIN_COUNT: None},
+            f'{ANN}policy]: Invalid value: "basic": field is immutable; delete and recreate the Job to change it',
+        ),
+        (
+            {keys.MIN_COUNT: "6"},
+            f"{ANN}min-count]: Invalid value: 6: must not be greater than parallelism (4); lower it to at most 4 or raise spec.parallelism",
+        ),
     ]
     for change, message in changes:
         patch = json.dumps({"metadata": {"annotations": change}})
         proc = cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", patch, check=False)
         assert proc.returncode != 0, change
         assert proc.stderr.strip().split("denied the request: ", 1)[-1] == message
-    removal = json.dumps({"metadata": {"annotations": {k: None for k in gang.KEYS}}})
+    removal = json.dumps({"metadata": {"annotations": {k: None for k in keys.INTENT_ANNOTATIONS}}})
     proc = cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", removal, check=False)
     assert "gang scheduling cannot be added to or removed from an existing Job" in proc.stderr
-    ok = json.dumps({"metadata": {"annotations": {gang.MIN_COUNT: "2"}}})
+    ok = json.dumps({"metadata": {"annotations": {keys.MIN_COUNT: "2"}}})
     cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", ok)
-    assert cluster.get("job", "train", "-n", namespace)["metadata"]["annotations"][gang.MIN_COUNT] == "2"
+    assert cluster.get("job", "train", "-n", namespace)["metadata"]["annotations"][keys.MIN_COUNT] == "2"
 
 
 def test_gang_scheduling_cannot_be_added_to_a_running_job(cluster: Cluster, operator: Operator, namespace: str) -> None:
@@ -110,6 +167,6 @@ def test_gang_scheduling_cannot_be_added_to_a_running_job(cluster: Cluster, oper
     proc = cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", patch, check=False)
     assert proc.returncode != 0
     assert proc.stderr.strip().split("denied the request: ", 1)[-1] == (
-        f"{ANN}policy]: Invalid value: \"gang\": gang scheduling cannot be added to or removed from an existing Job; "
+        f'{ANN}policy]: Invalid value: "gang": gang scheduling cannot be added to or removed from an existing Job; '
         "delete and recreate the Job"
     )

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import time
 
+from conftest import OPERATOR_NAMESPACE, Cluster, Operator, wait_for
+
 from jobs import MIN4, as_json, gang_job
-
-from conftest import Cluster, OPERATOR_NAMESPACE, Operator, wait_for
-from phalanx.api import gang
-
+from phalanx.api import keys
 
 # kube-controller-manager's garbage collector learns new CRDs on a 30 s discovery cycle.
 GC_DISCOVERY_TIMEOUT = 75
@@ -24,9 +23,7 @@ def _job_events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, 
     return [(e["type"], e["reason"], e["message"]) for e in events["items"]]
 
 
-def test_the_articles_gang_job_gets_a_workload_a_podgroup_and_gated_pods(
-    cluster: Cluster, operator: Operator, namespace: str
-) -> None:
+def test_the_articles_gang_job_gets_a_workload_a_podgroup_and_gated_pods(cluster: Cluster, operator: Operator, namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job("train-a", annotations=MIN4)))
     job = cluster.get("job", "train-a", "-n", namespace)
     uid = job["metadata"]["uid"]
@@ -39,11 +36,11 @@ def test_the_articles_gang_job_gets_a_workload_a_podgroup_and_gated_pods(
     ]
     assert workload["spec"] == {
         "controllerRef": {"apiGroup": "batch", "kind": "Job", "name": "train-a"},
-        "podGroupTemplates": [
-            {"name": "train-a-pgt-0", "schedulingPolicy": {"gang": {"minCount": 4}}, "disruptionMode": {"all": {}}}
-        ],
+        "podGroupTemplates": [{"name": "train-a-pgt-0", "schedulingPolicy": {"gang": {"minCount": 4}}, "disruptionMode": {"all": {}}}],
     }
-    assert pod_group["metadata"]["name"] == f"{workload['metadata']['name']}-train-a-pgt-0-" + pod_group["metadata"]["name"].rsplit("-", 1)[-1]
+    assert (
+        pod_group["metadata"]["name"] == f"{workload['metadata']['name']}-train-a-pgt-0-" + pod_group["metadata"]["name"].rsplit("-", 1)[-1]
+    )
     assert pod_group["spec"] == {
         "workloadRef": {"workloadName": workload["metadata"]["name"], "templateName": "train-a-pgt-0"},
         "schedulingPolicy": {"gang": {"minCount": 4}},
@@ -59,7 +56,7 @@ def test_the_articles_gang_job_gets_a_workload_a_podgroup_and_gated_pods(
     pods = wait_for(four_pods, "4 pods")
     for pod in pods:
         assert pod["spec"]["schedulingGates"] == [{"name": "scheduling.phalanx.dev/gang"}]
-        assert pod["metadata"]["labels"][gang.TEMPLATE_LABEL] == "train-a-pgt-0"
+        assert pod["metadata"]["labels"][keys.TEMPLATE_LABEL] == "train-a-pgt-0"
         assert "nodeName" not in pod["spec"]
         assert not any(k.startswith("kopf.") for k in pod["metadata"].get("annotations", {})), "Kopf writes nothing to pods"
         assert not [f for f in pod["metadata"].get("finalizers", []) if "kopf" in f]
@@ -78,8 +75,10 @@ def test_deleting_the_job_removes_workload_and_podgroup(cluster: Cluster, operat
     wait_for(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
     cluster.kubectl("delete", "job", "train", "-n", namespace, "--cascade=background")
     wait_for(
-        lambda: not _items(cluster, "podgroups.scheduling.phalanx.dev", namespace)
-        and not _items(cluster, "workloads.scheduling.phalanx.dev", namespace),
+        lambda: (
+            not _items(cluster, "podgroups.scheduling.phalanx.dev", namespace)
+            and not _items(cluster, "workloads.scheduling.phalanx.dev", namespace)
+        ),
         "garbage collection of Workload and PodGroup",
         timeout=GC_DISCOVERY_TIMEOUT,
     )
@@ -91,7 +90,9 @@ def test_a_recreated_job_gets_new_objects(cluster: Cluster, operator: Operator, 
     cluster.kubectl("delete", "job", "train", "-n", namespace, "--cascade=background", "--wait=true")
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job(annotations=MIN4)))
     second = wait_for(
-        lambda: [p for p in _items(cluster, "podgroups.scheduling.phalanx.dev", namespace) if p["metadata"]["name"] != first["metadata"]["name"]],
+        lambda: [
+            p for p in _items(cluster, "podgroups.scheduling.phalanx.dev", namespace) if p["metadata"]["name"] != first["metadata"]["name"]
+        ],
         "the new Job's PodGroup",
     )
     assert len(second) == 1
@@ -100,7 +101,9 @@ def test_a_recreated_job_gets_new_objects(cluster: Cluster, operator: Operator, 
 def test_min_count_updates_reach_workload_and_podgroup(cluster: Cluster, operator: Operator, namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=as_json(gang_job(annotations=MIN4)))
     wait_for(lambda: _items(cluster, "podgroups.scheduling.phalanx.dev", namespace), "PodGroup")
-    cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", json.dumps({"metadata": {"annotations": {gang.MIN_COUNT: "3"}}}))
+    cluster.kubectl(
+        "patch", "job", "train", "-n", namespace, "--type=merge", "-p", json.dumps({"metadata": {"annotations": {keys.MIN_COUNT: "3"}}})
+    )
 
     def updated() -> bool:
         (pg,) = _items(cluster, "podgroups.scheduling.phalanx.dev", namespace)
@@ -117,8 +120,11 @@ def test_min_count_updates_reach_workload_and_podgroup(cluster: Cluster, operato
 def test_a_gang_job_admitted_without_the_webhook_is_reported(cluster: Cluster, operator: Operator) -> None:
     """The operator's own namespace is outside the webhook's scope, as a bypass would be."""
     name = f"ungated-{int(time.time() * 1000) % 100000}"
-    cluster.kubectl("apply", "-n", OPERATOR_NAMESPACE, "-f", "-", stdin=as_json(gang_job(name, annotations={gang.POLICY: "gang", gang.MIN_COUNT: "4"})))
+    cluster.kubectl(
+        "apply", "-n", OPERATOR_NAMESPACE, "-f", "-", stdin=as_json(gang_job(name, annotations={keys.POLICY: "gang", keys.MIN_COUNT: "4"}))
+    )
     try:
+
         def condition() -> dict | None:
             for pg in _items(cluster, "podgroups.scheduling.phalanx.dev", OPERATOR_NAMESPACE):
                 if pg["metadata"]["labels"].get("scheduling.phalanx.dev/job-name") == name:

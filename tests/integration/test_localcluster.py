@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import Cluster
+
 from phalanx.localcluster.cluster import KUBE_VERSION
 
 

@@ -5,7 +5,8 @@ nodes x 4 devices (100 GPUs asked, 40 exist). After the cluster settles:
 no device is held by two claims, no gang has a member bound while another
 waits, no waiting gang holds a device, and no waiting gang would fit. A
 single pod that took a device Phalanx had reserved is evicted (and, being a
-bare pod, stays gone); the count is printed.
+bare pod, stays gone). The run must have provoked the race (conflicts caught
+> 0), or it proved nothing; the counts are printed.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobs import one_gpu_pod_spec
 
+from jobs import one_gpu_pod_spec
 from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
 
 ROOT = Path(__file__).parents[2]
@@ -133,6 +134,7 @@ def test_gangs_and_single_pods_never_share_a_device(race_cluster) -> None:
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics").read().decode()
     conflicts = sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("phalanx_reservation_conflicts_total{"))
     evictions = sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("phalanx_race_evictions_total "))
+    assert conflicts > 0, "no race happened: no device was caught held by a reservation and another claim, so nothing was tested"
     print(
         f"race: {running_gangs}/{len(SIZES)} gangs running, {len(pods)} pods, {len(holders)}/40 devices held, "
         f"{conflicts:.0f} conflicts caught, {evictions:.0f} non-gang pods evicted, sizes waiting {dict(Counter(waiting_sizes))}"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from jobs import one_gpu_pod_spec
+from conftest import WORKLOADS, Cluster, Operator, wait_for
 
-from conftest import Cluster, Operator, WORKLOADS, wait_for
-from phalanx import demo
+from jobs import one_gpu_pod_spec
+from phalanx.localcluster import demo
 
 
 def _job(name: str, size: int, mode: str) -> dict:
@@ -33,9 +33,7 @@ def _running(cluster: Cluster, namespace: str) -> list[dict]:
     return [p for p in pods if p["status"].get("phase") == "Running"]
 
 
-def test_a_replacement_member_of_a_scheduled_gang_is_released_alone(
-    cluster: Cluster, operator: Operator, namespace: str
-) -> None:
+def test_a_replacement_member_of_a_scheduled_gang_is_released_alone(cluster: Cluster, operator: Operator, namespace: str) -> None:
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_job("elastic", 2, "single")))
 

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import WORKLOADS, Cluster, wait_for
 
-from conftest import Cluster, WORKLOADS, wait_for
-from phalanx import demo
-from phalanx.localcluster import operatorproc
+from phalanx.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
 
@@ -59,10 +58,12 @@ def _allocated(cluster: Cluster) -> list[tuple]:
 def _stage_crash(cluster: Cluster, namespace: str, devices: list[tuple[str, str, str]]) -> dict:
     """Record train-b's reservation on `devices` and write its first claim, as a release does before dying."""
     pg = _pod_group(cluster, namespace, "train-b")
-    pods = sorted(cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-b")["items"], key=lambda p: p["metadata"]["name"])
+    pods = sorted(
+        cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-b")["items"], key=lambda p: p["metadata"]["name"]
+    )
     claims = _claims_of(cluster, namespace, "train-b")
     placements, reserved = [], []
-    for pod, (driver, pool, device) in zip(pods, devices):
+    for pod, (driver, pool, device) in zip(pods, devices, strict=False):
         claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
         placements.append({"name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"], "node": pool})
         reserved.append(
@@ -74,19 +75,42 @@ def _stage_crash(cluster: Cluster, namespace: str, devices: list[tuple[str, str,
             }
         )
     status = {"status": {"reservation": {"state": "Reserving", "placements": placements, "claims": reserved}}}
-    cluster.kubectl("patch", "podgroups.scheduling.phalanx.dev", pg["metadata"]["name"], "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    cluster.kubectl(
+        "patch",
+        "podgroups.scheduling.phalanx.dev",
+        pg["metadata"]["name"],
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(status),
+    )
     first, pod = reserved[0], pods[0]
-    cluster.kubectl("patch", "resourceclaim", first["name"], "-n", namespace, "--type=merge", "-p", json.dumps({"metadata": {"finalizers": ["resource.kubernetes.io/delete-protection"]}}))
+    cluster.kubectl(
+        "patch",
+        "resourceclaim",
+        first["name"],
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"metadata": {"finalizers": ["resource.kubernetes.io/delete-protection"]}}),
+    )
     allocation = {
         "status": {
             "allocation": {
                 "devices": {"results": first["results"]},
-                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [first["node"]]}]}]},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [first["node"]]}]}]
+                },
             },
             "reservedFor": [{"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}],
         }
     }
-    cluster.kubectl("patch", "resourceclaim", first["name"], "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(allocation))
+    cluster.kubectl(
+        "patch", "resourceclaim", first["name"], "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(allocation)
+    )
     return {c["name"]: c["results"][0] for c in reserved}
 
 

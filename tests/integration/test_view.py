@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 
+from conftest import Cluster
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from conftest import Cluster
-from phalanx.view import Informer
+from phalanx.kube.informers import Informer
 
 
 def _config_map(name: str) -> str:

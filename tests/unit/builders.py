@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from phalanx.planner.snapshot import (
+from phalanx.planner.model import (
     Claim,
     Device,
     DeviceClass,
@@ -67,9 +67,7 @@ def gang(name: str, size: int, *, min_count: int | None = None, cpu: int = 50, n
     for rank in range(size):
         claim = one_gpu_claim(namespace, f"{name}-{rank}-gpu")
         claims.append(claim)
-        members.append(
-            Member(namespace, f"{name}-{rank}", f"uid-{name}-{rank}", requests=frozen_map({"cpu": cpu}), claims=(claim.name,))
-        )
+        members.append(Member(namespace, f"{name}-{rank}", f"uid-{name}-{rank}", requests=frozen_map({"cpu": cpu}), claims=(claim.name,)))
     group = Group(namespace, name, min_count if min_count is not None else size, tuple(members), topology_key)
     return group, claims
 

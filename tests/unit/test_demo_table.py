@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from phalanx.demo import Census, format_table
+from phalanx.localcluster.demo import Census, format_table
 
 
 def test_census_row_counts_free_devices() -> None:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import base64
+import copy
+from collections.abc import Callable
+from typing import Any
 
-from phalanx import webhooks
+import cel
+import pytest
+
+from phalanx.jobs import webhook_config
 
 
 def test_local_endpoint_is_a_url_per_handler() -> None:
-    configs = webhooks.configurations(webhooks.Endpoint(url="https://127.0.0.1:9443"), b"CA", "phalanx-system")
+    configs = webhook_config.configurations(webhook_config.Endpoint(url="https://127.0.0.1:9443"), b"CA", "phalanx-system")
     (mutating,) = configs["MutatingWebhookConfiguration"]["webhooks"]
     (validating,) = configs["ValidatingWebhookConfiguration"]["webhooks"]
     assert mutating["clientConfig"] == {"caBundle": base64.b64encode(b"CA").decode(), "url": "https://127.0.0.1:9443/job-gang-mutate"}
@@ -16,22 +22,98 @@ def test_local_endpoint_is_a_url_per_handler() -> None:
 
 
 def test_in_cluster_endpoint_is_a_service() -> None:
-    endpoint = webhooks.Endpoint(service_namespace="phalanx-system", service_name="phalanx-webhook")
-    configs = webhooks.configurations(endpoint, b"CA", "phalanx-system")
+    endpoint = webhook_config.Endpoint(service_namespace="phalanx-system", service_name="phalanx-webhook")
+    configs = webhook_config.configurations(endpoint, b"CA", "phalanx-system")
     client = configs["ValidatingWebhookConfiguration"]["webhooks"][0]["clientConfig"]
     assert "url" not in client
     assert client["service"] == {"namespace": "phalanx-system", "name": "phalanx-webhook", "port": 443, "path": "/job-gang-validate"}
 
 
 def test_blast_radius_is_gang_jobs_outside_system_namespaces() -> None:
-    configs = webhooks.configurations(webhooks.Endpoint(url="https://x"), b"CA", "phalanx-system")
+    configs = webhook_config.configurations(webhook_config.Endpoint(url="https://x"), b"CA", "phalanx-system")
     for config in configs.values():
         (hook,) = config["webhooks"]
         assert hook["failurePolicy"] == "Fail"
         assert hook["rules"] == [
-            {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}
+            {
+                "apiGroups": ["batch"],
+                "apiVersions": ["v1"],
+                "resources": ["jobs"],
+                "operations": ["CREATE", "UPDATE"],
+                "scope": "Namespaced",
+            }
         ]
         (expr,) = hook["namespaceSelector"]["matchExpressions"]
         assert (expr["operator"], expr["values"]) == ("NotIn", ["kube-system", "phalanx-system"])
         (condition,) = hook["matchConditions"]
-        assert "scheduling.phalanx.dev/" in condition["expression"] and "spec.scheduling" in condition["expression"]
+        assert condition["expression"] == webhook_config.MATCH_CONDITION
+
+
+GANG_JOB = {
+    "metadata": {"name": "train", "namespace": "ml", "annotations": {"scheduling.phalanx.dev/min-count": "4", "team": "a"}},
+    "spec": {"parallelism": 4, "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+}
+PLAIN_JOB = {"metadata": {"name": "etl", "namespace": "ml", "annotations": {"team": "a"}}, "spec": {"parallelism": 4}}
+
+
+def _changed(job: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    out = copy.deepcopy(job)
+    change(out)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("operation", "new", "old", "sent"),
+    [
+        pytest.param("CREATE", GANG_JOB, None, True, id="create-gang-annotations"),
+        pytest.param(
+            "CREATE",
+            _changed(PLAIN_JOB, lambda j: j["spec"].update(scheduling={"schedulingPolicy": {"gang": {"minCount": 2}}})),
+            None,
+            True,
+            id="create-spec-scheduling",
+        ),
+        pytest.param("CREATE", PLAIN_JOB, None, False, id="create-plain"),
+        pytest.param("UPDATE", _changed(PLAIN_JOB, lambda j: j["spec"].update(parallelism=8)), PLAIN_JOB, False, id="plain-parallelism"),
+        pytest.param(
+            "UPDATE",
+            _changed(GANG_JOB, lambda j: j["metadata"]["annotations"].update({"scheduling.phalanx.dev/min-count": "3"})),
+            GANG_JOB,
+            True,
+            id="gang-min-count",
+        ),
+        pytest.param("UPDATE", _changed(GANG_JOB, lambda j: j["spec"].update(parallelism=2)), GANG_JOB, True, id="gang-parallelism"),
+        pytest.param(
+            "UPDATE",
+            _changed(GANG_JOB, lambda j: j["metadata"]["annotations"].pop("scheduling.phalanx.dev/min-count")),
+            GANG_JOB,
+            True,
+            id="gang-removed",
+        ),
+        pytest.param(
+            "UPDATE",
+            _changed(GANG_JOB, lambda j: j["metadata"].update(finalizers=["batch.kubernetes.io/job-tracking"])),
+            GANG_JOB,
+            False,
+            id="gang-finalizer-only",
+        ),
+        pytest.param(
+            "UPDATE",
+            _changed(GANG_JOB, lambda j: j["metadata"]["annotations"].update(team="b")),
+            GANG_JOB,
+            False,
+            id="gang-other-annotation",
+        ),
+        pytest.param(
+            "UPDATE",
+            _changed(GANG_JOB, lambda j: j["metadata"].update(deletionTimestamp="2026-11-29T00:00:00Z", finalizers=[], annotations={})),
+            GANG_JOB,
+            False,
+            id="gang-being-deleted",
+        ),
+    ],
+)
+def test_match_condition_sends_only_gang_changes(operation: str, new: dict, old: dict | None, sent: bool) -> None:
+    """Evaluated as the API server would: whatever is not sent never waits for Phalanx, even when it is down."""
+    verdict = cel.compile(webhook_config.MATCH_CONDITION).execute({"request": {"operation": operation}, "object": new, "oldObject": old})
+    assert verdict is sent

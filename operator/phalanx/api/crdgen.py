@@ -12,14 +12,13 @@ from typing import Any
 
 import yaml
 
-from phalanx.api import schema
+from phalanx.api import keys, schema
 
 _DROP = {"title", "default", "additionalProperties"}
 
 SHORT_NAMES = {"Workload": ["pxwl"], "PodGroup": ["pxpg"]}
 
-POLICY_LABEL = f"{schema.GROUP}/policy"
-_POLICY_LABEL_PATH = ".metadata.labels." + POLICY_LABEL.replace(".", "\\.")
+_POLICY_LABEL_PATH = ".metadata.labels." + keys.POLICY_LABEL.replace(".", "\\.")
 
 PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
     "Workload": [
@@ -32,7 +31,7 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         {
             "name": "Status",
             "type": "string",
-            "jsonPath": '.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].reason',
+            "jsonPath": f'.status.conditions[?(@.type=="{keys.INITIALLY_SCHEDULED}")].reason',
         },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
@@ -82,7 +81,7 @@ def crd(model: type[schema.Model], *, status: bool) -> dict[str, Any]:
     kind = model.__name__
     plural = kind.lower() + "s"
     version: dict[str, Any] = {
-        "name": schema.VERSION,
+        "name": keys.VERSION,
         "served": True,
         "storage": True,
         "schema": {"openAPIV3Schema": openapi_schema(model)},
@@ -93,9 +92,9 @@ def crd(model: type[schema.Model], *, status: bool) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{schema.GROUP}"},
+        "metadata": {"name": f"{plural}.{keys.GROUP}"},
         "spec": {
-            "group": schema.GROUP,
+            "group": keys.GROUP,
             "scope": "Namespaced",
             "names": {
                 "kind": kind,
@@ -113,8 +112,8 @@ def crd(model: type[schema.Model], *, status: bool) -> dict[str, Any]:
 def all_crds() -> dict[str, dict[str, Any]]:
     """File name -> CRD, as checked in under `crds/`."""
     return {
-        f"{schema.GROUP}_workloads.yaml": crd(schema.Workload, status=False),
-        f"{schema.GROUP}_podgroups.yaml": crd(schema.PodGroup, status=True),
+        f"{keys.GROUP}_workloads.yaml": crd(schema.Workload, status=False),
+        f"{keys.GROUP}_podgroups.yaml": crd(schema.PodGroup, status=True),
     }
 
 

@@ -14,9 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-GROUP = "scheduling.phalanx.dev"
-VERSION = "v1beta1"
-API_VERSION = f"{GROUP}/{VERSION}"
+from phalanx.api.keys import API_VERSION
 
 IMMUTABLE = {"rule": "self == oldSelf", "message": "field is immutable"}
 
@@ -87,9 +85,7 @@ class TypedLocalObjectReference(Model):
 class PodGroupTemplate(Model):
     name: str = Field(min_length=1, max_length=63)
     scheduling_policy: PodGroupSchedulingPolicy
-    scheduling_constraints: PodGroupSchedulingConstraints | None = Field(
-        default=None, json_schema_extra=_rules(IMMUTABLE)
-    )
+    scheduling_constraints: PodGroupSchedulingConstraints | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
     disruption_mode: DisruptionMode | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
     priority_class_name: str | None = Field(default=None, max_length=253, json_schema_extra=_rules(IMMUTABLE))
     priority: int | None = Field(default=None, le=1_000_000_000, json_schema_extra=_rules(IMMUTABLE))
@@ -130,15 +126,11 @@ class WorkloadReference(Model):
 class PodGroupSpec(Model):
     workload_ref: WorkloadReference | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
     scheduling_policy: PodGroupSchedulingPolicy
-    scheduling_constraints: PodGroupSchedulingConstraints | None = Field(
-        default=None, json_schema_extra=_rules(IMMUTABLE)
-    )
+    scheduling_constraints: PodGroupSchedulingConstraints | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
     disruption_mode: DisruptionMode = Field(json_schema_extra=_rules(IMMUTABLE))
     priority_class_name: str | None = Field(default=None, max_length=253, json_schema_extra=_rules(IMMUTABLE))
     priority: int | None = Field(default=None, le=1_000_000_000, json_schema_extra=_rules(IMMUTABLE))
-    preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = Field(
-        default=None, json_schema_extra=_rules(IMMUTABLE)
-    )
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
 
 
 class Condition(Model):

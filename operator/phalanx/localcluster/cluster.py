@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -46,7 +46,7 @@ class ClusterSpec:
     gpus_per_worker: int = 2
     control_plane_node: bool = True
     upstream_gang: bool = False
-    node_shape: fakegpu.NodeShape = fakegpu.NodeShape()
+    node_shape: fakegpu.NodeShape = field(default_factory=fakegpu.NodeShape)
 
     @property
     def node_count(self) -> int:
@@ -57,9 +57,7 @@ def build_binaries() -> Path:
     """Build (once; cached by version) and return the directory of the control-plane binaries."""
     env = dict(os.environ, KUBE_VERSION=KUBE_VERSION, ETCD_VERSION=ETCD_VERSION, KWOK_VERSION=KWOK_VERSION)
     env["PHALANX_CACHE"] = str(cache_dir())
-    out = subprocess.run(
-        ["bash", str(HERE / "build-kube.sh")], env=env, check=True, stdout=subprocess.PIPE, text=True
-    )
+    out = subprocess.run(["bash", str(HERE / "build-kube.sh")], env=env, check=True, stdout=subprocess.PIPE, text=True)
     return Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -111,18 +109,29 @@ class LocalCluster:
         if self.exists():
             self._kwokctl(env, "delete", "cluster")
         args = [
-            "create", "cluster",
-            "--runtime", "binary",
-            "--kubeconfig", str(self.kubeconfig),
-            "--config", str(HERE / "kwokctl.yaml"),
-            "--config", str(HERE / "stages.yaml"),
-            "--kube-apiserver-binary", env["KWOK_KUBE_APISERVER_BINARY"],
-            "--kube-controller-manager-binary", env["KWOK_KUBE_CONTROLLER_MANAGER_BINARY"],
-            "--kube-scheduler-binary", env["KWOK_KUBE_SCHEDULER_BINARY"],
-            "--etcd-binary", env["KWOK_ETCD_BINARY"],
-            "--kwok-controller-binary", env["KWOK_CONTROLLER_BINARY"],
-            "--wait", "3m",
-        ]  # fmt: skip
+            "create",
+            "cluster",
+            "--runtime",
+            "binary",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--config",
+            str(HERE / "kwokctl.yaml"),
+            "--config",
+            str(HERE / "stages.yaml"),
+            "--kube-apiserver-binary",
+            env["KWOK_KUBE_APISERVER_BINARY"],
+            "--kube-controller-manager-binary",
+            env["KWOK_KUBE_CONTROLLER_MANAGER_BINARY"],
+            "--kube-scheduler-binary",
+            env["KWOK_KUBE_SCHEDULER_BINARY"],
+            "--etcd-binary",
+            env["KWOK_ETCD_BINARY"],
+            "--kwok-controller-binary",
+            env["KWOK_CONTROLLER_BINARY"],
+            "--wait",
+            "3m",
+        ]
         if self.spec.upstream_gang:
             args += ["--kube-feature-gates", UPSTREAM_GANG_GATES, "--kube-runtime-config", UPSTREAM_GANG_RUNTIME_CONFIG]
         self._kwokctl(env, *args)
@@ -137,9 +146,7 @@ class LocalCluster:
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = self._env()
-        return subprocess.run(
-            [env["KWOK_KUBECTL_BINARY"], *args], env=env, input=stdin, text=True, capture_output=True, check=check
-        )
+        return subprocess.run([env["KWOK_KUBECTL_BINARY"], *args], env=env, input=stdin, text=True, capture_output=True, check=check)
 
     def service_account_kubeconfig(self, namespace: str, name: str, *, duration: str = "24h") -> Path:
         """A kubeconfig that authenticates as a ServiceAccount through a TokenRequest token."""
@@ -205,9 +212,7 @@ async def _wait_nodes_ready(core: client.CoreV1Api, count: int, timeout: float =
     deadline = time.monotonic() + timeout
     while True:
         nodes = (await core.list_node()).items
-        ready = [
-            n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
-        ]
+        ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))]
         if len(ready) >= count:
             return
         if time.monotonic() > deadline:

@@ -84,9 +84,7 @@ def resource_slice(node_name: str, node_uid: str, devices: int) -> dict[str, Any
         "kind": "ResourceSlice",
         "metadata": {
             "name": f"{node_name}-{DRIVER}",
-            "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
-            ],
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}],
         },
         "spec": {
             "driver": DRIVER,
@@ -97,9 +95,7 @@ def resource_slice(node_name: str, node_uid: str, devices: int) -> dict[str, Any
     }
 
 
-async def publish(
-    api: client.ApiClient, *, workers: int, gpus_per_worker: int, control_plane: bool, shape: NodeShape
-) -> None:
+async def publish(api: client.ApiClient, *, workers: int, gpus_per_worker: int, control_plane: bool, shape: NodeShape) -> None:
     """Create the nodes, the DeviceClass and one slice per worker; safe to call again."""
     core = client.CoreV1Api(api)
     resource = client.ResourceV1Api(api)

@@ -26,11 +26,7 @@ _PROBE_JOB = {
     "apiVersion": "batch/v1",
     "kind": "Job",
     "metadata": {"name": "readiness-probe", "annotations": {"scheduling.phalanx.dev/min-count": "1"}},
-    "spec": {
-        "template": {
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}
-        }
-    },
+    "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}},
 }
 
 
@@ -71,15 +67,24 @@ def start(cluster: LocalCluster, repo: Path, *, extra_args: tuple[str, ...] = ()
     log = Path(tempfile.mkstemp(prefix=f"phalanx-operator-{cluster.spec.name}-", suffix=".log")[1])
     webhook_port, metrics_port = free_port(), free_port()
     args = [
-        sys.executable, "-m", "phalanx", "run",
-        "--namespace", NAMESPACE,
-        "--webhook-listen", "127.0.0.1",
-        "--webhook-host", "127.0.0.1",
-        "--webhook-port", str(webhook_port),
-        "--liveness", f"http://127.0.0.1:{free_port()}/healthz",
-        "--metrics-port", str(metrics_port),
+        sys.executable,
+        "-m",
+        "phalanx",
+        "run",
+        "--namespace",
+        NAMESPACE,
+        "--webhook-listen",
+        "127.0.0.1",
+        "--webhook-host",
+        "127.0.0.1",
+        "--webhook-port",
+        str(webhook_port),
+        "--liveness",
+        f"http://127.0.0.1:{free_port()}/healthz",
+        "--metrics-port",
+        str(metrics_port),
         *extra_args,
-    ]  # fmt: skip
+    ]
     with log.open("wb") as out:
         process = subprocess.Popen(
             args, env=dict(os.environ, KUBECONFIG=str(kubeconfig)), stdout=out, stderr=subprocess.STDOUT, start_new_session=True

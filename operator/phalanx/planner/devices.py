@@ -17,7 +17,7 @@ from typing import Any
 import cel
 
 from phalanx.planner import quantity
-from phalanx.planner.snapshot import Claim, Device, DeviceClass, DeviceId, DeviceRequest
+from phalanx.planner.model import Claim, Device, DeviceClass, DeviceId, DeviceRequest
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,7 @@ class DeviceMatcher:
         return verdict
 
     def eligible(self, device: Device, device_class: DeviceClass, request: DeviceRequest) -> bool:
-        return all(self.matches(e, device) for e in device_class.selectors) and all(
-            self.matches(e, device) for e in request.selectors
-        )
+        return all(self.matches(e, device) for e in device_class.selectors) and all(self.matches(e, device) for e in request.selectors)
 
 
 def _cel_device(device: Device) -> dict[str, Any]:

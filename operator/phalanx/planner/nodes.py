@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from phalanx.planner.snapshot import Member, Node, Requirement, SelectorTerm, Taint, Toleration
+from phalanx.planner.model import Member, Node, Requirement, SelectorTerm, Taint, Toleration
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 

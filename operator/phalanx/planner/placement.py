@@ -3,7 +3,7 @@
 `plan(snapshot, group)` returns `Fits` (pod -> node, claim -> devices) or
 `Short` (how many members fit and what is short, by how much). The caller's
 reaction: on `Fits`, reserve the claims and release the pods as a unit; on
-`Short`, report it, try preemption, and plan again when the cluster changes.
+`Short`, report it and plan again when the cluster changes.
 
 Search: a greedy first-fit in packing order (nodes this plan already uses,
 then the busiest), which settles the common case of identical members in one
@@ -22,7 +22,7 @@ from typing import Any
 
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner.devices import DeviceMatcher, Result, allocate
-from phalanx.planner.snapshot import Claim, ClaimKey, Device, DeviceId, Group, Member, Node, Snapshot
+from phalanx.planner.model import Claim, ClaimKey, Device, DeviceId, Group, Member, Node, Snapshot
 
 DEFAULT_BUDGET = 20_000
 
@@ -109,9 +109,7 @@ class _Planner:
         users = Counter((m.namespace, c) for m in group.members for c in m.claims)
         self._alone = {
             m.uid: all(
-                users[(m.namespace, c)] == 1
-                and (claim := snapshot.claims.get((m.namespace, c))) is not None
-                and claim.allocated is None
+                users[(m.namespace, c)] == 1 and (claim := snapshot.claims.get((m.namespace, c))) is not None and claim.allocated is None
                 for c in m.claims
             )
             for m in group.members
@@ -125,9 +123,7 @@ class _Planner:
         found = self._reach.get(node.name)
         if found is None:
             network = [
-                d
-                for d in self._network
-                if d.all_nodes or (d.node_selector is not None and nodefilter.matches_terms(node, d.node_selector))
+                d for d in self._network if d.all_nodes or (d.node_selector is not None and nodefilter.matches_terms(node, d.node_selector))
             ]
             found = self._reach[node.name] = self._local.get(node.name, []) + network
         return found
@@ -139,9 +135,7 @@ class _Planner:
         return self._eligible[key]
 
     def initial_state(self) -> _State:
-        free = {
-            n.name: Counter({k: v - n.requested.get(k, 0) for k, v in n.allocatable.items()}) for n in self.snapshot.nodes
-        }
+        free = {n.name: Counter({k: v - n.requested.get(k, 0) for k, v in n.allocatable.items()}) for n in self.snapshot.nodes}
         return _State(free=free, taken=set(self.snapshot.held))
 
     def try_place(self, state: _State, member: Member, node: Node) -> list[ClaimPlan] | None:

@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from phalanx.api.schema import GROUP, VERSION
+from phalanx.api.keys import GROUP, VERSION
 
 
 async def _json_or_none(response: Any) -> dict[str, Any] | None:
@@ -75,9 +75,16 @@ class Kube:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name, "namespace": namespace}, "status": status}
         try:
             await self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, plural, name, body,
-                field_manager=manager, force=True, _content_type="application/apply-patch+yaml",
-            )  # fmt: skip
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                body,
+                field_manager=manager,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -117,9 +124,7 @@ class Kube:
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         """Delete exactly this pod (uid precondition); False when it is already gone."""
         try:
-            response = await self.core.delete_namespaced_pod(
-                name, namespace, body={"preconditions": {"uid": uid}}, _preload_content=False
-            )
+            response = await self.core.delete_namespaced_pod(name, namespace, body={"preconditions": {"uid": uid}}, _preload_content=False)
             response.release()
         except ApiException as exc:
             if exc.status in (404, 409):
@@ -130,7 +135,7 @@ class Kube:
     async def event(self, obj: dict[str, Any], *, type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on `obj`, as `kubectl describe` shows them."""
         meta = obj["metadata"]
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         body = {
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
             "involvedObject": {
@@ -169,6 +174,4 @@ class Kube:
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            await patch(
-                body["metadata"]["name"], {"webhooks": body["webhooks"]}, _content_type="application/merge-patch+json"
-            )
+            await patch(body["metadata"]["name"], {"webhooks": body["webhooks"]}, _content_type="application/merge-patch+json")

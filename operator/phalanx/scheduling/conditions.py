@@ -5,12 +5,11 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
-GATED = "PodsGated"
+from phalanx.api.keys import INITIALLY_SCHEDULED
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def condition(type_: str, status: bool, reason: str, message: str, generation: int | None = None) -> dict[str, Any]:

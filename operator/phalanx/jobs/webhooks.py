@@ -6,9 +6,9 @@ from typing import Any
 
 import kopf
 
-from phalanx import admission
-from phalanx.api import gang
-from phalanx.webhooks import MUTATE_ID, VALIDATE_ID
+from phalanx.api.intent import GangSpecError
+from phalanx.jobs import admission
+from phalanx.jobs.webhook_config import MUTATE_ID, VALIDATE_ID
 
 
 @kopf.on.mutate("batch", "v1", "jobs", id=MUTATE_ID, operations=["CREATE", "UPDATE"])
@@ -20,7 +20,7 @@ def mutate_job(body: Any, old: Any, patch: kopf.Patch, warnings: list[str], memo
             gang_default_mode=memo.config.gang_disruption_mode,
             field_dropped=memo.config.job_scheduling_dropped,
         )
-    except gang.GangSpecError as exc:
+    except GangSpecError as exc:
         raise kopf.AdmissionError(str(exc), code=422) from None
     _merge_into(patch, mutation.patch)
     warnings.extend(mutation.warnings)
@@ -30,7 +30,7 @@ def mutate_job(body: Any, old: Any, patch: kopf.Patch, warnings: list[str], memo
 def validate_job(body: Any, old: Any, **_: Any) -> None:
     try:
         admission.validate_job(dict(body), dict(old) if old is not None else None)
-    except gang.GangSpecError as exc:
+    except GangSpecError as exc:
         raise kopf.AdmissionError(str(exc), code=422) from None
 
 

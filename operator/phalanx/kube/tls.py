@@ -31,7 +31,7 @@ class ServingCert:
 def generate(directory: Path, hosts: list[str]) -> ServingCert:
     """A fresh CA and a certificate for `hosts` (DNS names or IPs), written under `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "phalanx-webhook-ca")])
     ca = (
@@ -68,9 +68,7 @@ def generate(directory: Path, hosts: list[str]) -> ServingCert:
     cert_file, key_file = directory / "tls.crt", directory / "tls.key"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_file.touch(mode=0o600)
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
     ca_pem = ca.public_bytes(serialization.Encoding.PEM)
     (directory / "ca.crt").write_bytes(ca_pem)
     return ServingCert(ca_pem=ca_pem, cert_file=cert_file, key_file=key_file)
@@ -78,6 +76,4 @@ def generate(directory: Path, hosts: list[str]) -> ServingCert:
 
 def load(directory: Path) -> ServingCert:
     """User-supplied files: tls.crt, tls.key and ca.crt (the layout of a cert-manager Secret)."""
-    return ServingCert(
-        ca_pem=(directory / "ca.crt").read_bytes(), cert_file=directory / "tls.crt", key_file=directory / "tls.key"
-    )
+    return ServingCert(ca_pem=(directory / "ca.crt").read_bytes(), cert_file=directory / "tls.crt", key_file=directory / "tls.key")

@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from phalanx.api import gang
+from phalanx.api import keys
 from phalanx.planner import quantity
-from phalanx.planner.snapshot import (
+from phalanx.planner.model import (
     Claim,
     Device,
     DeviceClass,
@@ -32,16 +32,13 @@ from phalanx.planner.snapshot import (
     frozen_map,
 )
 
-PINNED_NODE = f"{gang.GROUP}/node"
-"""Annotation Phalanx sets on a pod it pinned, so the node counts it before the scheduler binds it."""
-
 
 def terminal(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def gated(pod: Mapping[str, Any]) -> bool:
-    return any(g.get("name") == gang.SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or [])
+    return any(g.get("name") == keys.SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or [])
 
 
 def placed_on(pod: Mapping[str, Any]) -> str | None:
@@ -50,7 +47,7 @@ def placed_on(pod: Mapping[str, Any]) -> str | None:
     if node:
         return node
     if not gated(pod):
-        return (pod["metadata"].get("annotations") or {}).get(PINNED_NODE)
+        return (pod["metadata"].get("annotations") or {}).get(keys.PINNED_NODE)
     return None
 
 
@@ -228,7 +225,6 @@ def build(
     slices: Iterable[Mapping[str, Any]],
     claims: Iterable[Mapping[str, Any]],
     classes: Iterable[Mapping[str, Any]],
-    in_flight: Iterable[DeviceId] = (),
 ) -> Snapshot:
     requested: dict[str, Counter[str]] = {}
     for pod in pods:
@@ -240,7 +236,6 @@ def build(
         counter["pods"] += 1
     claim_objs = [claim(c) for c in claims]
     held = {d for c in claim_objs for d in (c.allocated or ())}
-    held.update(in_flight)
     return Snapshot(
         nodes=tuple(node(n, requested.get(n["metadata"]["name"], Counter())) for n in nodes),
         devices=tuple(devices(slices)),

@@ -1,7 +1,7 @@
 """The immutable cluster snapshot the planner decides on, and the group it places.
 
-Plain frozen dataclasses: built once per cycle at the edge (`phalanx.view`),
-never changed by the planner (a test proves it), cheap to hash and compare.
+Plain frozen dataclasses, built once per cycle at the edge
+(`phalanx.scheduling.inputs`): the types forbid the planner to change them.
 """
 
 from __future__ import annotations

@@ -9,10 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api import gang, naming, schema
-from phalanx.api.crdgen import POLICY_LABEL
-
-JOB_NAME_LABEL = f"{schema.GROUP}/job-name"
+from phalanx.api import keys, naming, schema
+from phalanx.api.intent import GangIntent, from_annotations
 
 
 @dataclass(frozen=True)
@@ -24,7 +22,7 @@ class GangSource:
     namespace: str
     name: str
     uid: str
-    intent: gang.GangIntent
+    intent: GangIntent
     parallelism: int | None
     priority_class_name: str | None
     gated: bool
@@ -52,7 +50,7 @@ class GangSource:
 def from_job(job: dict[str, Any]) -> GangSource | None:
     """None for a Job that does not ask for gang scheduling. Raises GangSpecError on bad annotations."""
     meta = job["metadata"]
-    intent = gang.from_annotations(meta.get("annotations"))
+    intent = from_annotations(meta.get("annotations"))
     if intent is None:
         return None
     spec = job.get("spec") or {}
@@ -66,7 +64,7 @@ def from_job(job: dict[str, Any]) -> GangSource | None:
         intent=intent,
         parallelism=spec.get("parallelism"),
         priority_class_name=pod_spec.get("priorityClassName"),
-        gated=any(g.get("name") == gang.SCHEDULING_GATE for g in pod_spec.get("schedulingGates") or []),
+        gated=any(g.get("name") == keys.SCHEDULING_GATE for g in pod_spec.get("schedulingGates") or []),
     )
 
 
@@ -88,7 +86,7 @@ def _constraints(source: GangSource) -> schema.PodGroupSchedulingConstraints | N
 
 
 def _labels(source: GangSource) -> dict[str, str]:
-    return {JOB_NAME_LABEL: source.name, POLICY_LABEL: source.intent.policy.capitalize()}
+    return {keys.JOB_NAME_LABEL: source.name, keys.POLICY_LABEL: source.intent.policy.capitalize()}
 
 
 def workload(source: GangSource) -> schema.Workload:

@@ -17,24 +17,22 @@ Cycles run on every watch change (coalesced) and at least every few seconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from phalanx import metrics, snapshots, status
-from phalanx.api import schema
-from phalanx.kube import Kube
+from phalanx.api import keys, schema
+from phalanx.kube.client import Kube
+from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, plan
-from phalanx.planner.snapshot import Group
-from phalanx.release import Releaser, ReleaseAborted
-from phalanx.view import ClusterView
+from phalanx.planner.model import Group
+from phalanx.scheduling import conditions, inputs, metrics, repair
+from phalanx.scheduling.reserve import ReleaseAborted, Releaser
 
 logger = logging.getLogger(__name__)
-
-JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
-MANAGER = "phalanx-release-loop"
 
 
 def _owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
@@ -56,7 +54,7 @@ def _min_count(pod_group: Mapping[str, Any]) -> int:
     return int(gang_policy["minCount"]) if gang_policy else 1
 
 
-class ReleaseLoop:
+class SchedulingLoop:
     def __init__(self, kube: Kube, view: ClusterView, *, period: float = 5.0, settle: float = 0.5) -> None:
         self.kube = kube
         self.view = view
@@ -68,10 +66,8 @@ class ReleaseLoop:
 
     async def run(self) -> None:
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.view.changed.wait(), timeout=self.period)
-            except asyncio.TimeoutError:
-                pass
             self.view.changed.clear()
             try:
                 await self.cycle()
@@ -85,8 +81,8 @@ class ReleaseLoop:
         await self._repair_double_allocations()
         pods_by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in self.view.pods.items():
-            job_uid = (pod["metadata"].get("labels") or {}).get(JOB_UID_LABEL)
-            if job_uid and not snapshots.terminal(pod) and not pod["metadata"].get("deletionTimestamp"):
+            job_uid = (pod["metadata"].get("labels") or {}).get(keys.JOB_UID_LABEL)
+            if job_uid and not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp"):
                 pods_by_job[job_uid].append(pod)
         for pod_group in sorted(self.view.podgroups.items(), key=self._order):
             job_uid = _owner_uid(pod_group, "Job")
@@ -109,12 +105,12 @@ class ReleaseLoop:
             await self._resume(pod_group, reservation)
             return
         bound = [p for p in pods if p["spec"].get("nodeName")]
-        waiting = [p for p in pods if snapshots.gated(p)]
+        waiting = [p for p in pods if inputs.gated(p)]
         await self._counters(pod_group, len(pods), len(bound))
         if pod_group["spec"]["schedulingPolicy"].get("basic") is not None:
             await self._release_each(pod_group, waiting)
             return
-        scheduled = _condition(pod_group, status.INITIALLY_SCHEDULED)
+        scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
         if scheduled is not None and scheduled["status"] == "True":
             await self._release_each(pod_group, waiting)
             return
@@ -128,22 +124,24 @@ class ReleaseLoop:
             return
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) < min_count:
-            await self._set(pod_group, False, "Pending", f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims")
+            await self._set(
+                pod_group, False, "Pending", f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims"
+            )
             return
         await self._attempt(pod_group, ready, min_count)
 
     def _claims_ready(self, pod: Mapping[str, Any]) -> bool:
-        names = snapshots.claim_names(pod)
+        names = inputs.claim_names(pod)
         return names is not None and all(self.view.claims.get(pod["metadata"]["namespace"], n) for n in names)
 
     def _snapshot(self) -> Any:
-        return snapshots.build(
+        return inputs.build(
             self.view.nodes.items(), self.view.pods.items(), self.view.slices.items(), self.view.claims.items(), self.view.classes.items()
         )
 
     def _group(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]], min_count: int) -> Group:
         topology = (pod_group["spec"].get("schedulingConstraints") or {}).get("topology") or []
-        members = tuple(snapshots.member(p, snapshots.claim_names(p) or ()) for p in pods)
+        members = tuple(inputs.member(p, inputs.claim_names(p) or ()) for p in pods)
         return Group(
             pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], min_count, members, topology[0]["key"] if topology else None
         )
@@ -194,33 +192,14 @@ class ReleaseLoop:
             await self._event(pod_group, "Warning", "ReservationRolledBack", f"unfinished reservation undone: {exc}")
 
     async def _repair_double_allocations(self) -> None:
-        """A device held twice: the race window outlived the fresh-read check, or a repair left a hole."""
-        holders: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-        for claim in self.view.claims.items():
-            for device in snapshots.allocated_ids(claim) or ():
-                holders[device].append(claim)
-        reserved = set()
-        for pod_group in self.view.podgroups.items():
-            raw = (pod_group.get("status") or {}).get("reservation")
-            for c in (raw or {}).get("claims") or []:
-                reserved.add((pod_group["metadata"]["namespace"], c["name"]))
-        for device, claims in holders.items():
-            if len(claims) < 2:
-                continue
-            ours = [c for c in claims if (c["metadata"]["namespace"], c["metadata"]["name"]) in reserved]
-            # One holder keeps the device: Phalanx's reservation if there is one, else the oldest
-            # claim. Every other holder goes; its controller, if any, makes a new pod.
-            keep = ours or sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp", ""), c["metadata"]["name"]))[:1]
-            for intruder in claims:
-                if intruder in keep or intruder["metadata"]["uid"] in self._evicted:
+        for conflict in repair.double_allocations(self.view.claims.items(), repair.reserved_claims(self.view.podgroups.items())):
+            for intruder in conflict.intruders:
+                if intruder["metadata"]["uid"] in self._evicted:
                     continue
                 self._evicted.add(intruder["metadata"]["uid"])
                 metrics.CONFLICTS.labels(stage="after-release").inc()
                 logger.warning(
-                    "device %s held by %s; evicting the holders of %s",
-                    device,
-                    ", ".join(c["metadata"]["name"] + (" (reserved by Phalanx)" if c in ours else "") for c in claims),
-                    intruder["metadata"]["name"],
+                    "device %s held by %s; evicting the holders of %s", conflict.device, conflict.holders, intruder["metadata"]["name"]
                 )
                 await self.releaser.evict_holders(intruder)
 
@@ -229,7 +208,10 @@ class ReleaseLoop:
         if current.get("members") == members and current.get("bound") == bound:
             return
         await self.kube.patch_custom(
-            "podgroups", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"status": {"members": members, "bound": bound}},
+            "podgroups",
+            pod_group["metadata"]["namespace"],
+            pod_group["metadata"]["name"],
+            {"status": {"members": members, "bound": bound}},
             status=True,
         )
 
@@ -238,15 +220,15 @@ class ReleaseLoop:
         if self._written.get(uid) == (ok, reason, message):
             return  # our last write has not reached the watch yet
         existing = (pod_group.get("status") or {}).get("conditions") or []
-        new = status.condition(status.INITIALLY_SCHEDULED, ok, reason, message, pod_group["metadata"].get("generation"))
-        merged = status.merged(existing, new)
+        new = conditions.condition(keys.INITIALLY_SCHEDULED, ok, reason, message, pod_group["metadata"].get("generation"))
+        merged = conditions.merged(existing, new)
         if merged is None:
             self._written[uid] = (ok, reason, message)
             return
         logger.info("%s/%s: %s %s", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], reason, message)
-        (current,) = [c for c in merged if c["type"] == status.INITIALLY_SCHEDULED]
+        (current,) = [c for c in merged if c["type"] == keys.INITIALLY_SCHEDULED]
         await self.kube.apply_status(
-            "PodGroup", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"conditions": [current]}, MANAGER
+            "PodGroup", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"conditions": [current]}, keys.SCHEDULING_LOOP
         )
         self._written[uid] = (ok, reason, message)
         if warn or ok:
@@ -255,7 +237,7 @@ class ReleaseLoop:
     async def _event(self, pod_group: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         ref = {"apiVersion": schema.API_VERSION, "kind": "PodGroup", "metadata": pod_group["metadata"]}
         await self.kube.event(ref, type_=type_, reason=reason, message=message)
-        job_name = (pod_group["metadata"].get("labels") or {}).get(f"{schema.GROUP}/job-name")
+        job_name = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
         job_uid = _owner_uid(pod_group, "Job")
         if job_name and job_uid:
             job_ref = {

@@ -6,9 +6,7 @@ from prometheus_client import Counter, Histogram
 
 BUCKETS = tuple(0.001 * 2**i for i in range(15))  # upstream: ExponentialBuckets(0.001, 2, 15)
 
-SCHEDULE_ATTEMPTS = Counter(
-    "phalanx_podgroup_schedule_attempts_total", "Planning attempts for a pod group, by result.", ["result"]
-)
+SCHEDULE_ATTEMPTS = Counter("phalanx_podgroup_schedule_attempts_total", "Planning attempts for a pod group, by result.", ["result"])
 ATTEMPT_DURATION = Histogram(
     "phalanx_podgroup_scheduling_attempt_duration_seconds",
     "End-to-end duration of an attempt: plan, reserve, verify, pin and release.",
@@ -25,6 +23,4 @@ CONFLICTS = Counter(
 )
 ROLLBACKS = Counter("phalanx_reservation_rollbacks_total", "Reservations undone before their gang was released.")
 RELEASED_PODS = Counter("phalanx_released_pods_total", "Pods whose scheduling gate Phalanx lifted.")
-EVICTIONS = Counter(
-    "phalanx_race_evictions_total", "Non-gang pods evicted because kube-scheduler gave them a device Phalanx had reserved."
-)
+EVICTIONS = Counter("phalanx_race_evictions_total", "Non-gang pods evicted because kube-scheduler gave them a device Phalanx had reserved.")

@@ -18,18 +18,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from phalanx.api.schema import GROUP
-
-__all__ = ["GROUP", "GangIntent", "GangSpecError", "FieldError"]
-
-POLICY = f"{GROUP}/policy"
-MIN_COUNT = f"{GROUP}/min-count"
-DISRUPTION_MODE = f"{GROUP}/disruption-mode"
-TOPOLOGY_KEY = f"{GROUP}/topology-key"
-KEYS = (POLICY, MIN_COUNT, DISRUPTION_MODE, TOPOLOGY_KEY)
-
-SCHEDULING_GATE = f"{GROUP}/gang"
-TEMPLATE_LABEL = f"{GROUP}/pod-group-template"
+from phalanx.api.keys import DISRUPTION_MODE, INTENT_ANNOTATIONS, MIN_COUNT, POLICY, TOPOLOGY_KEY
 
 Policy = Literal["gang", "basic"]
 Mode = Literal["single", "all"]
@@ -62,7 +51,7 @@ class GangSpecError(ValueError):
 
 @dataclass(frozen=True)
 class GangIntent:
-    """What the user asked for; `None` fields are defaulted by `resolve`."""
+    """What the user asked for; `None` fields take their defaults (`with_default_mode`, `min_count_for`)."""
 
     policy: Policy
     min_count: int | None = None
@@ -97,7 +86,7 @@ def annotation_path(key: str) -> str:
 def from_annotations(annotations: dict[str, str] | None) -> GangIntent | None:
     """Parse the portable spelling; `None` when the Job asks for nothing."""
     annotations = annotations or {}
-    if not any(k in annotations for k in KEYS):
+    if not any(k in annotations for k in INTENT_ANNOTATIONS):
         return None
     errors: list[FieldError] = []
     policy = annotations.get(POLICY, "gang" if MIN_COUNT in annotations else None)
@@ -111,9 +100,7 @@ def from_annotations(annotations: dict[str, str] | None) -> GangIntent | None:
     if MIN_COUNT in annotations:
         raw = annotations[MIN_COUNT]
         if not re.fullmatch(r"[0-9]+", raw.strip()) or int(raw) > INT32_MAX:
-            errors.append(
-                FieldError(annotation_path(MIN_COUNT), raw, "must be a whole number", "write the gang size as digits, e.g. \"4\"")
-            )
+            errors.append(FieldError(annotation_path(MIN_COUNT), raw, "must be a whole number", 'write the gang size as digits, e.g. "4"'))
         else:
             min_count = int(raw)
     mode = annotations.get(DISRUPTION_MODE)
@@ -141,7 +128,9 @@ def from_job_scheduling(scheduling: dict[str, Any]) -> GangIntent:
         raw = (policy_spec["gang"] or {}).get("minCount")
         if raw is not None and (not isinstance(raw, int) or isinstance(raw, bool) or raw > INT32_MAX):
             errors.append(
-                FieldError("spec.scheduling.schedulingPolicy.gang.minCount", raw, "must be an integer", "write the gang size as a number, e.g. 4")
+                FieldError(
+                    "spec.scheduling.schedulingPolicy.gang.minCount", raw, "must be an integer", "write the gang size as a number, e.g. 4"
+                )
             )
         else:
             min_count = raw
@@ -149,7 +138,9 @@ def from_job_scheduling(scheduling: dict[str, Any]) -> GangIntent:
     modes = [m for m in MODES if mode_spec.get(m) is not None]
     mode: Mode | None = None
     if len(modes) > 1:
-        errors.append(FieldError("spec.scheduling.disruptionMode", mode_spec, "must specify exactly one of: `single`, `all`", "keep one of them"))
+        errors.append(
+            FieldError("spec.scheduling.disruptionMode", mode_spec, "must specify exactly one of: `single`, `all`", "keep one of them")
+        )
     elif modes:
         mode = modes[0]
     topology = (scheduling.get("schedulingConstraints") or {}).get("topology") or []
@@ -163,15 +154,28 @@ def from_job_scheduling(scheduling: dict[str, Any]) -> GangIntent:
     return GangIntent(policy=policy, min_count=min_count, disruption_mode=mode, topology_key=key)
 
 
-def validate(intent: GangIntent, parallelism: int | None, *, spelling: Literal["annotations", "spec"] = "annotations") -> None:
+def validate(intent: GangIntent, parallelism: int | None) -> None:
     """Rules for one Job on create (and for the new state on update)."""
-    paths = _paths(spelling)
+    paths = {
+        "min_count": annotation_path(MIN_COUNT),
+        "disruption_mode": annotation_path(DISRUPTION_MODE),
+        "topology_key": annotation_path(TOPOLOGY_KEY),
+    }
     errors: list[FieldError] = []
     if intent.min_count is not None:
         if intent.policy == "basic":
-            errors.append(FieldError(paths["min_count"], intent.min_count, "minCount only applies to the gang policy", "remove it or set the policy to `gang`"))
+            errors.append(
+                FieldError(
+                    paths["min_count"],
+                    intent.min_count,
+                    "minCount only applies to the gang policy",
+                    "remove it or set the policy to `gang`",
+                )
+            )
         elif intent.min_count < 1:
-            errors.append(FieldError(paths["min_count"], intent.min_count, "must be greater than or equal to 1", "a gang needs at least one pod"))
+            errors.append(
+                FieldError(paths["min_count"], intent.min_count, "must be greater than or equal to 1", "a gang needs at least one pod")
+            )
         elif intent.min_count > (parallelism if parallelism is not None else 1):
             p = parallelism if parallelism is not None else 1
             errors.append(
@@ -193,7 +197,9 @@ def validate(intent: GangIntent, parallelism: int | None, *, spelling: Literal["
         )
     if intent.topology_key is not None and not _is_label_key(intent.topology_key):
         errors.append(
-            FieldError(paths["topology_key"], intent.topology_key, "must be a node label key", "use a key such as topology.kubernetes.io/zone")
+            FieldError(
+                paths["topology_key"], intent.topology_key, "must be a node label key", "use a key such as topology.kubernetes.io/zone"
+            )
         )
     if errors:
         raise GangSpecError(errors)
@@ -234,24 +240,8 @@ def contradictions(annotated: GangIntent, spec: GangIntent) -> list[FieldError]:
     ):
         a, s = getattr(annotated, attr), getattr(spec, attr)
         if a is not None and s is not None and a != s:
-            errors.append(
-                FieldError(annotation_path(key), a, f"contradicts {path} ({json.dumps(s)})", "set the value in one place only")
-            )
+            errors.append(FieldError(annotation_path(key), a, f"contradicts {path} ({json.dumps(s)})", "set the value in one place only"))
     return errors
-
-
-def _paths(spelling: str) -> dict[str, str]:
-    if spelling == "spec":
-        return {
-            "min_count": "spec.scheduling.schedulingPolicy.gang.minCount",
-            "disruption_mode": "spec.scheduling.disruptionMode",
-            "topology_key": "spec.scheduling.schedulingConstraints.topology[0].key",
-        }
-    return {
-        "min_count": annotation_path(MIN_COUNT),
-        "disruption_mode": annotation_path(DISRUPTION_MODE),
-        "topology_key": annotation_path(TOPOLOGY_KEY),
-    }
 
 
 def _is_label_key(key: str) -> bool:

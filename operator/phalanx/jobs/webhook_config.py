@@ -21,11 +21,12 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api.schema import GROUP
+from phalanx.api.keys import GROUP
 
 MUTATE_ID = "job-gang-mutate"
 VALIDATE_ID = "job-gang-validate"
 CONFIGURATION_NAME = f"jobs.{GROUP}"
+
 
 def _gang_annotations(obj: str) -> str:
     """CEL: the object's `scheduling.phalanx.dev/*` annotations as a list of key=value strings."""

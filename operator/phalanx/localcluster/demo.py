@@ -120,7 +120,7 @@ def clean(kubectl: Kubectl, namespace: str, timeout: float = 60) -> None:
 def format_table(rows: Sequence[tuple[str, ...]]) -> str:
     table = [ROW_HEADERS, *rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(ROW_HEADERS))]
-    lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(r, widths)) + " |" for r in table]
+    lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)) + " |" for r in table]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
 

@@ -26,16 +26,14 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from phalanx import metrics
-from phalanx.api import gang, schema
-from phalanx.kube import Kube
+from phalanx.api import keys, schema
+from phalanx.kube.client import Kube
+from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits
-from phalanx.snapshots import PINNED_NODE, allocated_ids
-from phalanx.view import ClusterView
+from phalanx.scheduling import metrics
+from phalanx.scheduling.inputs import allocated_ids
 
 logger = logging.getLogger(__name__)
-
-DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 
 
 class ReleaseAborted(Exception):
@@ -120,12 +118,14 @@ class Releaser:
         pods_of_claim = self._claim_users(namespace, reservation)
         try:
             for claim in reservation.claims:
-                await self._reserve_claim(namespace, claim, pods_of_claim.get(claim.name, []), (configs or {}).get((namespace, claim.name), ()))
+                await self._reserve_claim(
+                    namespace, claim, pods_of_claim.get(claim.name, []), (configs or {}).get((namespace, claim.name), ())
+                )
             await self._await_observed(namespace, reservation)
             await asyncio.sleep(self.settle)
             await self._verify(namespace, reservation)
             pods = [self._pod(namespace, p) for p in reservation.placements]
-            for pod, placement in zip(pods, reservation.placements):
+            for pod, placement in zip(pods, reservation.placements, strict=False):
                 await self._pin(pod, placement.node)
             await self._await_pinned(namespace, reservation)
         except ReleaseAborted as exc:
@@ -139,9 +139,7 @@ class Releaser:
         if record:
             await self._record(pod_group, reservation.model_copy(update={"state": "Released"}))
 
-    async def rollback(
-        self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str, *, record: bool = True
-    ) -> None:
+    async def rollback(self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str, *, record: bool = True) -> None:
         """Clear every allocation this reservation made (and only those), then forget the reservation."""
         namespace = pod_group["metadata"]["namespace"]
         mine = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results}
@@ -150,7 +148,9 @@ class Releaser:
             if obj is None or obj["metadata"]["uid"] != claim.uid or not set(allocated_ids(obj) or ()) <= mine or not allocated_ids(obj):
                 continue
             await self.kube.patch_claim_status(
-                namespace, claim.name, {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": {"allocation": None, "reservedFor": None}}
+                namespace,
+                claim.name,
+                {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": {"allocation": None, "reservedFor": None}},
             )
         metrics.ROLLBACKS.inc()
         logger.warning("rolled back reservation of %s/%s: %s", namespace, pod_group["metadata"]["name"], why)
@@ -160,7 +160,10 @@ class Releaser:
     async def _record(self, pod_group: Mapping[str, Any], reservation: schema.Reservation | None) -> None:
         body = reservation.wire() if reservation is not None else None
         await self.kube.patch_custom(
-            "podgroups", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"status": {"reservation": body}},
+            "podgroups",
+            pod_group["metadata"]["namespace"],
+            pod_group["metadata"]["name"],
+            {"status": {"reservation": body}},
             status=True,
         )
 
@@ -197,14 +200,14 @@ class Releaser:
                 return  # done before a restart
             raise ReleaseAborted(f"claim {claim.name} was allocated elsewhere meanwhile")
         try:
-            if DELETE_PROTECTION not in (obj["metadata"].get("finalizers") or []):
+            if keys.DELETE_PROTECTION not in (obj["metadata"].get("finalizers") or []):
                 obj = await self.kube.patch_claim(
                     namespace,
                     claim.name,
                     {
                         "metadata": {
                             "resourceVersion": obj["metadata"]["resourceVersion"],
-                            "finalizers": [*(obj["metadata"].get("finalizers") or []), DELETE_PROTECTION],
+                            "finalizers": [*(obj["metadata"].get("finalizers") or []), keys.DELETE_PROTECTION],
                         }
                     },
                 )
@@ -236,7 +239,7 @@ class Releaser:
         deadline = time.monotonic() + self.observe_timeout
         while True:
             pods = [self.view.pods.get(namespace, p.name) for p in reservation.placements]
-            if all(p is not None and (p["metadata"].get("annotations") or {}).get(PINNED_NODE) for p in pods):
+            if all(p is not None and (p["metadata"].get("annotations") or {}).get(keys.PINNED_NODE) for p in pods):
                 return
             if time.monotonic() > deadline:
                 raise ReleaseAborted("our pod pins did not show up in the watch in time")
@@ -279,14 +282,14 @@ class Releaser:
 
     async def _pin(self, pod: Mapping[str, Any], node: str) -> None:
         annotations = pod["metadata"].get("annotations") or {}
-        if annotations.get(PINNED_NODE) == node:
+        if annotations.get(keys.PINNED_NODE) == node:
             return
         try:
             await self.kube.patch_pod(
                 pod["metadata"]["namespace"],
                 pod["metadata"]["name"],
                 {
-                    "metadata": {"annotations": {PINNED_NODE: node}},
+                    "metadata": {"annotations": {keys.PINNED_NODE: node}},
                     "spec": {"affinity": pinned_affinity(pod, node)},
                 },
             )
@@ -297,7 +300,7 @@ class Releaser:
 
     async def _lift_gate(self, pod: Mapping[str, Any]) -> None:
         gates = pod["spec"].get("schedulingGates") or []
-        remaining = [g for g in gates if g.get("name") != gang.SCHEDULING_GATE]
+        remaining = [g for g in gates if g.get("name") != keys.SCHEDULING_GATE]
         if len(remaining) == len(gates):
             return
         try:

@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from phalanx.api.schema import GROUP, VERSION
+from phalanx.api.keys import GROUP, VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +72,7 @@ class Informer:
 
     async def _watch(self, version: str) -> None:
         async with watch.Watch(return_type="object") as stream:
-            async for event in stream.stream(
-                self._list, resource_version=version, timeout_seconds=300, allow_watch_bookmarks=True
-            ):
+            async for event in stream.stream(self._list, resource_version=version, timeout_seconds=300, allow_watch_bookmarks=True):
                 kind, obj = _event(event)
                 if kind == "BOOKMARK" or obj is None:
                     continue

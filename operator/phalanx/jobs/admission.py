@@ -13,7 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from phalanx.api import gang
+from phalanx.api import keys
+from phalanx.api.intent import (
+    GangIntent,
+    GangSpecError,
+    Mode,
+    contradictions,
+    from_annotations,
+    from_job_scheduling,
+    validate,
+    validate_update,
+)
 from phalanx.api.naming import template_name
 
 
@@ -25,9 +35,7 @@ class Mutation:
     warnings: tuple[str, ...] = ()
 
 
-def mutate_job(
-    job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_mode: gang.Mode, field_dropped: bool | None
-) -> Mutation:
+def mutate_job(job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_mode: Mode, field_dropped: bool | None) -> Mutation:
     """Normalise the gang intent into annotations; on create, gate and label the pod template.
 
     `field_dropped` says whether this API server drops `spec.scheduling`
@@ -35,16 +43,16 @@ def mutate_job(
     """
     metadata = job.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
-    annotated = gang.from_annotations(annotations)
+    annotated = from_annotations(annotations)
     scheduling = (job.get("spec") or {}).get("scheduling")
-    from_spec = gang.from_job_scheduling(scheduling) if scheduling else None
+    from_spec = from_job_scheduling(scheduling) if scheduling else None
     intent = _merge(annotated, from_spec, old is not None)
     if intent is None:
         return Mutation()
     if old is None:
         intent = intent.with_default_mode(gang_default_mode)
     else:
-        previous = gang.from_annotations((old.get("metadata") or {}).get("annotations"))
+        previous = from_annotations((old.get("metadata") or {}).get("annotations"))
         if previous is not None and intent.disruption_mode is None:
             intent = replace(intent, disruption_mode=previous.disruption_mode)
     patch: dict[str, Any] = {}
@@ -60,24 +68,24 @@ def mutate_job(
 
 
 def validate_job(job: dict[str, Any], old: dict[str, Any] | None) -> None:
-    """Raise `gang.GangSpecError` when the Job's gang intent breaks a rule."""
-    new_intent = gang.from_annotations((job.get("metadata") or {}).get("annotations"))
+    """Raise `GangSpecError` when the Job's gang intent breaks a rule."""
+    new_intent = from_annotations((job.get("metadata") or {}).get("annotations"))
     if old is not None:
-        old_intent = gang.from_annotations((old.get("metadata") or {}).get("annotations"))
-        gang.validate_update(old_intent, new_intent)
+        old_intent = from_annotations((old.get("metadata") or {}).get("annotations"))
+        validate_update(old_intent, new_intent)
     if new_intent is not None:
-        gang.validate(new_intent, (job.get("spec") or {}).get("parallelism"))
+        validate(new_intent, (job.get("spec") or {}).get("parallelism"))
 
 
-def _merge(annotated: gang.GangIntent | None, from_spec: gang.GangIntent | None, updating: bool) -> gang.GangIntent | None:
+def _merge(annotated: GangIntent | None, from_spec: GangIntent | None, updating: bool) -> GangIntent | None:
     if annotated is None or from_spec is None:
         return from_spec or annotated
     if updating:
         return from_spec
-    errors = gang.contradictions(annotated, from_spec)
+    errors = contradictions(annotated, from_spec)
     if errors:
-        raise gang.GangSpecError(errors)
-    return gang.GangIntent(
+        raise GangSpecError(errors)
+    return GangIntent(
         policy=from_spec.policy,
         min_count=from_spec.min_count if from_spec.min_count is not None else annotated.min_count,
         disruption_mode=from_spec.disruption_mode or annotated.disruption_mode,
@@ -88,13 +96,13 @@ def _merge(annotated: gang.GangIntent | None, from_spec: gang.GangIntent | None,
 def _gated_template(job: dict[str, Any], template: str) -> dict[str, Any]:
     pod_template = (job.get("spec") or {}).get("template") or {}
     gates = list((pod_template.get("spec") or {}).get("schedulingGates") or [])
-    if not any(g.get("name") == gang.SCHEDULING_GATE for g in gates):
-        gates.append({"name": gang.SCHEDULING_GATE})
-    return {"metadata": {"labels": {gang.TEMPLATE_LABEL: template}}, "spec": {"schedulingGates": gates}}
+    if not any(g.get("name") == keys.SCHEDULING_GATE for g in gates):
+        gates.append({"name": keys.SCHEDULING_GATE})
+    return {"metadata": {"labels": {keys.TEMPLATE_LABEL: template}}, "spec": {"schedulingGates": gates}}
 
 
 def _copied_warning(field_dropped: bool | None) -> str:
-    where = f"{gang.GROUP}/*"
+    where = f"{keys.GROUP}/*"
     if field_dropped:
         return (
             "spec.scheduling is dropped silently by this API server (feature gate WorkloadWithJob is off); "

@@ -11,9 +11,11 @@ from typing import Any
 
 import kopf
 
-from phalanx import jobgang, status
-from phalanx.api import gang
-from phalanx.kube import Kube
+from phalanx.api import keys
+from phalanx.api.intent import GangSpecError
+from phalanx.jobs import objects
+from phalanx.kube.client import Kube
+from phalanx.scheduling import conditions
 
 NOT_GATED_MESSAGE = (
     "the Job's pod template lacks the scheduling gate {gate}: it was admitted without Phalanx's webhook "
@@ -22,11 +24,8 @@ NOT_GATED_MESSAGE = (
 )
 
 
-MANAGER = "phalanx-job-controller"
-
-
 def _is_gang_job(annotations: Any, **_: Any) -> bool:
-    return any(k in (annotations or {}) for k in gang.KEYS)
+    return any(k in (annotations or {}) for k in keys.INTENT_ANNOTATIONS)
 
 
 @kopf.on.event("batch", "v1", "jobs", when=_is_gang_job)
@@ -35,24 +34,24 @@ async def job_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, *
         return  # ownerReferences hand the Workload and PodGroup to the garbage collector
     job = dict(body)
     try:
-        source = jobgang.from_job(job)
-    except gang.GangSpecError as exc:
+        source = objects.from_job(job)
+    except GangSpecError as exc:
         await memo.kube.event(_job_ref(job), type_="Warning", reason="InvalidGangSpec", message=str(exc))
         return
     if source is not None:
         await reconcile(memo.kube, job, source, logger)
 
 
-async def reconcile(kube: Kube, job: dict[str, Any], source: jobgang.GangSource, logger: Any) -> None:
+async def reconcile(kube: Kube, job: dict[str, Any], source: objects.GangSource, logger: Any) -> None:
     """Ensure the Workload, then the PodGroup (which names it as owner), then their minCount and status."""
     job_ref = _job_ref(job)
-    workload, created = await kube.create_custom("workloads", source.namespace, jobgang.workload(source).wire())
+    workload, created = await kube.create_custom("workloads", source.namespace, objects.workload(source).wire())
     if created:
         await kube.event(job_ref, type_="Normal", reason="WorkloadCreated", message=f"Created Workload {source.workload_name}")
-    elif patch := jobgang.min_count_patch(source, workload, workload_kind=True):
+    elif patch := objects.min_count_patch(source, workload, workload_kind=True):
         await kube.patch_custom("workloads", source.namespace, source.workload_name, patch)
     pod_group, created = await kube.create_custom(
-        "podgroups", source.namespace, jobgang.pod_group(source, workload["metadata"]["uid"]).wire()
+        "podgroups", source.namespace, objects.pod_group(source, workload["metadata"]["uid"]).wire()
     )
     if created:
         await kube.event(
@@ -61,7 +60,7 @@ async def reconcile(kube: Kube, job: dict[str, Any], source: jobgang.GangSource,
             reason="PodGroupCreated",
             message=f"Created PodGroup {source.pod_group_name} ({_policy_text(source)})",
         )
-    elif patch := jobgang.min_count_patch(source, pod_group, workload_kind=False):
+    elif patch := objects.min_count_patch(source, pod_group, workload_kind=False):
         pod_group = await kube.patch_custom("podgroups", source.namespace, source.pod_group_name, patch) or pod_group
         await kube.event(
             job_ref, type_="Normal", reason="MinCountUpdated", message=f"minCount of {source.pod_group_name} is now {source.min_count}"
@@ -69,28 +68,26 @@ async def reconcile(kube: Kube, job: dict[str, Any], source: jobgang.GangSource,
     await _report_gating(kube, job_ref, source, pod_group, logger)
 
 
-async def _report_gating(
-    kube: Kube, job_ref: dict[str, Any], source: jobgang.GangSource, pod_group: dict[str, Any], logger: Any
-) -> None:
+async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.GangSource, pod_group: dict[str, Any], logger: Any) -> None:
     """The PodsGated condition is this controller's; PodGroupInitiallyScheduled belongs to the release loop."""
     generation = pod_group["metadata"].get("generation")
     if source.gated:
-        message = f"pods are held by {gang.SCHEDULING_GATE} until the group can be placed"
-        wanted = status.condition(status.GATED, True, "Gated", message, generation)
+        message = f"pods are held by {keys.SCHEDULING_GATE} until the group can be placed"
+        wanted = conditions.condition(keys.GATED, True, "Gated", message, generation)
     else:
-        wanted = status.condition(status.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(gate=gang.SCHEDULING_GATE), generation)
+        wanted = conditions.condition(keys.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(gate=keys.SCHEDULING_GATE), generation)
     existing = (pod_group.get("status") or {}).get("conditions") or []
-    merged = status.merged(existing, wanted)
+    merged = conditions.merged(existing, wanted)
     if merged is None:
         return
-    (current,) = [c for c in merged if c["type"] == status.GATED]
-    await kube.apply_status("PodGroup", source.namespace, source.pod_group_name, {"conditions": [current]}, MANAGER)
+    (current,) = [c for c in merged if c["type"] == keys.GATED]
+    await kube.apply_status("PodGroup", source.namespace, source.pod_group_name, {"conditions": [current]}, keys.JOB_CONTROLLER)
     if not source.gated:
         logger.warning(f"gang Job {source.namespace}/{source.name} was admitted without its scheduling gate")
-        await kube.event(job_ref, type_="Warning", reason="GangNotEnforced", message=NOT_GATED_MESSAGE.format(gate=gang.SCHEDULING_GATE))
+        await kube.event(job_ref, type_="Warning", reason="GangNotEnforced", message=NOT_GATED_MESSAGE.format(gate=keys.SCHEDULING_GATE))
 
 
-def _policy_text(source: jobgang.GangSource) -> str:
+def _policy_text(source: objects.GangSource) -> str:
     if source.intent.policy == "gang":
         return f"gang, minCount {source.min_count}, disruptionMode {source.intent.disruption_mode or 'all'}"
     return "basic"

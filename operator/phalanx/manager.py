@@ -14,17 +14,20 @@ import kopf
 import prometheus_client
 from kubernetes_asyncio import client, config
 
-from phalanx import tls, webhooks
-from phalanx.api import gang
-from phalanx.controllers.release import ReleaseLoop  # importing phalanx.controllers registers every handler
-from phalanx.kube import Kube
-from phalanx.view import ClusterView
+from phalanx.api.intent import Mode
+from phalanx.jobs import controller, webhook_config, webhooks
+from phalanx.kube import tls
+from phalanx.kube.client import Kube
+from phalanx.kube.informers import ClusterView
+from phalanx.scheduling.loop import SchedulingLoop
+
+__all__ = ["controller", "webhooks"]  # imported for their Kopf handlers, registered on import
 
 
 @dataclass(frozen=True)
 class OperatorConfig:
     namespace: str = "phalanx-system"
-    gang_disruption_mode: gang.Mode = "all"
+    gang_disruption_mode: Mode = "all"
     webhook_listen: str = "0.0.0.0"
     webhook_port: int = 9443
     liveness: str = "http://0.0.0.0:8080/healthz"
@@ -35,10 +38,10 @@ class OperatorConfig:
     race_settle: float = 0.5
     metrics_port: int | None = 8000
 
-    def endpoint(self) -> webhooks.Endpoint:
+    def endpoint(self) -> webhook_config.Endpoint:
         if self.webhook_service:
-            return webhooks.Endpoint(service_namespace=self.namespace, service_name=self.webhook_service)
-        return webhooks.Endpoint(url=f"https://{self.webhook_url_host or '127.0.0.1'}:{self.webhook_port}")
+            return webhook_config.Endpoint(service_namespace=self.namespace, service_name=self.webhook_service)
+        return webhook_config.Endpoint(url=f"https://{self.webhook_url_host or '127.0.0.1'}:{self.webhook_port}")
 
     def cert_hosts(self) -> list[str]:
         if self.webhook_service:
@@ -61,14 +64,14 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     settings.admission.server = kopf.WebhookServer(
         addr=cfg.webhook_listen, port=cfg.webhook_port, certfile=str(cert.cert_file), pkeyfile=str(cert.key_file)
     )
-    for kind, body in webhooks.configurations(cfg.endpoint(), cert.ca_pem, cfg.namespace).items():
+    for kind, body in webhook_config.configurations(cfg.endpoint(), cert.ca_pem, cfg.namespace).items():
         await memo.kube.apply_webhook_configuration(kind, body)
     if cfg.metrics_port:
         prometheus_client.start_http_server(cfg.metrics_port)
     memo.view = ClusterView(api)
     await memo.view.start()
-    memo.loop = ReleaseLoop(memo.kube, memo.view, settle=cfg.race_settle)
-    memo.loop_task = asyncio.create_task(memo.loop.run(), name="release-loop")
+    memo.loop = SchedulingLoop(memo.kube, memo.view, settle=cfg.race_settle)
+    memo.loop_task = asyncio.create_task(memo.loop.run(), name="scheduling-loop")
     logger.info(
         f"webhooks at {cfg.endpoint().url or cfg.webhook_service}; spec.scheduling "
         f"{'is dropped by this API server' if dropped else 'may be kept by this API server'}"
