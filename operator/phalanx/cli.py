@@ -60,7 +60,15 @@ def _parser() -> argparse.ArgumentParser:
     endpoint.add_argument("--webhook-service", help="reach the webhooks through this Service in --namespace (in cluster)")
     run.add_argument("--tls-dir", type=Path, help="tls.crt, tls.key and ca.crt to serve with; generated when absent")
     run.add_argument("--metrics-port", type=int, default=8000, help="Prometheus metrics port (0: off)")
-    run.add_argument("--race-settle", type=float, default=0.5, help="seconds to wait after reserving before the fresh-read check")
+    run.add_argument(
+        "--race-settle", type=float, default=0.2, help="seconds to wait after reserving before the fresh-read check (default 0.2)"
+    )
+    run.add_argument(
+        "--bind-deadline",
+        type=float,
+        default=60.0,
+        help="seconds a released gang has to get minCount members bound before it is torn down and admitted again (default 60)",
+    )
     run.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="Kopf liveness endpoint")
     run.set_defaults(func=_run)
 
@@ -91,6 +99,7 @@ def _run(args: argparse.Namespace) -> int:
             liveness=args.liveness,
             metrics_port=args.metrics_port or None,
             race_settle=args.race_settle,
+            bind_deadline=args.bind_deadline,
         )
     )
     return 0

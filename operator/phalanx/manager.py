@@ -35,7 +35,8 @@ class OperatorConfig:
     webhook_service: str | None = None
     tls_dir: Path | None = None
     job_scheduling_dropped: bool | None = None
-    race_settle: float = 0.5
+    race_settle: float = 0.2
+    bind_deadline: float = 60.0
     metrics_port: int | None = 8000
 
     def endpoint(self) -> webhook_config.Endpoint:
@@ -68,9 +69,9 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
         await memo.kube.apply_webhook_configuration(kind, body)
     if cfg.metrics_port:
         prometheus_client.start_http_server(cfg.metrics_port)
-    memo.view = ClusterView(api)
+    memo.view = ClusterView(memo.kube)
     await memo.view.start()
-    memo.loop = SchedulingLoop(memo.kube, memo.view, settle=cfg.race_settle)
+    memo.loop = SchedulingLoop(memo.kube, memo.view, settle=cfg.race_settle, bind_deadline=cfg.bind_deadline)
     memo.loop_task = asyncio.create_task(memo.loop.run(), name="scheduling-loop")
     logger.info(
         f"webhooks at {cfg.endpoint().url or cfg.webhook_service}; spec.scheduling "

@@ -133,7 +133,7 @@ def test_gangs_and_single_pods_never_share_a_device(race_cluster) -> None:
     running_gangs = len(SIZES) - len(waiting_sizes)
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics").read().decode()
     conflicts = sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("phalanx_reservation_conflicts_total{"))
-    evictions = sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("phalanx_race_evictions_total "))
+    evictions = sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("phalanx_evictions_total{"))
     assert conflicts > 0, "no race happened: no device was caught held by a reservation and another claim, so nothing was tested"
     print(
         f"race: {running_gangs}/{len(SIZES)} gangs running, {len(pods)} pods, {len(holders)}/40 devices held, "

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import WORKLOADS, Cluster, wait_for
 
+from jobs import one_gpu_pod_spec
 from phalanx.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
@@ -171,3 +172,34 @@ def test_a_recorded_release_that_cannot_finish_is_rolled_back(cluster: Cluster, 
     wait_for(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Scheduled", "train-b planned again and Scheduled")
     held = _allocated(cluster)
     assert len(held) == len(set(held)) == 4, f"exactly the 4 members' devices, none leaked: {held}"
+
+
+def test_a_device_taken_while_the_operator_was_down_is_left_to_its_new_holder(cluster: Cluster, stoppable: list, namespace: str) -> None:
+    """The recorded plan names worker-1's two GPUs; one was written before the crash, a bare pod takes the other
+    while the operator is down. The restarted operator must not evict the bare pod: it re-plans the gang elsewhere."""
+    _setup_blocked_gang(cluster, stoppable, namespace)
+    planned = [("gpu.example.com", "worker-1", "gpu-0"), ("gpu.example.com", "worker-1", "gpu-1")]
+    planned += [("gpu.example.com", "worker-2", "gpu-0"), ("gpu.example.com", "worker-2", "gpu-1")]
+    assert not set(planned) & set(_allocated(cluster)), "every planned device is free before the crash"
+    _stage_crash(cluster, namespace, planned)  # the first claim now holds worker-1/gpu-0
+    bare = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bare"},
+        "spec": {**one_gpu_pod_spec(), "nodeSelector": {"kubernetes.io/hostname": "worker-1"}},
+    }
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(bare))
+    wait_for(lambda: cluster.get("pod", "bare", "-n", namespace)["spec"].get("nodeName"), "the bare pod bound on worker-1")
+    bare_uid = cluster.get("pod", "bare", "-n", namespace)["metadata"]["uid"]
+    bare_claim = cluster.get("pod", "bare", "-n", namespace)["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    taken = cluster.get("resourceclaim", bare_claim, "-n", namespace)["status"]["allocation"]["devices"]["results"][0]
+    assert (taken["driver"], taken["pool"], taken["device"]) == planned[1], "the bare pod took a device of the recorded plan"
+
+    stoppable.append(operatorproc.start(cluster.local, ROOT))
+    wait_for(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Scheduled", "train-b re-planned and Scheduled")
+    pod = cluster.get("pod", "bare", "-n", namespace)
+    assert pod["metadata"]["uid"] == bare_uid and not pod["metadata"].get("deletionTimestamp"), "the bare pod was left alone"
+    events = cluster.get("events", "-n", namespace, "--field-selector", "reason=ReservationRolledBack")["items"]
+    assert any("taken by" in e["message"] for e in events), [e["message"] for e in events]
+    held = _allocated(cluster)
+    assert len(held) == len(set(held)) == 5, f"4 gang devices and the bare pod's, none twice: {held}"

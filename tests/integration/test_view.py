@@ -9,6 +9,7 @@ from conftest import Cluster
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from phalanx.kube.client import Kube
 from phalanx.kube.informers import Informer
 
 
@@ -27,7 +28,13 @@ async def _api(cluster: Cluster) -> client.ApiClient:
 async def test_a_relist_drops_what_was_deleted_unseen_and_adds_what_was_created(cluster: Cluster, namespace: str) -> None:
     async with await _api(cluster) as api:
         core = client.CoreV1Api(api)
-        informer = Informer("configmaps", lambda **kw: core.list_namespaced_config_map(namespace, **kw), lambda: None)
+        informer = Informer(
+            "configmaps",
+            Kube(api),
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            lambda **kw: core.list_namespaced_config_map(namespace, **kw),
+            lambda: None,
+        )
         cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=_config_map("before"))
         await informer._relist()
         assert (namespace, "before") in informer.store
@@ -47,15 +54,15 @@ async def test_after_410_gone_the_informer_relists_without_phantoms(cluster: Clu
         core = client.CoreV1Api(api)
         expired = []
 
-        def list_fn(**kwargs):
-            if kwargs.get("watch") and not expired:
+        def watch_fn(**kwargs):
+            if not expired:
                 expired.append(True)
                 cluster.kubectl("delete", "configmap", "doomed", "-n", namespace)
                 cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=_config_map("born"))
                 raise ApiException(status=410, reason="Gone: too old resource version")
             return core.list_namespaced_config_map(namespace, **kwargs)
 
-        informer = Informer("configmaps", list_fn, lambda: None)
+        informer = Informer("configmaps", Kube(api), f"/api/v1/namespaces/{namespace}/configmaps", watch_fn, lambda: None)
         task = asyncio.create_task(informer.run())
         try:
             for _ in range(100):

@@ -154,6 +154,11 @@ class ClaimReservation(Model):
     uid: str
     node: str
     results: list[DeviceResult] = Field(default_factory=list)
+    config: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="status.allocation.devices.config as written (DeviceClass and claim config), so a resumed write is whole.",
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    )
 
 
 class PodPlacement(Model):
@@ -166,6 +171,7 @@ class Reservation(Model):
     """Phalanx's intent, recorded before its first write, so a restarted operator finishes or undoes it."""
 
     state: Literal["Reserving", "Released"]
+    released_at: str | None = Field(default=None, description="When the gates were lifted (RFC 3339): the bind deadline counts from here.")
     placements: list[PodPlacement] = Field(default_factory=list)
     claims: list[ClaimReservation] = Field(default_factory=list)
 

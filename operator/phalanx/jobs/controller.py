@@ -14,7 +14,7 @@ import kopf
 from phalanx.api import keys
 from phalanx.api.intent import GangSpecError
 from phalanx.jobs import objects
-from phalanx.kube.client import Kube
+from phalanx.kube.client import Kube, custom_path
 from phalanx.scheduling import conditions
 
 NOT_GATED_MESSAGE = (
@@ -49,7 +49,7 @@ async def reconcile(kube: Kube, job: dict[str, Any], source: objects.GangSource,
     if created:
         await kube.event(job_ref, type_="Normal", reason="WorkloadCreated", message=f"Created Workload {source.workload_name}")
     elif patch := objects.min_count_patch(source, workload, workload_kind=True):
-        await kube.patch_custom("workloads", source.namespace, source.workload_name, patch)
+        await kube.merge_patch(custom_path("workloads", source.namespace, source.workload_name), patch)
     pod_group, created = await kube.create_custom(
         "podgroups", source.namespace, objects.pod_group(source, workload["metadata"]["uid"]).wire()
     )
@@ -61,7 +61,7 @@ async def reconcile(kube: Kube, job: dict[str, Any], source: objects.GangSource,
             message=f"Created PodGroup {source.pod_group_name} ({_policy_text(source)})",
         )
     elif patch := objects.min_count_patch(source, pod_group, workload_kind=False):
-        pod_group = await kube.patch_custom("podgroups", source.namespace, source.pod_group_name, patch) or pod_group
+        pod_group = await kube.merge_patch(custom_path("podgroups", source.namespace, source.pod_group_name), patch)
         await kube.event(
             job_ref, type_="Normal", reason="MinCountUpdated", message=f"minCount of {source.pod_group_name} is now {source.min_count}"
         )

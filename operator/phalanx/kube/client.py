@@ -1,14 +1,21 @@
-"""Every API write Phalanx makes, in one place, each one idempotent.
+"""Every API call Phalanx makes, in one place: JSON in, JSON out, and any non-2xx answer raises.
 
-Create treats "already exists" as success and returns what is there; patch
-treats "gone" as nothing to do. Callers decide; this module never swallows
-any other error.
+Each error is typed by what the caller must do about it: `NotFound` (the
+object is gone), `Conflict` (a precondition or resourceVersion lost, or it
+already exists: re-read and decide again), `Invalid` (the request can never
+succeed as written), `Forbidden` (a policy or RBAC refused it), `Throttled`
+(429: an eviction a PodDisruptionBudget refuses, or API priority and
+fairness: retry later). Reads of a single object return None when it is
+gone; writes never hide an error, the caller handles the cases that matter
+where they matter. The one exception is an Event: like client-go's recorder,
+a refused Event is logged and never fails the work it reports.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import logging
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -16,126 +23,165 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.api.keys import GROUP, VERSION
 
+logger = logging.getLogger(__name__)
 
-async def _json_or_none(response: Any) -> dict[str, Any] | None:
-    """Raw responses skip the client's status check: 404 is None, any other error raises."""
-    raw = await response.read()
-    if response.status == 404:
-        return None
-    if response.status >= 300:
-        raise ApiException(status=response.status, reason=raw.decode(errors="replace")[:300])
-    return json.loads(raw)
+JSON = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):
+    pass
+
+
+class Invalid(ApiError):
+    pass
+
+
+class Forbidden(ApiError):
+    pass
+
+
+class Throttled(ApiError):
+    pass
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 422: Invalid, 403: Forbidden, 429: Throttled}
+
+
+def _typed(exc: ApiException) -> ApiError:
+    body: Any = exc.body
+    try:
+        status_obj = json.loads(body) if body else {}
+    except (TypeError, ValueError):
+        status_obj = {}
+    message = status_obj.get("message") if isinstance(status_obj, dict) else None
+    reason = (status_obj.get("reason") if isinstance(status_obj, dict) else None) or exc.reason or ""
+    return _BY_STATUS.get(exc.status, ApiError)(exc.status, str(reason), str(message or body or "")[:2000])
+
+
+def custom_path(plural: str, namespace: str, name: str | None = None, *, status: bool = False) -> str:
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}"
+    if name is not None:
+        path += f"/{name}"
+    return path + ("/status" if status else "")
+
+
+def claim_path(namespace: str, name: str, *, status: bool = False) -> str:
+    return f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}" + ("/status" if status else "")
+
+
+def pod_path(namespace: str, name: str, sub: str = "") -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{name}" + (f"/{sub}" if sub else "")
 
 
 class Kube:
-    """The operator's API client for its own objects, Events and webhook configurations."""
+    """The operator's API client; every method either succeeds or raises an `ApiError`."""
 
     def __init__(self, api: client.ApiClient, *, component: str = "phalanx") -> None:
         self.api = api
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
-        self.admission = client.AdmissionregistrationV1Api(api)
         self.component = component
 
-    async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        query: dict[str, Any] | None = None,
+    ) -> JSON:
         try:
-            return await self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    async def create_custom(self, plural: str, namespace: str, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        """Create, or return the existing object; the flag says whether this call created it."""
-        try:
-            return await self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body), True
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        existing = await self.get_custom(plural, namespace, body["metadata"]["name"])
-        if existing is None:
-            raise RuntimeError(f"{plural}/{body['metadata']['name']} reported to exist but cannot be read")
-        return existing, False
-
-    async def patch_custom(
-        self, plural: str, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False
-    ) -> dict[str, Any] | None:
-        """A merge patch of one of our objects (or of its status subresource); None when it is gone."""
-        call = self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
-        try:
-            return await call(GROUP, VERSION, namespace, plural, name, patch, _content_type="application/merge-patch+json")
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    async def apply_status(self, kind: str, namespace: str, name: str, status: dict[str, Any], manager: str) -> None:
-        """Server-side apply of a status fragment: each writer owns its own conditions, none overwrites another's."""
-        plural = kind.lower() + "s"
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name, "namespace": namespace}, "status": status}
-        try:
-            await self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                name,
-                body,
-                field_manager=manager,
-                force=True,
-                _content_type="application/apply-patch+yaml",
+            return await self.api.call_api(
+                path,
+                method,
+                query_params=list((query or {}).items()),
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                response_types_map={200: "object", 201: "object", 202: "object"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
             )
         except ApiException as exc:
-            if exc.status != 404:
-                raise
+            raise _typed(exc) from None
 
-    async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """A fresh read from the API server (never the cache), as raw JSON; None when gone."""
-        response = await client.ResourceV1Api(self.api).read_namespaced_resource_claim(name, namespace, _preload_content=False)
-        return await _json_or_none(response)
-
-    async def list_claims(self) -> list[dict[str, Any]]:
-        """Every claim in the cluster, read afresh: the race check must not trust any cache."""
-        response = await client.ResourceV1Api(self.api).list_resource_claim_for_all_namespaces(_preload_content=False)
-        body = await _json_or_none(response)
-        if body is None:
-            raise ApiException(status=404, reason="resourceclaims are not served")
-        return body["items"]
-
-    async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        """A merge patch of a ResourceClaim's metadata/spec; include metadata.resourceVersion to make it conditional."""
-        response = await client.ResourceV1Api(self.api).patch_namespaced_resource_claim(
-            name, namespace, patch, _content_type="application/merge-patch+json", _preload_content=False
-        )
-        return json.loads(await response.read())
-
-    async def patch_claim_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        response = await client.ResourceV1Api(self.api).patch_namespaced_resource_claim_status(
-            name, namespace, patch, _content_type="application/merge-patch+json", _preload_content=False
-        )
-        return json.loads(await response.read())
-
-    async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        response = await self.core.patch_namespaced_pod(
-            name, namespace, patch, _content_type="application/merge-patch+json", _preload_content=False
-        )
-        response.release()  # unread, the connection would stay checked out of the pool
-
-    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
-        """Delete exactly this pod (uid precondition); False when it is already gone."""
+    async def get(self, path: str) -> JSON | None:
+        """A fresh read (never a cache); None when the object is gone."""
         try:
-            response = await self.core.delete_namespaced_pod(name, namespace, body={"preconditions": {"uid": uid}}, _preload_content=False)
-            response.release()
-        except ApiException as exc:
-            if exc.status in (404, 409):
-                return False
-            raise
-        return True
+            return await self.request("GET", path)
+        except NotFound:
+            return None
 
-    async def event(self, obj: dict[str, Any], *, type_: str, reason: str, message: str) -> None:
-        """A core/v1 Event on `obj`, as `kubectl describe` shows them."""
+    async def create(self, path: str, body: JSON) -> JSON:
+        return await self.request("POST", path, body)
+
+    async def merge_patch(self, path: str, patch: JSON) -> JSON:
+        """Include `metadata.resourceVersion` in the patch to make it conditional (a lost race is a `Conflict`).
+
+        Written under our field manager, so managedFields tell when Phalanx wrote what.
+        """
+        return await self.request("PATCH", path, patch, content_type=MERGE_PATCH, query={"fieldManager": self.component})
+
+    async def strategic_patch(self, path: str, patch: JSON) -> JSON:
+        """For built-in kinds whose lists merge by key (a pod's conditions by type)."""
+        return await self.request("PATCH", path, patch, content_type=STRATEGIC_PATCH, query={"fieldManager": self.component})
+
+    async def apply(self, path: str, body: JSON, manager: str) -> JSON:
+        """Server-side apply: each writer owns its own fields, none overwrites another's."""
+        return await self.request("PATCH", path, body, content_type=APPLY_PATCH, query={"fieldManager": manager, "force": "true"})
+
+    async def delete(self, path: str, *, uid: str | None = None) -> JSON:
+        """Delete, exactly the object with `uid` when given (another one of the same name is a `Conflict`)."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
+        return await self.request("DELETE", path, body)
+
+    async def create_custom(self, plural: str, namespace: str, body: JSON) -> tuple[JSON, bool]:
+        """Create one of our objects, or return the existing one; the flag says whether this call created it."""
+        try:
+            return await self.create(custom_path(plural, namespace), body), True
+        except Conflict:
+            existing = await self.get(custom_path(plural, namespace, body["metadata"]["name"]))
+            if existing is None:
+                raise
+            return existing, False
+
+    async def apply_status(self, kind: str, namespace: str, name: str, status: JSON, manager: str) -> JSON:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name, "namespace": namespace}, "status": status}
+        return await self.apply(custom_path(kind.lower() + "s", namespace, name, status=True), body, manager)
+
+    async def list_claims(self) -> list[JSON]:
+        """Every claim in the cluster, read afresh: a race check must not trust any cache."""
+        return (await self.request("GET", "/apis/resource.k8s.io/v1/resourceclaims"))["items"]
+
+    async def evict(self, namespace: str, name: str, uid: str) -> JSON:
+        """The Eviction API: PodDisruptionBudgets are honoured (a refusal is `Throttled`), and the pod gets a DisruptionTarget condition."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        return await self.create(pod_path(namespace, name, "eviction"), body)
+
+    async def event(self, obj: JSON, *, type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on `obj`, as `kubectl describe` shows them; best effort."""
         meta = obj["metadata"]
-        now = datetime.datetime.now(datetime.UTC)
+        now = datetime.datetime.now(datetime.UTC).isoformat()
         body = {
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
             "involvedObject": {
@@ -151,27 +197,19 @@ class Kube:
             "source": {"component": self.component},
             "reportingComponent": self.component,
             "reportingInstance": self.component,
-            "firstTimestamp": now.isoformat(),
-            "lastTimestamp": now.isoformat(),
+            "firstTimestamp": now,
+            "lastTimestamp": now,
             "count": 1,
         }
-        await self.core.create_namespaced_event(meta["namespace"], body)
-
-    async def apply_webhook_configuration(self, kind: str, body: dict[str, Any]) -> None:
-        """Create the configuration, or patch ours in place (caBundle and URL change across restarts)."""
-        create, patch = {
-            "MutatingWebhookConfiguration": (
-                self.admission.create_mutating_webhook_configuration,
-                self.admission.patch_mutating_webhook_configuration,
-            ),
-            "ValidatingWebhookConfiguration": (
-                self.admission.create_validating_webhook_configuration,
-                self.admission.patch_validating_webhook_configuration,
-            ),
-        }[kind]
         try:
-            await create(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            await patch(body["metadata"]["name"], {"webhooks": body["webhooks"]}, _content_type="application/merge-patch+json")
+            await self.create(f"/api/v1/namespaces/{meta['namespace']}/events", body)
+        except ApiError as exc:
+            logger.warning("event %s on %s %s/%s not recorded: %s", reason, obj["kind"], meta["namespace"], meta["name"], exc)
+
+    async def apply_webhook_configuration(self, kind: str, body: JSON) -> None:
+        """Create the configuration, or patch ours in place (caBundle and URL change across restarts)."""
+        path = f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s"
+        try:
+            await self.create(path, body)
+        except Conflict:
+            await self.merge_patch(f"{path}/{body['metadata']['name']}", {"webhooks": body["webhooks"]})

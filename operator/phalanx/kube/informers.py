@@ -10,7 +10,6 @@ created meanwhile cannot be missed. Objects are kept as the API server's JSON
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,6 +18,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.api.keys import GROUP, VERSION
+from phalanx.kube.client import ApiError, Kube
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +31,37 @@ def key_of(obj: dict[str, Any]) -> Key:
 
 
 class Informer:
-    def __init__(self, name: str, list_fn: Callable[..., Awaitable[Any]], on_change: Callable[[], None]) -> None:
+    """One resource: lists through `kube` at `path`, watches through the generated client's `watch_fn`."""
+
+    def __init__(self, name: str, kube: Kube, path: str, watch_fn: Callable[..., Awaitable[Any]], on_change: Callable[[], None]) -> None:
         self.name = name
-        self._list = list_fn
+        self._kube = kube
+        self._path = path
+        self._watch_fn = watch_fn
         self._on_change = on_change
         self.store: dict[Key, dict[str, Any]] = {}
         self.synced = asyncio.Event()
         self.relists = 0
+        self._tick = asyncio.Event()
+
+    def _changed(self) -> None:
+        tick, self._tick = self._tick, asyncio.Event()
+        tick.set()
+        self._on_change()
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wake on each change this informer sees until `predicate` holds; False when `timeout` passes first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._tick.wait(), remaining)
+            except TimeoutError:
+                return predicate()
+        return True
 
     async def run(self) -> None:
         backoff = 0.5
@@ -48,7 +72,7 @@ class Informer:
                 await self._watch(version)
             except asyncio.CancelledError:
                 raise
-            except ApiException as exc:
+            except (ApiException, ApiError) as exc:
                 if exc.status != 410:
                     logger.warning("%s: watch failed (%s), listing again", self.name, exc.status)
                     await asyncio.sleep(backoff)
@@ -59,15 +83,11 @@ class Informer:
                 backoff = min(backoff * 2, 30)
 
     async def _relist(self) -> str:
-        response = await self._list(_preload_content=False)
-        raw = await response.read()
-        if response.status != 200:
-            raise ApiException(status=response.status, reason=raw.decode(errors="replace")[:200])
-        body = json.loads(raw)
+        body = await self._kube.request("GET", self._path)
         self.store = {key_of(obj): obj for obj in body.get("items", [])}
         self.relists += 1
         self.synced.set()
-        self._on_change()
+        self._changed()
         return body["metadata"]["resourceVersion"]
 
     async def _watch(self, version: str) -> None:
@@ -80,7 +100,7 @@ class Informer:
                     self.store.pop(key_of(obj), None)
                 else:
                     self.store[key_of(obj)] = obj
-                self._on_change()
+                self._changed()
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.store.get((namespace, name))
@@ -97,7 +117,8 @@ def _event(event: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
 class ClusterView:
     """Informers for everything the planner reads; `changed` fires on any change."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, kube: Kube) -> None:
+        api = kube.api
         core = client.CoreV1Api(api)
         resource = client.ResourceV1Api(api)
         scheduling = client.SchedulingV1Api(api)
@@ -108,13 +129,16 @@ class ClusterView:
         def podgroups(**kwargs: Any) -> Awaitable[Any]:
             return custom.list_cluster_custom_object(GROUP, VERSION, "podgroups", **kwargs)
 
-        self.nodes = Informer("nodes", core.list_node, touch)
-        self.pods = Informer("pods", core.list_pod_for_all_namespaces, touch)
-        self.slices = Informer("resourceslices", resource.list_resource_slice, touch)
-        self.claims = Informer("resourceclaims", resource.list_resource_claim_for_all_namespaces, touch)
-        self.classes = Informer("deviceclasses", resource.list_device_class, touch)
-        self.priorities = Informer("priorityclasses", scheduling.list_priority_class, touch)
-        self.podgroups = Informer("podgroups", podgroups, touch)
+        def informer(name: str, path: str, watch_fn: Callable[..., Awaitable[Any]]) -> Informer:
+            return Informer(name, kube, path, watch_fn, touch)
+
+        self.nodes = informer("nodes", "/api/v1/nodes", core.list_node)
+        self.pods = informer("pods", "/api/v1/pods", core.list_pod_for_all_namespaces)
+        self.slices = informer("resourceslices", "/apis/resource.k8s.io/v1/resourceslices", resource.list_resource_slice)
+        self.claims = informer("resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", resource.list_resource_claim_for_all_namespaces)
+        self.classes = informer("deviceclasses", "/apis/resource.k8s.io/v1/deviceclasses", resource.list_device_class)
+        self.priorities = informer("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", scheduling.list_priority_class)
+        self.podgroups = informer("podgroups", f"/apis/{GROUP}/{VERSION}/podgroups", podgroups)
         self.informers = [self.nodes, self.pods, self.slices, self.claims, self.classes, self.priorities, self.podgroups]
         self._tasks: list[asyncio.Task[None]] = []
 

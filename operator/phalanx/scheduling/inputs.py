@@ -139,6 +139,19 @@ def device_class(obj: Mapping[str, Any]) -> DeviceClass:
     )
 
 
+def consuming_ids(obj: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
+    """The devices an allocation takes from others; None when unallocated.
+
+    A result with `adminAccess` (monitoring, DRAAdminAccess GA) consumes
+    nothing: the device stays free for everyone else, as the scheduler counts.
+    """
+    allocation = (obj.get("status") or {}).get("allocation")
+    if not allocation:
+        return None
+    results = (allocation.get("devices") or {}).get("results") or []
+    return tuple((r["driver"], r["pool"], r["device"]) for r in results if not r.get("adminAccess"))
+
+
 def allocated_ids(obj: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
     allocation = (obj.get("status") or {}).get("allocation")
     if not allocation:
@@ -234,8 +247,9 @@ def build(
         counter = requested.setdefault(where, Counter())
         counter.update(pod_requests(pod))
         counter["pods"] += 1
+    claims = list(claims)
     claim_objs = [claim(c) for c in claims]
-    held = {d for c in claim_objs for d in (c.allocated or ())}
+    held = {d for c in claims for d in consuming_ids(c) or ()}
     return Snapshot(
         nodes=tuple(node(n, requested.get(n["metadata"]["name"], Counter())) for n in nodes),
         devices=tuple(devices(slices)),

@@ -1,23 +1,29 @@
-"""The release loop: each cycle, every waiting PodGroup in priority then FIFO order gets a plan or a reason.
+"""The scheduling loop: each cycle, every PodGroup in priority then FIFO order gets a plan, a reason, or a repair.
 
 One cycle:
-1. repair: a device held by a Phalanx claim and another claim (kube-scheduler
-   allocated it in the race window) is returned by evicting the intruder;
+1. repair: a device held beyond what it allows (two allocators raced) is
+   given back by the holder that allocated later (`repair`);
 2. resume: a reservation recorded but not finished (operator restarted) is
-   completed or rolled back;
-3. for each PodGroup still waiting for its first placement, once its quorum
-   exists (minCount gated pods whose claims were created), build a snapshot,
-   ask the planner, and on Fits reserve and release the group as a unit;
-   on Short, report the exact reason in the PodGroup status;
-4. members arriving after the group was scheduled are released one by one;
-5. PodGroupInitiallyScheduled turns True once minCount members are bound.
-Cycles run on every watch change (coalesced) and at least every few seconds.
+   re-validated, then completed or rolled back (`reserve`);
+3. each PodGroup still waiting for its first placement, once its quorum
+   exists (minCount gated pods whose claims exist), is planned on a fresh
+   snapshot; on Fits it is reserved and released as a unit, on Short the
+   exact reason goes to its status;
+4. a released group that does not reach minCount bound within the bind
+   deadline, or whose gate lift was refused in part, is torn down as a
+   unit and admitted again (`teardown`);
+5. members arriving after the group was scheduled are released one by one;
+   PodGroupInitiallyScheduled turns True once minCount members are bound.
+Groups are isolated: an error in one is logged, counted and retried with
+backoff, and never stops the others. Cycles run on every watch change
+(coalesced) and at least every `period` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import time
 from collections import defaultdict
@@ -25,14 +31,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx.api import keys, schema
-from phalanx.kube.client import Kube
+from phalanx.kube.client import Kube, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, plan
 from phalanx.planner.model import Group
-from phalanx.scheduling import conditions, inputs, metrics, repair
-from phalanx.scheduling.reserve import ReleaseAborted, Releaser
+from phalanx.scheduling import conditions, inputs, metrics, repair, teardown
+from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser
 
 logger = logging.getLogger(__name__)
+
+TORN_DOWN = "GangTornDown"
+DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
 
 
 def _owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
@@ -49,46 +58,101 @@ def _condition(pod_group: Mapping[str, Any], type_: str) -> dict[str, Any] | Non
     return None
 
 
+def _ns(obj: Mapping[str, Any]) -> str:
+    return obj["metadata"]["namespace"]
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return obj["metadata"]["name"]
+
+
+def _since(timestamp: str | None) -> float:
+    """Seconds since an RFC 3339 time; a record without one (written by an older Phalanx) counts as just now."""
+    if not timestamp:
+        return 0.0
+    then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
+
+
+def _reservation(pod_group: Mapping[str, Any]) -> schema.Reservation | None:
+    raw = (pod_group.get("status") or {}).get("reservation")
+    return schema.Reservation.model_validate(raw) if raw else None
+
+
 def _min_count(pod_group: Mapping[str, Any]) -> int:
     gang_policy = pod_group["spec"]["schedulingPolicy"].get("gang")
     return int(gang_policy["minCount"]) if gang_policy else 1
 
 
 class SchedulingLoop:
-    def __init__(self, kube: Kube, view: ClusterView, *, period: float = 5.0, settle: float = 0.5) -> None:
+    def __init__(self, kube: Kube, view: ClusterView, *, period: float = 5.0, settle: float = 0.2, bind_deadline: float = 60.0) -> None:
         self.kube = kube
         self.view = view
         self.period = period
+        self.bind_deadline = bind_deadline
         self.matcher = DeviceMatcher()
         self.releaser = Releaser(kube, view, settle=settle)
-        self._evicted: set[str] = set()
         self._written: dict[str, tuple[bool, str, str]] = {}
+        self._backoff: dict[str, tuple[float, float]] = {}
+        """PodGroup uid -> (not before, last delay): a group whose reconcile failed waits before it is tried again."""
+        self._evicting: dict[str, float] = {}
+        """Pod uid -> not before: an eviction already sent is not sent again until then."""
 
     async def run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.view.changed.wait(), timeout=self.period)
+                await asyncio.wait_for(self.view.changed.wait(), timeout=self._next_wake())
             self.view.changed.clear()
             try:
                 await self.cycle()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                logger.exception("release cycle failed; retrying on the next change")
+            except Exception:  # only a bug in the loop itself gets here; every group is guarded
+                logger.exception("scheduling cycle failed; retrying on the next change")
                 await asyncio.sleep(1)
 
+    def _next_wake(self) -> float:
+        now = time.monotonic()
+        due = [until - now for until, _ in self._backoff.values()]
+        return max(0.05, min([self.period, *due]))
+
     async def cycle(self) -> None:
-        await self._repair_double_allocations()
-        pods_by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        members: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in self.view.pods.items():
             job_uid = (pod["metadata"].get("labels") or {}).get(keys.JOB_UID_LABEL)
             if job_uid and not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp"):
-                pods_by_job[job_uid].append(pod)
-        for pod_group in sorted(self.view.podgroups.items(), key=self._order):
-            job_uid = _owner_uid(pod_group, "Job")
-            if job_uid is None or pod_group["metadata"].get("deletionTimestamp"):
+                members[job_uid].append(pod)
+        groups = [(g, sorted(members.get(_owner_uid(g, "Job") or "", []), key=_name)) for g in self.view.podgroups.items()]
+        groups = [(g, pods) for g, pods in groups if _owner_uid(g, "Job") and not g["metadata"].get("deletionTimestamp")]
+        try:
+            await self._repair({g["metadata"]["uid"]: pods for g, pods in groups})
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            metrics.ERRORS.labels(stage="repair").inc()
+            logger.exception("double-allocation repair failed; retrying next cycle")
+        for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
+            uid = pod_group["metadata"]["uid"]
+            if self._backoff.get(uid, (0.0, 0.0))[0] > time.monotonic():
                 continue
-            await self._reconcile(pod_group, sorted(pods_by_job.get(job_uid, []), key=lambda p: p["metadata"]["name"]))
+            try:
+                if await self._reconcile(pod_group, pods):
+                    self._backoff.pop(uid, None)
+                else:
+                    self._back_off(pod_group)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay = self._back_off(pod_group)
+                metrics.ERRORS.labels(stage="reconcile").inc()
+                logger.exception("%s/%s: reconcile failed (%s); retrying in %.1fs", _ns(pod_group), _name(pod_group), exc, delay)
+
+    def _back_off(self, pod_group: Mapping[str, Any]) -> float:
+        """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
+        uid = pod_group["metadata"]["uid"]
+        delay = min(60.0, 2 * self._backoff.get(uid, (0.0, 0.25))[1])
+        self._backoff[uid] = (time.monotonic() + delay, delay)
+        return delay
 
     def _order(self, pod_group: Mapping[str, Any]) -> tuple[int, str, str]:
         name = pod_group["spec"].get("priorityClassName")
@@ -98,37 +162,55 @@ class SchedulingLoop:
             priority = (pc or {}).get("value", 0)
         return (-(priority or 0), pod_group["metadata"].get("creationTimestamp", ""), pod_group["metadata"]["name"])
 
-    async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        reservation_raw = (pod_group.get("status") or {}).get("reservation")
-        reservation = schema.Reservation.model_validate(reservation_raw) if reservation_raw else None
+    async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+        """False when an attempt was undone: the group then backs off before the next one."""
+        reservation = _reservation(pod_group)
         if reservation is not None and reservation.state == "Reserving":
-            await self._resume(pod_group, reservation)
-            return
+            return await self._resume(pod_group, reservation, pods)
         bound = [p for p in pods if p["spec"].get("nodeName")]
         waiting = [p for p in pods if inputs.gated(p)]
         await self._counters(pod_group, len(pods), len(bound))
         if pod_group["spec"]["schedulingPolicy"].get("basic") is not None:
             await self._release_each(pod_group, waiting)
-            return
+            return True
         scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
         if scheduled is not None and scheduled["status"] == "True":
             await self._release_each(pod_group, waiting)
-            return
+            return True
         min_count = _min_count(pod_group)
         if reservation is not None and reservation.state == "Released":
-            if len(bound) >= min_count:
-                nodes = len({p["spec"]["nodeName"] for p in bound})
-                await self._set(pod_group, True, "Scheduled", f"{len(bound)} of {len(pods)} members bound to {nodes} node(s)")
-            return
+            return await self._await_binding(pod_group, pods, bound, reservation, min_count)
         if not waiting:
-            return
+            return True
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) < min_count:
             await self._set(
                 pod_group, False, "Pending", f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims"
             )
-            return
-        await self._attempt(pod_group, ready, min_count)
+            return True
+        return await self._attempt(pod_group, ready, min_count)
+
+    async def _await_binding(
+        self,
+        pod_group: dict[str, Any],
+        pods: list[dict[str, Any]],
+        bound: list[dict[str, Any]],
+        reservation: schema.Reservation,
+        min_count: int,
+    ) -> bool:
+        """A released group becomes Scheduled once minCount members are bound, or is torn down at the deadline."""
+        if len(bound) >= min_count:
+            nodes = len({p["spec"]["nodeName"] for p in bound})
+            await self._set(pod_group, True, "Scheduled", f"{len(bound)} of {len(pods)} members bound to {nodes} node(s)")
+            return True
+        waited = _since(reservation.released_at)
+        if waited >= self.bind_deadline:
+            why = (
+                f"only {len(bound)} of minCount {min_count} members bound {self.bind_deadline:.0f}s after release "
+                f"({len(pods)} members exist)"
+            )
+            return await self._tear_down(pod_group, pods, reservation, why)
+        return True
 
     def _claims_ready(self, pod: Mapping[str, Any]) -> bool:
         names = inputs.claim_names(pod)
@@ -146,7 +228,7 @@ class SchedulingLoop:
             pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], min_count, members, topology[0]["key"] if topology else None
         )
 
-    async def _attempt(self, pod_group: dict[str, Any], ready: list[dict[str, Any]], min_count: int) -> None:
+    async def _attempt(self, pod_group: dict[str, Any], ready: list[dict[str, Any]], min_count: int) -> bool:
         started = time.monotonic()
         snapshot = self._snapshot()
         decided = time.monotonic()
@@ -156,22 +238,34 @@ class SchedulingLoop:
             metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable").inc()
             metrics.ATTEMPT_DURATION.labels(result="unschedulable").observe(time.monotonic() - started)
             await self._set(pod_group, False, "Unschedulable", result.message, warn=True)
-            return
+            return True
         try:
-            await self.releaser.release(pod_group, result)
+            reservation = await self.releaser.release(pod_group, result)
         except ReleaseAborted as exc:
             metrics.SCHEDULE_ATTEMPTS.labels(result="aborted").inc()
+            await self._set(pod_group, False, "Pending", f"reservation undone, will plan again: {exc}")
             await self._event(pod_group, "Warning", "ReservationRolledBack", f"reservation undone, will plan again: {exc}")
-            return
+            return False
+        except GatesRefused as exc:
+            metrics.SCHEDULE_ATTEMPTS.labels(result="aborted").inc()
+            await self._tear_down(pod_group, self._current(pod_group, ready), exc.reservation, str(exc))
+            return False
         metrics.SCHEDULE_ATTEMPTS.labels(result="scheduled").inc()
         metrics.ATTEMPT_DURATION.labels(result="scheduled").observe(time.monotonic() - started)
-        nodes = sorted(result.nodes)
+        nodes = sorted({p.node for p in reservation.placements})
         message = (
-            f"released {len(result.placements)} members on {len(nodes)} node(s) ({', '.join(nodes)}) "
-            f"with {sum(len(c.results) for c in result.claims)} device(s) reserved"
+            f"released {len(reservation.placements)} members on {len(nodes)} node(s) ({', '.join(nodes)}) "
+            f"with {sum(len(c.results) for c in reservation.claims)} device(s) reserved; "
+            f"waiting up to {self.bind_deadline:.0f}s for minCount {min_count} to be bound"
         )
         await self._set(pod_group, False, "Released", message)
         await self._event(pod_group, "Normal", "Released", message)
+        return True
+
+    def _current(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The latest version of each pod from the watch (a release changed them)."""
+        latest = [self.view.pods.get(_ns(pod_group), _name(p)) for p in pods]
+        return [p for p in latest if p is not None and not p["metadata"].get("deletionTimestamp")]
 
     async def _release_each(self, pod_group: dict[str, Any], waiting: list[dict[str, Any]]) -> None:
         """Late members of a scheduled gang (and every member of a basic group) go one by one."""
@@ -182,37 +276,87 @@ class SchedulingLoop:
             if isinstance(result, Fits):
                 try:
                     await self.releaser.release_member(pod_group, result)
-                except ReleaseAborted:
-                    continue
+                except (ReleaseAborted, GatesRefused) as exc:
+                    logger.warning("%s/%s: member %s not released: %s", _ns(pod_group), _name(pod_group), _name(pod), exc)
 
-    async def _resume(self, pod_group: dict[str, Any], reservation: schema.Reservation) -> None:
+    async def _resume(self, pod_group: dict[str, Any], reservation: schema.Reservation, pods: list[dict[str, Any]]) -> bool:
         try:
-            await self.releaser.complete(pod_group, reservation)
+            released = await self.releaser.complete(pod_group, reservation, resumed=True)
+            await self._set(pod_group, False, "Released", f"released {len(released.placements)} members, finishing a recorded reservation")
+            return True
         except ReleaseAborted as exc:
+            await self._set(pod_group, False, "Pending", f"unfinished reservation undone, will plan again: {exc}")
             await self._event(pod_group, "Warning", "ReservationRolledBack", f"unfinished reservation undone: {exc}")
+            return False
+        except GatesRefused as exc:
+            await self._tear_down(pod_group, self._current(pod_group, pods), exc.reservation, str(exc))
+            return False
 
-    async def _repair_double_allocations(self) -> None:
-        for conflict in repair.double_allocations(self.view.claims.items(), repair.reserved_claims(self.view.podgroups.items())):
-            for intruder in conflict.intruders:
-                if intruder["metadata"]["uid"] in self._evicted:
-                    continue
-                self._evicted.add(intruder["metadata"]["uid"])
+    async def _tear_down(
+        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation | None, why: str
+    ) -> bool:
+        """Evict every member, release the devices of members that never ran, forget the reservation: the group starts over.
+
+        False while an eviction is refused (a disruption budget): the caller backs off and tries again.
+        """
+        message = f"gang {_name(pod_group)} torn down as a unit: {why}"
+        standing = await teardown.evict_all(self.kube, pods, reason=TORN_DOWN, message=message)
+        if reservation is not None:
+            ran = {_name(p) for p in pods if p["spec"].get("nodeName")}
+            placed = {p.name: p.node for p in reservation.placements}
+            users = self.releaser.claim_users(_ns(pod_group), reservation)
+            never_ran = [c for c in reservation.claims if not any(u["name"] in ran for u in users.get(c.name, []))]
+            await self.releaser.deallocate_claims(_ns(pod_group), never_ran)
+            logger.info("%s/%s: released devices of %d claim(s) on %s", _ns(pod_group), _name(pod_group), len(never_ran), placed)
+        if standing:
+            await self._set(pod_group, False, "TearingDown", f"{why}; waiting for the eviction of {', '.join(standing)}")
+            return False
+        await self.releaser.record(pod_group, None)
+        metrics.TEARDOWNS.inc()
+        await self._set(pod_group, False, TORN_DOWN, f"{why}; members evicted and devices released, the group will be admitted again whole")
+        await self._event(pod_group, "Warning", TORN_DOWN, message)
+        return True
+
+    async def _repair(self, members_of: Mapping[str, list[dict[str, Any]]]) -> None:
+        """Each device held beyond what it allows is given back by the holder that allocated later."""
+        groups = {g["metadata"]["uid"]: g for g in self.view.podgroups.items()}
+        reserved = repair.reserved_claims(groups.values())
+        shareable = repair.shareable_capacity(self.view.slices.items())
+        for conflict in repair.double_allocations(self.view.claims.items(), shareable):
+            device = "/".join(conflict.device)
+            kept = reserved.get(repair.key(conflict.keep))
+            kept_by = f"gang {_name(kept)}" if kept else f"claim {_ns(conflict.keep)}/{_name(conflict.keep)}"
+            for later in conflict.later:
                 metrics.CONFLICTS.labels(stage="after-release").inc()
-                logger.warning(
-                    "device %s held by %s; evicting the holders of %s", conflict.device, conflict.holders, intruder["metadata"]["name"]
-                )
-                await self.releaser.evict_holders(intruder)
+                gang = reserved.get(repair.key(later))
+                if gang is not None:
+                    record = _reservation(gang)
+                    if record is not None and record.state == "Released":
+                        why = f"device {device} was allocated to {kept_by} before this gang's reservation; ours yields"
+                        await self._tear_down(gang, members_of.get(gang["metadata"]["uid"], []), record, why)
+                    continue
+                await self._evict_holders(later, f"device {device} is held by {kept_by}, which allocated it first")
+
+    async def _evict_holders(self, claim: Mapping[str, Any], why: str) -> None:
+        """The pods using a claim that allocated a device second: evicted, never deleted, with an Event naming the device."""
+        namespace = _ns(claim)
+        uids = {c["uid"] for c in (claim.get("status") or {}).get("reservedFor") or [] if c.get("resource") == "pods"}
+        uids |= {o["uid"] for o in claim["metadata"].get("ownerReferences") or [] if o.get("kind") == "Pod"}
+        now = time.monotonic()
+        for pod in self.view.pods.items():
+            uid = pod["metadata"]["uid"]
+            if _ns(pod) != namespace or uid not in uids or self._evicting.get(uid, 0.0) > now:
+                continue
+            logger.warning("evicting %s/%s: %s", namespace, _name(pod), why)
+            gone = await teardown.evict(self.kube, pod, reason=DOUBLE_ALLOCATED, message=f"claim {_name(claim)}: {why}")
+            self._evicting[uid] = now + (30.0 if gone else 5.0)
 
     async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int) -> None:
         current = pod_group.get("status") or {}
         if current.get("members") == members and current.get("bound") == bound:
             return
-        await self.kube.patch_custom(
-            "podgroups",
-            pod_group["metadata"]["namespace"],
-            pod_group["metadata"]["name"],
-            {"status": {"members": members, "bound": bound}},
-            status=True,
+        await self.kube.merge_patch(
+            custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"members": members, "bound": bound}}
         )
 
     async def _set(self, pod_group: dict[str, Any], ok: bool, reason: str, message: str, *, warn: bool = False) -> None:

@@ -23,4 +23,6 @@ CONFLICTS = Counter(
 )
 ROLLBACKS = Counter("phalanx_reservation_rollbacks_total", "Reservations undone before their gang was released.")
 RELEASED_PODS = Counter("phalanx_released_pods_total", "Pods whose scheduling gate Phalanx lifted.")
-EVICTIONS = Counter("phalanx_race_evictions_total", "Non-gang pods evicted because kube-scheduler gave them a device Phalanx had reserved.")
+EVICTIONS = Counter("phalanx_evictions_total", "Pods Phalanx took down, by reason (the Event reason on the pod).", ["reason"])
+TEARDOWNS = Counter("phalanx_podgroup_teardowns_total", "Released groups torn down as a unit before reaching minCount bound.")
+ERRORS = Counter("phalanx_errors_total", "Unexpected errors, by stage; the group is retried with backoff.", ["stage"])

@@ -1,10 +1,16 @@
-"""Where a double allocation is found: a device held by two claims, and which holder keeps it.
+"""Where a double allocation is found, and which holder yields.
 
 Two allocators share the devices (kube-scheduler and Phalanx) and nothing
-upstream coordinates them (kubernetes#128980). kube-scheduler counts a device
-once however many claims hold it, so once one holder is gone it believes the
-device free while the other still holds it: every double allocation must be
-undone, not only those that involve a gang.
+upstream coordinates them (kubernetes#128980). kube-scheduler counts a
+device once however many claims hold it, so once one holder is gone it
+believes the device free while the other still holds it: every double
+allocation must be undone, not only those that involve a gang.
+
+Sharing is not conflict: a result with `adminAccess` consumes nothing, and a
+device with `allowMultipleAllocations` is over-committed only when the
+capacity its holders consume exceeds what it has. When a device really is
+held twice, the later allocation yields: the time of the claim's status write
+that set the allocation (managedFields) tells which came first.
 """
 
 from __future__ import annotations
@@ -14,47 +20,92 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx.planner import quantity
 from phalanx.planner.model import ClaimKey, DeviceId
-from phalanx.scheduling.inputs import allocated_ids
+from phalanx.scheduling.inputs import consuming_ids
 
 
 @dataclass(frozen=True)
 class Conflict:
     device: DeviceId
     keep: Mapping[str, Any]
-    intruders: tuple[Mapping[str, Any], ...]
-
-    @property
-    def holders(self) -> str:
-        return ", ".join(c["metadata"]["name"] for c in (self.keep, *self.intruders))
+    """The holder that allocated first."""
+    later: tuple[Mapping[str, Any], ...]
+    """Holders that allocated after it: each of them yields."""
 
 
-def reserved_claims(pod_groups: Iterable[Mapping[str, Any]]) -> set[ClaimKey]:
-    """Claims named in a PodGroup's recorded reservation."""
-    out = set()
+def key(claim: Mapping[str, Any]) -> ClaimKey:
+    return (claim["metadata"]["namespace"], claim["metadata"]["name"])
+
+
+def reserved_claims(pod_groups: Iterable[Mapping[str, Any]]) -> dict[ClaimKey, Mapping[str, Any]]:
+    """Claim -> the PodGroup whose recorded reservation names it."""
+    out: dict[ClaimKey, Mapping[str, Any]] = {}
     for pod_group in pod_groups:
         for claim in ((pod_group.get("status") or {}).get("reservation") or {}).get("claims") or []:
-            out.add((pod_group["metadata"]["namespace"], claim["name"]))
+            out[(pod_group["metadata"]["namespace"], claim["name"])] = pod_group
     return out
 
 
-def double_allocations(claims: Iterable[Mapping[str, Any]], reserved: set[ClaimKey]) -> list[Conflict]:
-    """One holder keeps each device: Phalanx's reservation if there is one, else the oldest claim."""
+def allocated_at(claim: Mapping[str, Any]) -> str:
+    """When the allocation was written: the newest status write that owns `status.allocation` (RFC 3339, sorts as text)."""
+    times = [
+        entry.get("time", "")
+        for entry in claim["metadata"].get("managedFields") or []
+        if entry.get("subresource") == "status" and "f:allocation" in ((entry.get("fieldsV1") or {}).get("f:status") or {})
+    ]
+    return max(times, default=claim["metadata"].get("creationTimestamp", ""))
+
+
+def shareable_capacity(slices: Iterable[Mapping[str, Any]]) -> dict[DeviceId, dict[str, int]]:
+    """Devices that allow multiple allocations, with their capacity in exact integers."""
+    out: dict[DeviceId, dict[str, int]] = {}
+    for s in slices:
+        spec = s["spec"]
+        for device in spec.get("devices") or []:
+            if device.get("allowMultipleAllocations"):
+                capacity = {name: quantity.amount("", c["value"]) for name, c in (device.get("capacity") or {}).items()}
+                out[(spec["driver"], spec["pool"]["name"], device["name"])] = capacity
+    return out
+
+
+def _consumed(claim: Mapping[str, Any], device: DeviceId) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for r in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
+        if (r["driver"], r["pool"], r["device"]) == device and not r.get("adminAccess"):
+            for name, value in (r.get("consumedCapacity") or {}).items():
+                out[name] += quantity.amount("", value)
+    return out
+
+
+def _fits(holders: list[Mapping[str, Any]], device: DeviceId, capacity: Mapping[str, int]) -> bool:
+    total: dict[str, int] = defaultdict(int)
+    for claim in holders:
+        for name, value in _consumed(claim, device).items():
+            total[name] += value
+    return all(value <= capacity.get(name, 0) for name, value in total.items())
+
+
+def double_allocations(claims: Iterable[Mapping[str, Any]], shareable: Mapping[DeviceId, Mapping[str, int]]) -> list[Conflict]:
+    """Every device held beyond what it allows, with the holders that came later."""
     holders: dict[DeviceId, list[Mapping[str, Any]]] = defaultdict(list)
     for claim in claims:
-        for device in allocated_ids(claim) or ():
+        for device in set(consuming_ids(claim) or ()):
             holders[device].append(claim)
     out = []
     for device, held_by in holders.items():
         if len(held_by) < 2:
             continue
-        ordered = sorted(
-            held_by,
-            key=lambda c: (
-                (c["metadata"]["namespace"], c["metadata"]["name"]) not in reserved,
-                c["metadata"].get("creationTimestamp", ""),
-                c["metadata"]["name"],
-            ),
-        )
+        ordered = sorted(held_by, key=lambda c: (allocated_at(c), c["metadata"].get("creationTimestamp", ""), key(c)))
+        capacity = shareable.get(device)
+        if capacity is not None:
+            kept = []
+            for claim in ordered:
+                if _fits([*kept, claim], device, capacity):
+                    kept.append(claim)
+            later = tuple(c for c in ordered if c not in kept)
+            if later:
+                out.append(Conflict(device, kept[0], later))
+            continue
         out.append(Conflict(device, ordered[0], tuple(ordered[1:])))
     return out

@@ -1,48 +1,53 @@
 """Where a gang is reserved and its gates are lifted: the only side effects of a plan.
 
-Order matters and every step is idempotent:
-1. record the intent in PodGroup `status.reservation` (state Reserving);
-2. for each claim: add the delete-protection finalizer (metadata), then
-   write the allocation and `reservedFor` (status), conditional on the
-   claim's resourceVersion so a concurrent allocator cannot be overwritten;
-3. wait until our own watch shows the writes, then read every claim afresh
-   from the API server: a device also held by another claim (kube-scheduler
-   allocated it meanwhile; no upstream mechanism coordinates two allocators,
-   kubernetes#128980) aborts the release and rolls back;
-4. pin every pod to its node (required node affinity + annotation);
-5. lift Phalanx's gate on every member (state Released).
-A failure before 5 rolls back every claim this reservation allocated, so no
-device is leaked and no pod of an incomplete group is released; a restarted
-operator resumes from the recorded intent.
+The reservation cycle, each step idempotent:
+1. record the intent in PodGroup `status.reservation` (state Reserving),
+   with everything a fresh write needs (devices, node, config), so a
+   restarted operator can finish or undo it;
+2. for every claim, concurrently: add the delete-protection finalizer
+   (metadata), then write the allocation and `reservedFor` (status), both
+   conditional on the claim's resourceVersion: a lost write is a `Conflict`
+   and aborts the release;
+3. wait until our own watch shows the writes, then read every claim afresh:
+   a device also held by another claim (kube-scheduler allocated it in the
+   window; nothing upstream coordinates two allocators, kubernetes#128980)
+   aborts. Our reservation yields: nobody else is evicted for it;
+4. pin every pod to its node (required node affinity + annotation), then
+   lift Phalanx's gate on every member, concurrently (state Released).
+An abort before any gate is lifted rolls back every allocation this
+reservation made (and only those), so no device is leaked and no pod of an
+incomplete group is released. A refused gate lift after others were lifted
+leaves a group that cannot reach quorum: the loop tears it down at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from phalanx.api import keys, schema
-from phalanx.kube.client import Kube
+from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, claim_path, custom_path, pod_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits
-from phalanx.scheduling import metrics
-from phalanx.scheduling.inputs import allocated_ids
+from phalanx.planner.model import DeviceId
+from phalanx.scheduling import conditions, metrics
+from phalanx.scheduling.inputs import consuming_ids, gated
 
 logger = logging.getLogger(__name__)
 
 
 class ReleaseAborted(Exception):
-    """The plan can no longer be completed; its reservation has been rolled back."""
+    """The plan can no longer be completed; its reservation has been rolled back and the group will be planned again."""
 
-    def __init__(self, message: str, intruders: tuple[Mapping[str, Any], ...] = ()) -> None:
+
+class GatesRefused(Exception):
+    """Some gates were lifted and others refused: the group is released in part and must be torn down."""
+
+    def __init__(self, message: str, reservation: schema.Reservation) -> None:
         super().__init__(message)
-        self.intruders = intruders
-        """Claims kube-scheduler allocated with a device of ours: their pods must go too."""
+        self.reservation = reservation
 
 
 def reservation_of(fits: Fits) -> schema.Reservation:
@@ -55,17 +60,18 @@ def reservation_of(fits: Fits) -> schema.Reservation:
                 uid=c.uid,
                 node=c.node,
                 results=[schema.DeviceResult(request=r.request, driver=r.driver, pool=r.pool, device=r.device) for r in c.results],
+                config=[dict(entry) for entry in c.config],
             )
             for c in fits.claims
         ],
     )
 
 
-def allocation(claim: schema.ClaimReservation, config: tuple[Mapping[str, Any], ...] = ()) -> dict[str, Any]:
+def allocation(claim: schema.ClaimReservation) -> dict[str, Any]:
     """status.allocation as kube-scheduler writes it for a node-local allocation."""
     devices: dict[str, Any] = {"results": [r.wire() for r in claim.results]}
-    if config:
-        devices["config"] = [dict(c) for c in config]
+    if claim.config:
+        devices["config"] = [dict(c) for c in claim.config]
     return {
         "devices": devices,
         "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [claim.node]}]}]},
@@ -87,87 +93,119 @@ def pinned_affinity(pod: Mapping[str, Any], node: str) -> dict[str, Any]:
     return affinity
 
 
+def started(pod: Mapping[str, Any] | None) -> bool:
+    """Bound or released: a pod a rollback must never touch again."""
+    return pod is not None and (bool(pod["spec"].get("nodeName")) or not gated(pod))
+
+
+async def _all(calls: Iterable[Awaitable[Any]]) -> list[Any]:
+    """Run concurrently; every call finishes before the first error is raised, so nothing is left in flight."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
+
+
 class Releaser:
-    def __init__(self, kube: Kube, view: ClusterView, *, settle: float = 0.5, observe_timeout: float = 10.0) -> None:
+    def __init__(self, kube: Kube, view: ClusterView, *, settle: float = 0.2, observe_timeout: float = 10.0) -> None:
         self.kube = kube
         self.view = view
         self.settle = settle
         self.observe_timeout = observe_timeout
 
-    async def release(self, pod_group: Mapping[str, Any], fits: Fits) -> None:
-        """Reserve every claim of the plan, verify, pin, lift. Raises ReleaseAborted after a rollback."""
+    async def release(self, pod_group: Mapping[str, Any], fits: Fits) -> schema.Reservation:
+        """Record, reserve, verify, pin, lift. Raises ReleaseAborted (after a rollback) or GatesRefused."""
         reservation = reservation_of(fits)
-        configs = {(c.namespace, c.name): c.config for c in fits.claims}
-        await self._record(pod_group, reservation)
-        await self.complete(pod_group, reservation, configs)
+        await self.record(pod_group, reservation)
+        return await self.complete(pod_group, reservation)
 
     async def release_member(self, pod_group: Mapping[str, Any], fits: Fits) -> None:
-        """A late member of a group already released: same steps, without touching the group's record."""
-        configs = {(c.namespace, c.name): c.config for c in fits.claims}
-        await self.complete(pod_group, reservation_of(fits), configs, record=False)
+        """A late member of a group already released: the same steps, without touching the group's record."""
+        await self.complete(pod_group, reservation_of(fits), record=False)
 
     async def complete(
-        self,
-        pod_group: Mapping[str, Any],
-        reservation: schema.Reservation,
-        configs: Mapping[tuple[str, str], tuple[Mapping[str, Any], ...]] | None = None,
-        *,
-        record: bool = True,
-    ) -> None:
+        self, pod_group: Mapping[str, Any], reservation: schema.Reservation, *, record: bool = True, resumed: bool = False
+    ) -> schema.Reservation:
         namespace = pod_group["metadata"]["namespace"]
-        pods_of_claim = self._claim_users(namespace, reservation)
         try:
-            for claim in reservation.claims:
-                await self._reserve_claim(
-                    namespace, claim, pods_of_claim.get(claim.name, []), (configs or {}).get((namespace, claim.name), ())
-                )
-            await self._await_observed(namespace, reservation)
-            await asyncio.sleep(self.settle)
-            await self._verify(namespace, reservation)
             pods = [self._pod(namespace, p) for p in reservation.placements]
-            for pod, placement in zip(pods, reservation.placements, strict=False):
-                await self._pin(pod, placement.node)
+            if resumed:
+                await self._revalidate(namespace, reservation)
+            users = self.claim_users(namespace, reservation)
+            await _all(self._reserve_claim(namespace, c, users.get(c.name, [])) for c in reservation.claims)
+            await self._await_observed(namespace, reservation)
+            if self.settle:
+                await asyncio.sleep(self.settle)  # kube-scheduler's in-flight allocations reach the API server
+            await self._verify(namespace, reservation)
+            await _all(self._pin(pod, p.node) for pod, p in zip(pods, reservation.placements, strict=True))
             await self._await_pinned(namespace, reservation)
         except ReleaseAborted as exc:
             await self.rollback(pod_group, reservation, str(exc), record=record)
-            for intruder in exc.intruders:
-                await self.evict_holders(intruder)
             raise
-        for pod in pods:
-            await self._lift_gate(pod)
-        metrics.RELEASED_PODS.inc(len(pods))
+        except ApiError as exc:
+            await self.rollback(pod_group, reservation, f"a write was refused: {exc}", record=record)
+            raise ReleaseAborted(f"a write was refused: {exc}") from exc
+        refused = await self._lift_gates(pods)
+        metrics.RELEASED_PODS.inc(len(pods) - len(refused))
+        if refused and len(refused) == len(pods):
+            why = "; ".join(f"{name}: {exc}" for name, exc in refused)
+            await self.rollback(pod_group, reservation, f"every gate lift was refused: {why}", record=record)
+            raise ReleaseAborted(f"the gate lift was refused ({why})")
+        released = reservation.model_copy(update={"state": "Released", "released_at": conditions.now()})
         if record:
-            await self._record(pod_group, reservation.model_copy(update={"state": "Released"}))
+            await self.record(pod_group, released)
+        if refused:
+            raise GatesRefused("; ".join(f"gate lift of {name} refused: {exc}" for name, exc in refused), released)
+        return released
 
     async def rollback(self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str, *, record: bool = True) -> None:
-        """Clear every allocation this reservation made (and only those), then forget the reservation."""
+        """Clear every allocation this reservation made, except those of members already bound or released."""
         namespace = pod_group["metadata"]["namespace"]
-        mine = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results}
-        for claim in reservation.claims:
-            obj = await self.kube.read_claim(namespace, claim.name)
-            if obj is None or obj["metadata"]["uid"] != claim.uid or not set(allocated_ids(obj) or ()) <= mine or not allocated_ids(obj):
-                continue
-            await self.kube.patch_claim_status(
-                namespace,
-                claim.name,
-                {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": {"allocation": None, "reservedFor": None}},
-            )
+        users = self.claim_users(namespace, reservation)
+        untouchable = {
+            c.name for c in reservation.claims if any(started(self.view.pods.get(namespace, u["name"])) for u in users.get(c.name, []))
+        }
+        await _all(self._deallocate(namespace, c) for c in reservation.claims if c.name not in untouchable)
         metrics.ROLLBACKS.inc()
         logger.warning("rolled back reservation of %s/%s: %s", namespace, pod_group["metadata"]["name"], why)
         if record:
-            await self._record(pod_group, None)
+            await self.record(pod_group, None)
 
-    async def _record(self, pod_group: Mapping[str, Any], reservation: schema.Reservation | None) -> None:
+    async def deallocate_claims(self, namespace: str, claims: Iterable[schema.ClaimReservation]) -> None:
+        await _all(self._deallocate(namespace, c) for c in claims)
+
+    async def _deallocate(self, namespace: str, claim: schema.ClaimReservation) -> None:
+        """Clear one claim's allocation if it is still exactly ours; a concurrent change is re-read and judged again."""
+        mine = {(r.driver, r.pool, r.device) for r in claim.results}
+        for _ in range(5):
+            obj = await self.kube.get(claim_path(namespace, claim.name))
+            held = set(consuming_ids(obj) or ()) if obj else set()
+            if obj is None or obj["metadata"]["uid"] != claim.uid or not held or not held <= mine:
+                return
+            try:
+                await self.kube.merge_patch(
+                    claim_path(namespace, claim.name, status=True),
+                    {
+                        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                        "status": {"allocation": None, "reservedFor": None},
+                    },
+                )
+                return
+            except NotFound:
+                return
+            except Conflict:
+                continue
+        raise ReleaseAborted(f"claim {claim.name} kept changing while its allocation was being undone")
+
+    async def record(self, pod_group: Mapping[str, Any], reservation: schema.Reservation | None) -> None:
         body = reservation.wire() if reservation is not None else None
-        await self.kube.patch_custom(
-            "podgroups",
-            pod_group["metadata"]["namespace"],
-            pod_group["metadata"]["name"],
-            {"status": {"reservation": body}},
-            status=True,
+        meta = pod_group["metadata"]
+        await self.kube.merge_patch(
+            custom_path("podgroups", meta["namespace"], meta["name"], status=True), {"status": {"reservation": body}}
         )
 
-    def _claim_users(self, namespace: str, reservation: schema.Reservation) -> dict[str, list[dict[str, str]]]:
+    def claim_users(self, namespace: str, reservation: schema.Reservation) -> dict[str, list[dict[str, str]]]:
         users: dict[str, list[dict[str, str]]] = {}
         claimed = {c.name for c in reservation.claims}
         for placement in reservation.placements:
@@ -187,23 +225,32 @@ class Releaser:
             raise ReleaseAborted(f"member {placement.name} is gone")
         return pod
 
-    async def _reserve_claim(
-        self, namespace: str, claim: schema.ClaimReservation, users: list[dict[str, str]], config: tuple[Mapping[str, Any], ...]
-    ) -> None:
-        obj = self.view.claims.get(namespace, claim.name)
+    async def _revalidate(self, namespace: str, reservation: schema.Reservation) -> None:
+        """A recorded plan is finished only if every planned device is still free or already ours."""
+        planned = {(r.driver, r.pool, r.device): c.name for c in reservation.claims for r in c.results}
+        for obj in await self.kube.list_claims():
+            name = obj["metadata"]["name"]
+            for device in consuming_ids(obj) or ():
+                owner = planned.get(device)
+                if owner is not None and (obj["metadata"]["namespace"], name) != (namespace, owner):
+                    raise ReleaseAborted(
+                        f"device {'/'.join(device)} of the recorded plan was taken by {obj['metadata']['namespace']}/{name}"
+                    )
+
+    async def _reserve_claim(self, namespace: str, claim: schema.ClaimReservation, users: list[dict[str, str]]) -> None:
+        obj = await self.kube.get(claim_path(namespace, claim.name))
         if obj is None or obj["metadata"]["uid"] != claim.uid:
             raise ReleaseAborted(f"claim {claim.name} is gone")
-        wanted = tuple((r.driver, r.pool, r.device) for r in claim.results)
-        current = allocated_ids(obj)
+        wanted = {(r.driver, r.pool, r.device) for r in claim.results}
+        current = consuming_ids(obj)
         if current is not None:
-            if set(current) == set(wanted):
-                return  # done before a restart
+            if set(current) == wanted:
+                return  # written before a restart
             raise ReleaseAborted(f"claim {claim.name} was allocated elsewhere meanwhile")
         try:
             if keys.DELETE_PROTECTION not in (obj["metadata"].get("finalizers") or []):
-                obj = await self.kube.patch_claim(
-                    namespace,
-                    claim.name,
+                obj = await self.kube.merge_patch(
+                    claim_path(namespace, claim.name),
                     {
                         "metadata": {
                             "resourceVersion": obj["metadata"]["resourceVersion"],
@@ -211,103 +258,75 @@ class Releaser:
                         }
                     },
                 )
-            await self.kube.patch_claim_status(
-                namespace,
-                claim.name,
+            await self.kube.merge_patch(
+                claim_path(namespace, claim.name, status=True),
                 {
                     "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                    "status": {"allocation": allocation(claim, config), "reservedFor": users},
+                    "status": {"allocation": allocation(claim), "reservedFor": users},
                 },
             )
-        except ApiException as exc:
-            if exc.status in (404, 409):
-                raise ReleaseAborted(f"claim {claim.name} changed while reserving it ({exc.status})") from None
-            raise
+        except Conflict:
+            metrics.CONFLICTS.labels(stage="write").inc()
+            raise ReleaseAborted(f"claim {claim.name} changed while reserving it (resourceVersion conflict)") from None
+        except NotFound:
+            raise ReleaseAborted(f"claim {claim.name} is gone") from None
 
     async def _await_observed(self, namespace: str, reservation: schema.Reservation) -> None:
-        deadline = time.monotonic() + self.observe_timeout
-        while True:
-            seen = all(allocated_ids(self.view.claims.get(namespace, c.name) or {}) for c in reservation.claims)
-            if seen:
-                return
-            if time.monotonic() > deadline:
-                raise ReleaseAborted("our claim allocations did not show up in the watch in time")
-            await asyncio.sleep(0.05)
+        def seen() -> bool:
+            return all(consuming_ids(self.view.claims.get(namespace, c.name) or {}) for c in reservation.claims)
+
+        if not await self.view.claims.wait_until(seen, self.observe_timeout):
+            raise ReleaseAborted("our claim allocations did not show up in the watch in time")
 
     async def _await_pinned(self, namespace: str, reservation: schema.Reservation) -> None:
         """The next plan must count these pods on their nodes: wait until the watch shows the pins."""
-        deadline = time.monotonic() + self.observe_timeout
-        while True:
+
+        def seen() -> bool:
             pods = [self.view.pods.get(namespace, p.name) for p in reservation.placements]
-            if all(p is not None and (p["metadata"].get("annotations") or {}).get(keys.PINNED_NODE) for p in pods):
-                return
-            if time.monotonic() > deadline:
-                raise ReleaseAborted("our pod pins did not show up in the watch in time")
-            await asyncio.sleep(0.05)
+            return all(p is not None and (p["metadata"].get("annotations") or {}).get(keys.PINNED_NODE) for p in pods)
+
+        if not await self.view.pods.wait_until(seen, self.observe_timeout):
+            raise ReleaseAborted("our pod pins did not show up in the watch in time")
 
     async def _verify(self, namespace: str, reservation: schema.Reservation) -> None:
         """A fresh read of every claim: no device of ours may be held by anyone else."""
-        items = await self.kube.list_claims()
         ours = {(namespace, c.name) for c in reservation.claims}
-        mine = {(r.driver, r.pool, r.device): c.name for c in reservation.claims for r in c.results}
-        intruders = []
-        for obj in items:
-            if (obj["metadata"]["namespace"], obj["metadata"]["name"]) in ours:
-                continue
-            if set(allocated_ids(obj) or ()) & set(mine):
-                intruders.append(obj)
+        mine: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results}
+        intruders = [
+            f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            for obj in await self.kube.list_claims()
+            if (obj["metadata"]["namespace"], obj["metadata"]["name"]) not in ours and set(consuming_ids(obj) or ()) & mine
+        ]
         if intruders:
             metrics.CONFLICTS.labels(stage="verify").inc(len(intruders))
-            names = ", ".join(f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in intruders)
-            raise ReleaseAborted(f"devices of this reservation were also allocated to {names}", tuple(intruders))
-
-    async def evict_holders(self, claim: Mapping[str, Any]) -> None:
-        """Delete the pods of a claim that took a device Phalanx holds.
-
-        kube-scheduler tracks allocated devices as a set: once one holder of a
-        doubly held device is deallocated it believes the device free while
-        the other still holds it, and may hand it out again; the release
-        loop then finds that double allocation too and evicts the newcomer.
-        The pods' controllers, if they have one, recreate them.
-        """
-        namespace = claim["metadata"]["namespace"]
-        consumers = [c for c in (claim.get("status") or {}).get("reservedFor") or [] if c.get("resource") == "pods"]
-        consumers += [
-            {"name": o["name"], "uid": o["uid"]} for o in claim["metadata"].get("ownerReferences") or [] if o.get("kind") == "Pod"
-        ]
-        for consumer in {c["uid"]: c for c in consumers}.values():
-            if await self.kube.delete_pod(namespace, consumer["name"], consumer["uid"]):
-                metrics.EVICTIONS.inc()
-                logger.warning("evicted %s/%s: its claim took a device Phalanx had reserved", namespace, consumer["name"])
+            raise ReleaseAborted(f"devices of this reservation were also allocated to {', '.join(intruders)}; ours yields")
 
     async def _pin(self, pod: Mapping[str, Any], node: str) -> None:
-        annotations = pod["metadata"].get("annotations") or {}
-        if annotations.get(keys.PINNED_NODE) == node:
+        if (pod["metadata"].get("annotations") or {}).get(keys.PINNED_NODE) == node:
             return
+        meta = pod["metadata"]
         try:
-            await self.kube.patch_pod(
-                pod["metadata"]["namespace"],
-                pod["metadata"]["name"],
-                {
-                    "metadata": {"annotations": {keys.PINNED_NODE: node}},
-                    "spec": {"affinity": pinned_affinity(pod, node)},
-                },
+            await self.kube.merge_patch(
+                pod_path(meta["namespace"], meta["name"]),
+                {"metadata": {"annotations": {keys.PINNED_NODE: node}}, "spec": {"affinity": pinned_affinity(pod, node)}},
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                raise ReleaseAborted(f"member {pod['metadata']['name']} is gone") from None
-            raise
+        except NotFound:
+            raise ReleaseAborted(f"member {meta['name']} is gone") from None
 
-    async def _lift_gate(self, pod: Mapping[str, Any]) -> None:
-        gates = pod["spec"].get("schedulingGates") or []
-        remaining = [g for g in gates if g.get("name") != keys.SCHEDULING_GATE]
-        if len(remaining) == len(gates):
-            return
-        try:
-            await self.kube.patch_pod(
-                pod["metadata"]["namespace"], pod["metadata"]["name"], {"spec": {"schedulingGates": remaining or None}}
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            logger.warning("member %s vanished while its group was released", pod["metadata"]["name"])
+    async def _lift_gates(self, pods: list[Mapping[str, Any]]) -> list[tuple[str, ApiError]]:
+        """Lift every gate, concurrently; returns the refusals (a policy, a vanished pod) by pod name."""
+
+        async def lift(pod: Mapping[str, Any]) -> tuple[str, ApiError] | None:
+            gates = pod["spec"].get("schedulingGates") or []
+            remaining = [g for g in gates if g.get("name") != keys.SCHEDULING_GATE]
+            if len(remaining) == len(gates):
+                return None
+            meta = pod["metadata"]
+            try:
+                await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), {"spec": {"schedulingGates": remaining or None}})
+            except ApiError as exc:
+                logger.warning("gate lift of %s/%s refused: %s", meta["namespace"], meta["name"], exc)
+                return meta["name"], exc
+            return None
+
+        return [r for r in await asyncio.gather(*(lift(p) for p in pods)) if r is not None]

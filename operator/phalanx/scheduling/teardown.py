@@ -1,0 +1,75 @@
+"""Where a group is taken down as a unit: its members evicted, the devices of those that never ran released.
+
+Every member gets a `DisruptionTarget` condition with Phalanx's reason
+before it goes, as upstream does before a preemption, so a Job with a
+`podFailurePolicy` rule `{action: Ignore, onPodConditions: [{type:
+DisruptionTarget}]}` does not count it against `backoffLimit`. A member that
+never ran (never bound) is marked Failed first, as the pod garbage collector
+marks an unscheduled pod it deletes, so its Job replaces it at once; a member
+that runs goes through the Eviction API, so PodDisruptionBudgets are honoured
+(a refusal is retried by the caller on its next cycle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, Throttled, pod_path
+from phalanx.scheduling import conditions, metrics
+
+logger = logging.getLogger(__name__)
+
+DISRUPTION_TARGET = "DisruptionTarget"
+
+
+def _condition(reason: str, message: str) -> dict[str, Any]:
+    return {
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": conditions.now(),
+    }
+
+
+async def evict(kube: Kube, pod: Mapping[str, Any], *, reason: str, message: str) -> bool:
+    """Take one pod down; True when it is gone or going, False when a disruption budget refused (try again later)."""
+    meta = pod["metadata"]
+    if meta.get("deletionTimestamp"):
+        return True
+    status: dict[str, Any] = {"conditions": [_condition(reason, message)]}
+    if not pod["spec"].get("nodeName"):
+        status["phase"] = "Failed"
+        status["reason"] = reason
+        status["message"] = message[:1024]
+    try:
+        await kube.strategic_patch(
+            pod_path(meta["namespace"], meta["name"], "status"), {"metadata": {"uid": meta["uid"]}, "status": status}
+        )
+        await kube.evict(meta["namespace"], meta["name"], meta["uid"])
+    except (NotFound, Conflict):
+        return True  # gone, or replaced by a pod of the same name: not ours to take down
+    except Throttled as exc:
+        logger.warning("eviction of %s/%s refused for now: %s", meta["namespace"], meta["name"], exc.message)
+        return False
+    metrics.EVICTIONS.labels(reason=reason).inc()
+    await kube.event({"apiVersion": "v1", "kind": "Pod", "metadata": meta}, type_="Warning", reason=reason, message=message)
+    return True
+
+
+async def evict_all(kube: Kube, pods: list[Mapping[str, Any]], *, reason: str, message: str) -> list[str]:
+    """Evict concurrently; returns the names of pods still standing (refused)."""
+    done = await asyncio.gather(*(evict(kube, p, reason=reason, message=message) for p in pods), return_exceptions=True)
+    standing = []
+    for pod, result in zip(pods, done, strict=True):
+        if isinstance(result, ApiError):
+            logger.warning("eviction of %s failed: %s", pod["metadata"]["name"], result)
+            standing.append(pod["metadata"]["name"])
+        elif isinstance(result, BaseException):
+            raise result
+        elif not result:
+            standing.append(pod["metadata"]["name"])
+    return standing

@@ -1,0 +1,384 @@
+"""The release path strands nothing, on the local control plane: lost writes, refused gate lifts, members
+lost before binding, pod anti-affinity, and devices shared through admin access.
+
+The operator here runs with a short bind deadline (8 s), so a released group
+that cannot reach minCount bound is torn down within a test's patience.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import WORKLOADS, Cluster, wait_for
+from kubernetes_asyncio import client, config
+
+from jobs import one_gpu_pod_spec
+from phalanx.api import keys
+from phalanx.kube.client import Conflict, Kube, claim_path, custom_path
+from phalanx.kube.informers import ClusterView
+from phalanx.localcluster import demo, operatorproc
+from phalanx.planner import Fits, plan
+from phalanx.planner.model import Group
+from phalanx.scheduling import inputs
+from phalanx.scheduling.reserve import ReleaseAborted, Releaser
+
+ROOT = Path(__file__).parents[2]
+DEADLINE = 8
+
+
+@pytest.fixture(scope="module")
+def fast_operator(cluster: Cluster) -> Iterator[operatorproc.OperatorProcess | None]:
+    if cluster.local is None:
+        yield None
+        return
+    handle = operatorproc.start(cluster.local, ROOT, extra_args=("--bind-deadline", str(DEADLINE)))
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+def _gang(name: str, size: int, *, affinity: dict | None = None) -> dict[str, Any]:
+    """A gang whose disrupted members do not count against backoffLimit 0: the podFailurePolicy README recommends."""
+    spec = one_gpu_pod_spec()
+    if affinity:
+        spec["affinity"] = affinity
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "annotations": {keys.MIN_COUNT: str(size)}},
+        "spec": {
+            "parallelism": size,
+            "completions": size,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+        },
+    }
+
+
+def _pods(cluster: Cluster, namespace: str, job: str) -> list[dict]:
+    pods = cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def _pod_group(cluster: Cluster, namespace: str, job: str) -> dict:
+    items = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"{keys.JOB_NAME_LABEL}={job}")["items"]
+    return items[0] if items else {}
+
+
+def _condition(pg: dict) -> dict:
+    for cond in (pg.get("status") or {}).get("conditions") or []:
+        if cond["type"] == keys.INITIALLY_SCHEDULED:
+            return cond
+    return {}
+
+
+def _bound(pods: list[dict]) -> list[dict]:
+    return [p for p in pods if p["spec"].get("nodeName")]
+
+
+def _held(cluster: Cluster) -> list[tuple[str, str, str]]:
+    return [
+        (r["driver"], r["pool"], r["device"])
+        for c in cluster.get("resourceclaims", "-A")["items"]
+        if (c.get("status") or {}).get("allocation")
+        for r in c["status"]["allocation"]["devices"]["results"]
+        if not r.get("adminAccess")
+    ]
+
+
+def _gated_pods_holding_devices(cluster: Cluster, namespace: str) -> list[str]:
+    claims = {c["metadata"]["name"]: c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
+    out = []
+    for pod in cluster.get("pods", "-n", namespace)["items"]:
+        if not any(g["name"] == keys.SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or []):
+            continue
+        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+            if (claims.get(status.get("resourceClaimName")) or {}).get("status", {}).get("allocation"):
+                out.append(pod["metadata"]["name"])
+    return out
+
+
+@pytest.fixture
+def admission_policy(cluster: Cluster) -> Iterator[Any]:
+    """Cluster-scoped ValidatingAdmissionPolicies made by a test, removed afterwards."""
+    made: list[str] = []
+
+    def make(name: str, namespace: str, resources: list[str], expression: str, message: str) -> None:
+        policy = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": resources}
+                    ],
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                },
+                "validations": [{"expression": expression, "message": message}],
+            },
+        }
+        binding = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        }
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [policy, binding]}))
+        made.append(name)
+        time.sleep(2)  # the API server's policy informer must have it before the test relies on it
+
+    yield make
+    for name in made:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found", check=False)
+
+
+def remove_policy(cluster: Cluster, name: str) -> None:
+    cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found")
+    time.sleep(2)
+
+
+def test_a_refused_gate_lift_strands_no_device_and_says_why(
+    cluster: Cluster, fast_operator: Any, namespace: str, admission_policy: Any
+) -> None:
+    """Rank 0's gate lift is refused by policy while the others' go through: the group is torn down at once."""
+    name = f"no-lift-{namespace}"
+    admission_policy(
+        name,
+        namespace,
+        ["pods"],
+        "!(object.metadata.name.startsWith('refused-0-') && has(oldObject.spec.schedulingGates) "
+        f"&& oldObject.spec.schedulingGates.exists(g, g.name == '{keys.SCHEDULING_GATE}') "
+        f"&& !(has(object.spec.schedulingGates) && object.spec.schedulingGates.exists(g, g.name == '{keys.SCHEDULING_GATE}')))",
+        "test policy: rank 0 stays gated",
+    )
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_gang("refused", 4)))
+
+    def torn_down() -> dict | None:
+        cond = _condition(_pod_group(cluster, namespace, "refused"))
+        return cond if cond.get("reason") in ("GangTornDown", "TearingDown") else None
+
+    cond = wait_for(torn_down, "the half-released gang torn down", timeout=60)
+    assert "refused" in cond["message"] and "test policy: rank 0 stays gated" in cond["message"], cond
+    events = cluster.get("events", "-n", namespace, "--field-selector", "reason=GangTornDown")["items"]
+    assert any(e["involvedObject"]["kind"] == "Pod" for e in events), "each evicted member has an Event"
+    # The refusal repeats on every admission of the gang: a gated pod holds a device only for the moment
+    # between reserve and lift, never as long as the bind deadline.
+    first_seen: dict[str, float] = {}
+    watch_until = time.monotonic() + 2 * DEADLINE
+    while time.monotonic() < watch_until:
+        now = time.monotonic()
+        holding = set(_gated_pods_holding_devices(cluster, namespace))
+        first_seen = {pod: first_seen.get(pod, now) for pod in holding}
+        stranded = {pod: round(now - since, 1) for pod, since in first_seen.items() if now - since > DEADLINE}
+        assert not stranded, f"gated pods holding devices for longer than the deadline: {stranded}"
+        time.sleep(0.5)
+    remove_policy(cluster, name)
+    wait_for(lambda: len(_bound(_pods(cluster, namespace, "refused"))) == 4, "all 4 bound once the policy is gone", timeout=90)
+    job = cluster.get("job", "refused", "-n", namespace)
+    assert not [c for c in job["status"].get("conditions") or [] if c["type"] == "Failed"], "podFailurePolicy kept the Job alive"
+
+
+def test_a_member_lost_before_binding_gets_the_group_torn_down_and_readmitted_whole(
+    cluster: Cluster, fast_operator: Any, namespace: str, admission_policy: Any
+) -> None:
+    name = f"no-bind-{namespace}"
+    admission_policy(name, namespace, ["pods/binding"], "!object.metadata.name.startsWith('lost-0-')", "test policy: rank 0 cannot bind")
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_gang("lost", 4)))
+    wait_for(lambda: len(_bound(_pods(cluster, namespace, "lost"))) == 3, "3 of 4 members bound, rank 0 refused")
+    first = {p["metadata"]["uid"] for p in _pods(cluster, namespace, "lost")}
+    rank0 = next(p for p in _pods(cluster, namespace, "lost") if not p["spec"].get("nodeName"))
+    cluster.kubectl("delete", "pod", rank0["metadata"]["name"], "-n", namespace, "--wait=false")
+    lost_at = time.monotonic()
+
+    events = wait_for(
+        lambda: cluster.get("events", "-n", namespace, "--field-selector", "reason=GangTornDown,involvedObject.kind=PodGroup")["items"],
+        "the group torn down at the bind deadline",
+        timeout=DEADLINE + 30,
+    )
+    torn_down_after = time.monotonic() - lost_at
+    assert "only 3 of minCount 4 members bound" in events[0]["message"], events[0]["message"]
+    remove_policy(cluster, name)
+
+    def whole_again() -> list[dict] | None:
+        pods = _pods(cluster, namespace, "lost")
+        return pods if len(_bound(pods)) == 4 and not {p["metadata"]["uid"] for p in pods} & first else None
+
+    wait_for(whole_again, "the gang admitted again whole, every member new", timeout=90)
+    job = cluster.get("job", "lost", "-n", namespace)
+    assert not [c for c in job["status"].get("conditions") or [] if c["type"] == "Failed"], "podFailurePolicy kept the Job alive"
+    held = _held(cluster)
+    assert len(held) == len(set(held)) == 4, held
+    print(f"member lost -> group torn down in {torn_down_after:.1f}s (deadline {DEADLINE}s)")
+
+
+def test_required_anti_affinity_spreads_a_gang_one_rank_per_node(cluster: Cluster, fast_operator: Any, namespace: str) -> None:
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_gang("spread", 3, affinity=anti)))
+    pods = wait_for(lambda: (b := _bound(_pods(cluster, namespace, "spread"))) and len(b) == 3 and b, "3 ranks bound despite anti-affinity")
+    assert len({p["spec"]["nodeName"] for p in pods}) == 3, [p["spec"]["nodeName"] for p in pods]
+
+
+def test_an_admin_access_monitor_shares_devices_with_everyone(cluster: Cluster, fast_operator: Any, namespace: str) -> None:
+    cluster.kubectl("label", "namespace", namespace, "resource.kubernetes.io/admin-access=true")
+    monitor_claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "monitor"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "all", "exactly": {"deviceClassName": "gpu.example.com", "allocationMode": "All", "adminAccess": True}}
+                ]
+            }
+        },
+    }
+    monitor = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "monitor"},
+        "spec": {
+            **one_gpu_pod_spec(),
+            "nodeSelector": {"kubernetes.io/hostname": "worker-1"},
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "monitor"}],
+        },
+    }
+    bare = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bare"},
+        "spec": {**one_gpu_pod_spec(), "nodeSelector": {"kubernetes.io/hostname": "worker-1"}},
+    }
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [monitor_claim, monitor]})
+    )
+    wait_for(lambda: cluster.get("pod", "monitor", "-n", namespace)["spec"].get("nodeName"), "the monitor bound with admin access")
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(bare))
+    wait_for(lambda: cluster.get("pod", "bare", "-n", namespace)["spec"].get("nodeName"), "a bare GPU pod bound beside the monitor")
+    survivors = {n: cluster.get("pod", n, "-n", namespace)["metadata"]["uid"] for n in ("monitor", "bare")}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_gang("beside", 5)))
+    pods = wait_for(lambda: (b := _bound(_pods(cluster, namespace, "beside"))) and len(b) == 5 and b, "a 5-rank gang on the 5 free GPUs")
+    assert "worker-1" in {p["spec"]["nodeName"] for p in pods}, "the gang used the monitored node's free GPU"
+    time.sleep(3)  # a repair would act within a cycle
+    for name, uid in survivors.items():
+        pod = cluster.get("pod", name, "-n", namespace)
+        assert pod["metadata"]["uid"] == uid and not pod["metadata"].get("deletionTimestamp"), f"{name} was disturbed"
+    evictions = cluster.get("events", "-n", namespace, "--field-selector", "reason=DeviceDoubleAllocated")["items"]
+    assert not evictions, [e["message"] for e in evictions]
+
+
+class _LosingKube(Kube):
+    """Lets a second writer change a claim between our read and our conditional allocation write: a real lost race."""
+
+    def __init__(self, api: client.ApiClient, rival: Kube) -> None:
+        super().__init__(api)
+        self.rival = rival
+        self.provoked: list[str] = []
+        self.conflicts = 0
+
+    async def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+        if path.endswith("/status") and "/resourceclaims/" in path and not self.provoked and (patch.get("status") or {}).get("allocation"):
+            self.provoked.append(path)
+            await self.rival.merge_patch(path.removesuffix("/status"), {"metadata": {"labels": {"rival": "wrote-first"}}})
+        try:
+            return await super().merge_patch(path, patch)
+        except Conflict:
+            self.conflicts += 1
+            raise
+
+
+async def _api(cluster: Cluster) -> client.ApiClient:
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+async def test_a_conditional_allocation_write_that_loses_is_seen_as_lost(cluster: Cluster, namespace: str) -> None:
+    """No Job and no operator: two gated pods and a PodGroup made by hand, released by a Releaser in this process."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    pod_group = {
+        "apiVersion": keys.API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": "by-hand"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}}},
+    }
+    pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"by-hand-{i}"},
+            "spec": {**one_gpu_pod_spec(), "schedulingGates": [{"name": keys.SCHEDULING_GATE}]},
+        }
+        for i in range(2)
+    ]
+    cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [pod_group, *pods]})
+    )
+    async with await _api(cluster) as api, await _api(cluster) as rival_api:
+        kube = _LosingKube(api, Kube(rival_api))
+        view = ClusterView(kube)
+        await view.start()
+        try:
+
+            def members() -> list[dict] | None:
+                found = [view.pods.get(namespace, p["metadata"]["name"]) for p in pods]
+                if not all(
+                    m and inputs.claim_names(m) and all(view.claims.get(namespace, c) for c in inputs.claim_names(m)) for m in found
+                ):
+                    return None
+                return found
+
+            for _ in range(150):
+                if members():
+                    break
+                await asyncio.sleep(0.2)
+            group_obj = await kube.get(custom_path("podgroups", namespace, "by-hand"))
+            releaser = Releaser(kube, view, settle=0)
+
+            def fits() -> Fits:
+                group = Group(namespace, "by-hand", 2, tuple(inputs.member(m, inputs.claim_names(m)) for m in members() or []))
+                snapshot = inputs.build(
+                    view.nodes.items(), view.pods.items(), view.slices.items(), view.claims.items(), view.classes.items()
+                )
+                result = plan(snapshot, group)
+                assert isinstance(result, Fits), result
+                return result
+
+            with pytest.raises(ReleaseAborted, match="resourceVersion conflict"):
+                await releaser.release(group_obj, fits())
+            assert kube.provoked and kube.conflicts == 1, "the race happened: a rival wrote first and the server refused our write"
+            for p in pods:
+                name = inputs.claim_names(view.pods.get(namespace, p["metadata"]["name"]))[0]
+                claim = await kube.get(claim_path(namespace, name))
+                assert not (claim.get("status") or {}).get("allocation"), f"{name}: nothing stays allocated after the lost race"
+            group_obj = await kube.get(custom_path("podgroups", namespace, "by-hand"))
+            assert not (group_obj.get("status") or {}).get("reservation"), "the reservation record is cleared"
+
+            await releaser.release(group_obj, fits())  # planned again: now nothing races
+            await asyncio.to_thread(
+                wait_for, lambda: len(_bound(cluster.get("pods", "-n", namespace)["items"])) == 2, "both members bound after the retry"
+            )
+            held = _held(cluster)
+            assert len(held) == len(set(held)), f"nothing held twice: {held}"
+        finally:
+            await view.stop()
