@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -67,9 +68,10 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 
 def _since(timestamp: str | None) -> float:
-    """Seconds since an RFC 3339 time; a record without one (written by an older Phalanx) counts as just now."""
+    """Seconds since an RFC 3339 time. A release recorded without one (by an older Phalanx) that is still not
+    Scheduled is the stuck group the deadline exists for: it counts as long past."""
     if not timestamp:
-        return 0.0
+        return math.inf
     then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
 
