@@ -110,7 +110,20 @@ def median(values: list[float]) -> str:
     return f"{statistics.median(values):.2f}" if values else "-"
 
 
-async def main() -> int:
+async def measure(local: LocalCluster, sizes: list[int], runs: int) -> list[tuple[int, list[float], list[float], list[float]]]:
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(local.kubeconfig), client_configuration=configuration)
+    rows = []
+    async with client.ApiClient(configuration) as api:
+        for size in sizes:
+            gang = [await one_run(local, api, "bench", size, True) for _ in range(runs)]
+            vanilla = [await one_run(local, api, "bench", size, False) for _ in range(runs)]
+            rows.append((size, [q for q, _ in gang], [c for _, c in gang], [c for _, c in vanilla]))
+            print(f"size {size}: gang {gang}, vanilla {vanilla}", file=sys.stderr, flush=True)
+    return rows
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="4,32,128")
     parser.add_argument("--runs", type=int, default=3)
@@ -125,15 +138,7 @@ async def main() -> int:
         operator = operatorproc.start(local, args.repo)
         local.kubectl("create", "namespace", "bench")
         local.kubectl("apply", "-n", "bench", "-f", "-", stdin=json.dumps(CLAIM_TEMPLATE))
-        configuration = client.Configuration()
-        await config.load_kube_config(config_file=str(local.kubeconfig), client_configuration=configuration)
-        rows = []
-        async with client.ApiClient(configuration) as api:
-            for size in sizes:
-                gang = [await one_run(local, api, "bench", size, True) for _ in range(args.runs)]
-                vanilla = [await one_run(local, api, "bench", size, False) for _ in range(args.runs)]
-                rows.append((size, [q for q, _ in gang], [c for _, c in gang], [c for _, c in vanilla]))
-                print(f"size {size}: gang {gang}, vanilla {vanilla}", file=sys.stderr, flush=True)
+        rows = asyncio.run(measure(local, sizes, args.runs))
         print(f"release latency, median of {args.runs} runs, seconds ({local.spec.workers} workers x {GPUS_PER_WORKER} GPUs)")
         print("| ranks | Phalanx quorum->bound | Phalanx create->bound | vanilla create->bound | ratio |")
         print("|---|---|---|---|---|")
@@ -148,4 +153,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(main())

@@ -92,7 +92,7 @@ class Informer:
 
     async def _watch(self, version: str) -> None:
         async with watch.Watch(return_type="object") as stream:
-            async for event in stream.stream(self._list, resource_version=version, timeout_seconds=300, allow_watch_bookmarks=True):
+            async for event in stream.stream(self._watch_fn, resource_version=version, timeout_seconds=300, allow_watch_bookmarks=True):
                 kind, obj = _event(event)
                 if kind == "BOOKMARK" or obj is None:
                     continue

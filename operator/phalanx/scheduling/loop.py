@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx.api import keys, schema
-from phalanx.kube.client import Kube, custom_path
+from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, plan
 from phalanx.planner.model import Group
@@ -144,6 +144,10 @@ class SchedulingLoop:
                     self._back_off(pod_group)
             except asyncio.CancelledError:
                 raise
+            except NotFound as exc:
+                logger.info(
+                    "%s/%s: an object went away mid-reconcile (%s); next cycle sees the new state", _ns(pod_group), _name(pod_group), exc
+                )
             except Exception as exc:
                 delay = self._back_off(pod_group)
                 metrics.ERRORS.labels(stage="reconcile").inc()
