@@ -82,7 +82,7 @@ def gang(name: str, size: int, *, min_count: int | None = None, cpu: int = 50, n
 def with_claims(snapshot: Snapshot, claims) -> Snapshot:
     merged = dict(snapshot.claims)
     merged.update({c.key: c for c in claims})
-    return Snapshot(snapshot.nodes, snapshot.devices, snapshot.classes, frozen_map(merged), snapshot.held)
+    return replace(snapshot, claims=frozen_map(merged))
 
 
 def selector(**labels: str) -> tuple[Requirement, ...]:

@@ -28,7 +28,7 @@ from builders import (
     with_pods,
     with_rules,
 )
-from phalanx.planner import Fits, Short, plan
+from phalanx.planner import Fits, Short, plan, pods
 from phalanx.planner.devices import DeviceMatcher
 from phalanx.planner.model import (
     Claim,
@@ -374,6 +374,39 @@ def test_a_namespace_selector_is_named_not_guessed() -> None:
     everywhere = running("guard", "worker-1", namespace="other", anti=[replace(by_team, namespace_selector=())])
     result = plan(with_pods(snapshot, [everywhere]), group)
     assert isinstance(result, Fits) and "worker-1" not in result.nodes, "`{}` is every namespace: modelled"
+
+
+def _exactly(tally: pods.Tally) -> tuple:
+    """The tally as plain dicts: Counter equality ignores zero entries, the checks test key presence."""
+    skews = {k: (dict(v.added), dict(v.levels), v.low) for k, v in tally.skews.items()}
+    return dict(tally.pairs), dict(tally.sizes), skews, dict(tally.ports), dict(tally.bound), dict(tally.anchors)
+
+
+def test_removing_members_restores_the_tally_exactly() -> None:
+    """The search backtracks: every undo must leave the tally as it found it, or later checks see ghosts."""
+    snapshot = with_pods(_zones("a1", "a2", "b1"), [running("old", "a1", labels=TRAIN)])
+    member = Member(
+        "ml",
+        "m",
+        "u",
+        labels=frozen_map(TRAIN),
+        pod_affinity=(term("zone", app="train"),),
+        pod_anti_affinity=(term(app="train"),),
+        spread=(Spread("zone", 1, selector(app="train"), min_domains=2), Spread(HOSTNAME, 1, selector(app="train"))),
+        host_ports=(port(8080),),
+    )
+    members = [replace(member, name=f"m{i}", uid=f"u{i}") for i in range(3)]
+    by_name = {n.name: n for n in snapshot.nodes}
+    rules = pods.Rules(snapshot, members, by_name)
+    tally = rules.tally()
+    fresh = _exactly(tally)
+    steps = list(zip(members, ["a2", "b1", "a1"], strict=True))
+    for m, where in steps:
+        rules.add(tally, m, by_name[where])
+    assert _exactly(tally) != fresh
+    for m, where in reversed(steps):
+        rules.remove(tally, m, by_name[where])
+    assert _exactly(tally) == fresh
 
 
 _PLAN_IN_CHILD = """

@@ -355,7 +355,7 @@ def _short(planner: _Planner, members: Sequence[Member], fit: int, probe: _State
     left_out = next((m for m in members if m.uid not in placed), quorum[0])
     state = probe if probe is not None else planner.initial_state()
     reasons = Counter(r for node in snapshot.nodes if (r := planner.reason(state, left_out, node)) is not None)
-    # a lower bound needs nodes every quorum member could use, whatever the plan: node filters only
+    # the lower bound below counts capacity on nodes the node filters allow, never less because of what the plan placed
     usable = [node for node in snapshot.nodes if nodefilter.blocking_reason(quorum[0], node) is None]
     shortages: list[Shortage] = []
     needed: Counter[str] = Counter()

@@ -148,17 +148,10 @@ class Rules:
     labels and rules), and each pair of kinds, and each existing pod against each kind, is matched once."""
 
     def __init__(self, snapshot: Snapshot, members: Sequence[Member], nodes: Mapping[str, Node]) -> None:
-        self.kind_of: dict[str, int] = {}
-        index: dict[tuple, int] = {}
-        kinds: list[Member] = []
-        for m in members:
-            k = index.setdefault(_kind_key(m), len(index))
-            if k == len(kinds):
-                kinds.append(m)
-            self.kind_of[m.uid] = k
-        self.kinds = kinds
-        pods = [p for p in snapshot.pods if p.node in nodes]
-        self.unmodelled = _unmodelled(members, kinds, self.kind_of, [p for p in pods if p.anti_affinity])
+        self.kinds, self.kind_of = _kinds(members)
+        kinds = self.kinds
+        anti_pods = [p for p in snapshot.pods if p.anti_affinity and p.node in nodes]
+        self.unmodelled = _unmodelled(members, kinds, self.kind_of, anti_pods)
         self.active = any(m.pod_affinity or m.pod_anti_affinity or m.spread or m.host_ports for m in kinds)
         """Members' rules involve each other: the search keeps a Tally."""
         self.ordered = any(m.pod_affinity or m.spread for m in kinds)
@@ -175,42 +168,25 @@ class Rules:
         capped = [[self._cap(c) for c in m.spread] for m in kinds]
         self._feeds: list[list[Feed]] = []
         self._spread_feeds: list[list[tuple[int, int]]] = []
-        for m in kinds:
+        for k, m in enumerate(kinds):
             feeds, targets = self._feeds_of(m.namespace, m.labels, m.pod_anti_affinity, capped, counted=True)
-            self._feeds.append(feeds)
+            self._feeds.append(feeds + [(pair[1], None) for pair in capped[k] if pair is not None])
             self._spread_feeds.append(targets)
-        for k in range(len(kinds)):
-            self._feeds[k] += [(pair[1], None) for pair in capped[k] if pair is not None]
         self._capped_feeds = [[(k, i) for k, i in targets if capped[k][i] is not None] for targets in self._spread_feeds]
         self._base: Counter[tuple[int, str]] = Counter()
+        """(counter, topology value or node name) -> existing pods there that feed the counter."""
         counts = [
             [{nodes[n].labels[c.topology_key]: 0 for n in e} for c, e in zip(m.spread, eligible[k], strict=True)]
             for k, m in enumerate(kinds)
         ]
         if not self.unmodelled:
+            # without member affinity, anti-affinity or spreading, only the anti-affinity of existing pods counts
             every = any(m.pod_affinity or m.pod_anti_affinity or m.spread for m in kinds)
-            seen: dict[tuple, tuple[list[Feed], list[tuple[int, int]]]] = {}
-            for p in pods if every else [p for p in pods if p.anti_affinity]:
-                signature = (p.namespace, tuple(sorted(p.labels.items())), p.anti_affinity, p.terminating)
-                if signature not in seen:
-                    seen[signature] = self._feeds_of(p.namespace, p.labels, p.anti_affinity, capped, counted=not p.terminating)
-                feeds, targets = seen[signature]
-                node = nodes[p.node]
-                for cid, key in feeds:
-                    value = node.name if key is None else node.labels.get(key)
-                    if value is not None:
-                        self._base[(cid, value)] += 1
-                for k, i in targets:
-                    if p.node in eligible[k][i]:
-                        counts[k][i][node.labels[kinds[k].spread[i].topology_key]] += 1
+            self._count([p for p in snapshot.pods if p.node in nodes] if every else anti_pods, nodes, eligible, capped, counts)
         self._seen = frozenset(cid for cid, _ in self._base)
-        self._ports: set[tuple[str, str, int]] = set()
-        self._bound: set[tuple[str, str, str, int]] = set()
-        if any(m.host_ports for m in kinds):
-            for p in pods:
-                for port in p.host_ports:
-                    self._ports.add((p.node, port.protocol, port.port))
-                    self._bound.add((p.node, port.ip, port.protocol, port.port))
+        with_ports = [p for p in snapshot.pods if p.host_ports and p.node in nodes] if any(m.host_ports for m in kinds) else []
+        self._ports = {(p.node, port.protocol, port.port) for p in with_ports for port in p.host_ports}
+        self._bound = {(p.node, port.ip, port.protocol, port.port) for p in with_ports for port in p.host_ports}
         self._spread = [
             [
                 _Spreading(
@@ -229,6 +205,31 @@ class Rules:
         ]
         self.static = self.active or bool(self._base)
         """Existing pods alone can refuse some member a node."""
+
+    def _count(
+        self,
+        pods: Sequence[Pod],
+        nodes: Mapping[str, Node],
+        eligible: list[list[frozenset[str]]],
+        capped: list[list[tuple[int, int] | None]],
+        counts: list[list[dict[str, int]]],
+    ) -> None:
+        """Existing pods into the counters (`_base`) and spread domains (`counts`); pods alike (namespace, labels,
+        anti-affinity) are matched once."""
+        seen: dict[tuple, tuple[list[Feed], list[tuple[int, int]]]] = {}
+        for p in pods:
+            signature = (p.namespace, tuple(sorted(p.labels.items())), p.anti_affinity, p.terminating)
+            if signature not in seen:
+                seen[signature] = self._feeds_of(p.namespace, p.labels, p.anti_affinity, capped, counted=not p.terminating)
+            feeds, targets = seen[signature]
+            node = nodes[p.node]
+            for cid, key in feeds:
+                value = node.name if key is None else node.labels.get(key)
+                if value is not None:
+                    self._base[(cid, value)] += 1
+            for k, i in targets:
+                if p.node in eligible[k][i]:
+                    counts[k][i][node.labels[self.kinds[k].spread[i].topology_key]] += 1
 
     def _joining(self, m: Member) -> frozenset[int]:
         """The kinds whose affinity terms a member of this kind matches, every one of them."""
@@ -379,6 +380,19 @@ class Rules:
             _bump(tally.bound, (node.name, p.ip, p.protocol, p.port), by)
         if self._self_affine[k]:
             _bump(tally.anchors, (k, tuple(node.labels[t.topology_key] for t in m.pod_affinity)), by)
+
+
+def _kinds(members: Sequence[Member]) -> tuple[list[Member], dict[str, int]]:
+    """One member per kind, and each member's kind."""
+    index: dict[tuple, int] = {}
+    kinds: list[Member] = []
+    kind_of: dict[str, int] = {}
+    for m in members:
+        k = index.setdefault(_kind_key(m), len(index))
+        if k == len(kinds):
+            kinds.append(m)
+        kind_of[m.uid] = k
+    return kinds, kind_of
 
 
 def _eligible(member: Member, c: Spread, nodes: Iterable[Node]) -> frozenset[str]:
