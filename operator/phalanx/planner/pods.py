@@ -182,7 +182,7 @@ class Rules:
         if not self.unmodelled:
             # without member affinity, anti-affinity or spreading, only the anti-affinity of existing pods counts
             every = any(m.pod_affinity or m.pod_anti_affinity or m.spread for m in kinds)
-            self._count([p for p in snapshot.pods if p.node in nodes] if every else anti_pods, nodes, eligible, capped, counts)
+            self._count([p for p in snapshot.pods if p.node in nodes] if every else anti_pods, nodes, eligible, capped, counts, every=every)
         self._seen = frozenset(cid for cid, _ in self._base)
         with_ports = [p for p in snapshot.pods if p.host_ports and p.node in nodes] if any(m.host_ports for m in kinds) else []
         self._ports = {(p.node, port.protocol, port.port) for p in with_ports for port in p.host_ports}
@@ -213,12 +213,15 @@ class Rules:
         eligible: list[list[frozenset[str]]],
         capped: list[list[tuple[int, int] | None]],
         counts: list[list[dict[str, int]]],
+        *,
+        every: bool,
     ) -> None:
-        """Existing pods into the counters (`_base`) and spread domains (`counts`); pods alike (namespace, labels,
-        anti-affinity) are matched once."""
+        """Existing pods into the counters (`_base`) and spread domains (`counts`). Pods alike are matched once:
+        same namespace, labels (in the same order, as a template's replicas have them) and anti-affinity; when no
+        member has rules of its own (not `every`), only the pod's anti-affinity terms matter."""
         seen: dict[tuple, tuple[list[Feed], list[tuple[int, int]]]] = {}
         for p in pods:
-            signature = (p.namespace, tuple(sorted(p.labels.items())), p.anti_affinity, p.terminating)
+            signature = (p.namespace, p.terminating, tuple(p.labels.items()), p.anti_affinity) if every else p.anti_affinity
             if signature not in seen:
                 seen[signature] = self._feeds_of(p.namespace, p.labels, p.anti_affinity, capped, counted=not p.terminating)
             feeds, targets = seen[signature]
@@ -291,6 +294,8 @@ class Rules:
         k = self.kind_of[member.uid]
         m = self.kinds[k]
         labels, base = node.labels, self._base
+        if not (m.host_ports or m.spread or m.pod_affinity or m.pod_anti_affinity):
+            return EXISTING_ANTI_AFFINITY if any((cid, labels.get(key)) in base for key, cid in self._existing[k].items()) else None
         if any(clash(p, node.name, self._ports, self._bound) for p in m.host_ports):
             return PORTS
         if any(c.topology_key not in labels for c in m.spread):
@@ -418,11 +423,12 @@ def _unmodelled(
             for name, terms in (("podAffinity", m.pod_affinity), ("podAntiAffinity", m.pod_anti_affinity))
             if any(t.namespace_selector for t in terms)
         ]
-        what += [
-            f"podAntiAffinity namespaceSelector of existing pod {p.namespace}/{p.name}"
-            for p in anti_pods
-            if any(matches(t, m.namespace, m.labels) is None for t in p.anti_affinity)
-        ]
+        unknown: dict[tuple[PodTerm, ...], bool] = {}
+        for p in anti_pods:
+            if p.anti_affinity not in unknown:
+                unknown[p.anti_affinity] = any(matches(t, m.namespace, m.labels) is None for t in p.anti_affinity)
+            if unknown[p.anti_affinity]:
+                what.append(f"podAntiAffinity namespaceSelector of existing pod {p.namespace}/{p.name}")
         found.append(what)
     names: dict[str, list[str]] = {}
     for member in members:
