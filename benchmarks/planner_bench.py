@@ -19,6 +19,9 @@ Cases:
          64-pod gang cannot fit; warm matcher. Greedy places 40 members, then
          the aggregate count (24 devices short) proves that no arrangement
          fits, so the depth-first search is skipped.
+  apart  the free cluster, every rank with required pod anti-affinity on the
+         hostname against the gang's label, so one rank per node; warm
+         matcher. The cost of the inter-pod rules (phalanx.planner.pods).
 
 Usage: python benchmarks/planner_bench.py [--runs N]
 """
@@ -31,6 +34,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from phalanx.localcluster import fakegpu
 from phalanx.planner import DeviceMatcher, Fits, Short, plan, quantity
@@ -42,6 +46,8 @@ from phalanx.planner.model import (
     Group,
     Member,
     Node,
+    PodTerm,
+    Requirement,
     Snapshot,
     frozen_map,
 )
@@ -102,6 +108,21 @@ def build() -> tuple[Snapshot, Snapshot, Group]:
     return free, short, Group(NAMESPACE, "train", MEMBERS, tuple(members))
 
 
+def apart(group: Group) -> Group:
+    """The gang with one rank per node: labelled, and anti-affine on the hostname to that label."""
+    label = {"gang": group.name}
+    term = PodTerm("kubernetes.io/hostname", (Requirement("gang", "In", (group.name,)),), frozenset({group.namespace}))
+    members = tuple(replace(m, labels=frozen_map(label), pod_anti_affinity=(term,)) for m in group.members)
+    return replace(group, members=members)
+
+
+def fits_apart(result: Fits | Short) -> str | None:
+    wrong = fits_all(result)
+    if wrong is None and len(result.nodes) != MEMBERS:
+        return f"expected one rank per node, got {len(result.nodes)} nodes"
+    return wrong
+
+
 def measure(runs: int, decide: Callable[[], Fits | Short], check: Callable[[Fits | Short], str | None]) -> tuple[list[float], str | None]:
     """Milliseconds per run, and the first wrong answer (None if every answer was right)."""
     samples, wrong = [], None
@@ -150,10 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     warm = DeviceMatcher()
     plan(free, group, warm)  # untimed: fills the warm matcher's cache, as the operator's first cycle does
     plan(short, group, warm)
+    spread_out = apart(group)
     cases = [
         ("cold (fresh matcher)", *measure(args.runs, lambda: plan(free, group, DeviceMatcher()), fits_all)),
         ("warm (reused matcher)", *measure(args.runs, lambda: plan(free, group, warm), fits_all)),
         (f"short ({FREE_IN_SHORT_CASE} free, warm)", *measure(args.runs, lambda: plan(short, group, warm), is_short)),
+        ("apart (anti-affinity)", *measure(args.runs, lambda: plan(free, spread_out, warm), fits_apart)),
     ]
 
     header = f"{'case':<24}{'median ms':>11}{'p90 ms':>10}{'min ms':>10}{'target ms':>11}{'median/target':>15}"
@@ -172,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     for failure in failures:
         print(f"WRONG ANSWER  {failure}", file=sys.stderr)
     if not failures:
-        print("answers: cold and warm Fits with 64 placements, short Short: as expected")
+        print("answers: cold and warm Fits with 64 placements, short Short, apart one rank per node: as expected")
     return 1 if failures else 0
 
 

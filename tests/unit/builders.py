@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from phalanx.planner.model import (
     Claim,
     Device,
     DeviceClass,
     DeviceRequest,
     Group,
+    HostPort,
     Member,
     Node,
+    Pod,
+    PodTerm,
+    Requirement,
     Snapshot,
     Taint,
     frozen_map,
@@ -17,6 +23,7 @@ from phalanx.planner.model import (
 
 GPU = "gpu.example.com"
 GPU_CLASS = DeviceClass(GPU, selectors=(f"device.driver == '{GPU}'",))
+HOSTNAME = "kubernetes.io/hostname"
 
 
 def node(name: str, *, cpu: int = 32000, pods: int = 110, labels: dict | None = None, taints=(), used_cpu: int = 0) -> Node:
@@ -75,4 +82,33 @@ def gang(name: str, size: int, *, min_count: int | None = None, cpu: int = 50, n
 def with_claims(snapshot: Snapshot, claims) -> Snapshot:
     merged = dict(snapshot.claims)
     merged.update({c.key: c for c in claims})
-    return Snapshot(snapshot.nodes, snapshot.devices, snapshot.classes, frozen_map(merged), snapshot.held)
+    return replace(snapshot, claims=frozen_map(merged))
+
+
+def selector(**labels: str) -> tuple[Requirement, ...]:
+    """A label selector as matchLabels would give it."""
+    return tuple(Requirement(k, "In", (v,)) for k, v in sorted(labels.items()))
+
+
+def term(topology_key: str = HOSTNAME, *, namespace: str = "ml", **labels: str) -> PodTerm:
+    """A required pod (anti-)affinity term for pods with `labels` in `namespace`, one domain per value of the key."""
+    return PodTerm(topology_key, selector(**labels), frozenset({namespace}))
+
+
+def with_rules(group: Group, **fields) -> Group:
+    """The group with the same fields (labels, pod_affinity, spread, host_ports, ...) set on every member."""
+    fields = {k: frozen_map(v) if isinstance(v, dict) else v for k, v in fields.items()}
+    return replace(group, members=tuple(replace(m, **fields) for m in group.members))
+
+
+def running(name: str, node_name: str, *, namespace: str = "ml", labels=None, anti=(), ports=(), terminating=False) -> Pod:
+    """A pod already on a node, as the snapshot records it."""
+    return Pod(namespace, name, node_name, frozen_map(labels), tuple(anti), tuple(ports), terminating)
+
+
+def with_pods(snapshot: Snapshot, pods) -> Snapshot:
+    return replace(snapshot, pods=tuple(pods))
+
+
+def port(number: int, protocol: str = "TCP", ip: str = "0.0.0.0") -> HostPort:
+    return HostPort(number, protocol, ip)

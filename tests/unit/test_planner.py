@@ -5,10 +5,30 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
-from builders import GPU, GPU_CLASS, cluster, gang, gpus, node, one_gpu_claim, with_claims
-from phalanx.planner import Fits, Short, plan
+import pytest
+
+from builders import (
+    GPU,
+    GPU_CLASS,
+    HOSTNAME,
+    cluster,
+    gang,
+    gpus,
+    node,
+    one_gpu_claim,
+    port,
+    running,
+    selector,
+    term,
+    with_claims,
+    with_pods,
+    with_rules,
+)
+from phalanx.planner import Fits, Short, plan, pods
 from phalanx.planner.devices import DeviceMatcher
 from phalanx.planner.model import (
     Claim,
@@ -21,6 +41,7 @@ from phalanx.planner.model import (
     Requirement,
     SelectorTerm,
     Snapshot,
+    Spread,
     Toleration,
     frozen_map,
 )
@@ -193,6 +214,199 @@ def test_search_finds_plans_greedy_packing_misses() -> None:
     result = plan(Snapshot(nodes), Group("ml", "g", 2, members))
     assert isinstance(result, Fits)
     assert dict((m.name, n) for m, n in result.placements) == {"a": "n2", "b": "n1"}
+
+
+TRAIN = {"app": "train"}
+
+
+def _zones(*names: str) -> Snapshot:
+    """Nodes named <zone><n> (a1, b2, ...) labelled with their zone, two GPUs each."""
+    nodes = [node(n, labels={"zone": n[0]}) for n in names]
+    return Snapshot(tuple(nodes), tuple(d for n in nodes for d in gpus(n.name, 2)), frozen_map({GPU: GPU_CLASS}))
+
+
+def test_required_anti_affinity_on_hostname_puts_one_rank_per_node() -> None:
+    group, claims = gang("train", 3)
+    assert len(plan(with_claims(cluster(), claims), group).nodes) == 2, "without the rule the gang packs"
+    apart = with_rules(group, labels=TRAIN, pod_anti_affinity=(term(app="train"),))
+    result = plan(with_claims(cluster(workers=3), claims), apart)
+    assert isinstance(result, Fits) and result.nodes == {"worker-1", "worker-2", "worker-3"}
+    result = plan(with_claims(cluster(workers=2), claims), apart)
+    assert isinstance(result, Short)
+    assert result.message == (
+        "minCount 3: 2 of 3 members fit; no combination of nodes fits the group; "
+        "2 node(s) didn't match pod anti-affinity rules; 1 node(s) had untolerated taint(s)"
+    )
+
+
+def test_self_affinity_by_zone_keeps_the_gang_in_the_one_zone_with_room() -> None:
+    group, claims = gang("train", 3)
+    snapshot = with_claims(_zones("a1", "b1", "b2"), claims)
+    assert {n[0] for n in plan(snapshot, group).nodes} == {"a", "b"}, "without the rule greedy packing spans zones"
+    together = with_rules(group, labels=TRAIN, pod_affinity=(term("zone", app="train"),))
+    result = plan(snapshot, together)
+    assert isinstance(result, Fits) and result.nodes == {"b1", "b2"}
+    result = plan(with_pods(snapshot, [running("ps", "a1", labels=TRAIN)]), together)
+    assert isinstance(result, Short), "a pod already matching in zone a draws the gang there, and zone a has 2 GPUs"
+    assert result.message.endswith("no combination of nodes fits the group; 2 node(s) didn't match pod affinity rules")
+
+
+def test_affinity_to_another_role_places_that_role_first() -> None:
+    """Workers need a parameter server in their zone; the server is named after them, yet is placed first."""
+    snapshot = _zones("a1", "b1")
+    server = Member("ml", "zz-ps", "u-ps", labels=frozen_map({"role": "ps"}))
+    workers = tuple(Member("ml", f"w{i}", f"u-w{i}", pod_affinity=(term("zone", role="ps"),)) for i in range(2))
+    result = plan(snapshot, Group("ml", "g", 3, (*workers, server)))
+    assert isinstance(result, Fits)
+    zone = {m.name: n[0] for m, n in result.placements}
+    assert zone["w0"] == zone["w1"] == zone["zz-ps"]
+
+
+def test_a_member_joining_a_lone_self_affine_member_must_share_its_domain() -> None:
+    """b matches a's zone term but is drawn to zone b by its own rule: the scheduler could bind b first and then
+    refuse a forever (a is no longer the first of its set), so a and b must not be split."""
+    snapshot = with_pods(_zones("a1", "b1"), [running("cache", "b1", labels={"role": "cache"})])
+    a = Member("ml", "a", "u-a", labels=frozen_map(TRAIN), pod_affinity=(term("zone", app="train"),))
+    b = Member("ml", "b", "u-b", labels=frozen_map(TRAIN), pod_affinity=(term("zone", role="cache"),))
+    result = plan(snapshot, Group("ml", "g", 2, (a, b)))
+    assert isinstance(result, Fits) and result.nodes == {"b1"}
+
+
+def test_an_existing_pods_anti_affinity_keeps_matching_members_off_its_node() -> None:
+    group, claims = gang("train", 2)
+    group = with_rules(group, labels=TRAIN)
+    assert plan(with_claims(cluster(), claims), group).nodes == {"worker-1"}, "without the guard it packs on worker-1"
+    guard = running("guard", "worker-1", anti=[term(app="train")])
+    result = plan(with_pods(with_claims(cluster(), claims), [guard]), group)
+    assert isinstance(result, Fits) and "worker-1" not in result.nodes
+    result = plan(with_pods(with_claims(cluster(workers=1), claims), [guard]), group)
+    assert result.message == (
+        "minCount 2: 0 of 2 members fit; no combination of nodes fits the group; "
+        "1 node(s) didn't satisfy existing pods anti-affinity rules; 1 node(s) had untolerated taint(s)"
+    )
+    elsewhere = running("guard", "worker-1", namespace="other", anti=[term(app="train", namespace="other")])
+    assert plan(with_pods(with_claims(cluster(), claims), [elsewhere]), group).nodes == {"worker-1"}, "its term looks in its own namespace"
+
+
+def test_spread_max_skew_one_puts_one_member_per_node() -> None:
+    group, claims = gang("train", 3)
+    spread = with_rules(group, labels=TRAIN, spread=(Spread(HOSTNAME, 1, selector(app="train")),))
+    result = plan(with_claims(cluster(control_plane=False), claims), spread)
+    assert isinstance(result, Fits) and result.nodes == {"worker-1", "worker-2", "worker-3"}
+    two = replace(spread, members=spread.members[:2], min_count=2)
+    result = plan(with_pods(with_claims(cluster(control_plane=False), claims), [running("old", "worker-1", labels=TRAIN)]), two)
+    assert isinstance(result, Fits) and result.nodes == {"worker-2", "worker-3"}, "an existing matching pod counts"
+    gone = running("old", "worker-1", labels=TRAIN, terminating=True)
+    assert plan(with_pods(with_claims(cluster(control_plane=False), claims), [gone]), two).nodes == {"worker-1", "worker-2"}
+
+
+@pytest.mark.parametrize(
+    ("taints_policy", "min_domains", "expected"),
+    [
+        ("Ignore", 1, None),  # the control plane is a domain that never gets a pod: the minimum stays 0
+        ("Honor", 1, [2, 1, 1]),
+        ("Honor", 4, None),  # 3 domains < minDomains 4: the minimum counts as 0 again
+        ("Honor", 3, [2, 1, 1]),
+    ],
+)
+def test_spread_domains_follow_the_node_policies_and_min_domains(taints_policy: str, min_domains: int, expected) -> None:
+    group, claims = gang("train", 4, cpu=50)
+    spread = Spread(
+        HOSTNAME, 1, selector(app="train"), min_domains=min_domains, node_affinity_policy="Ignore", node_taints_policy=taints_policy
+    )
+    result = plan(with_claims(cluster(gpus_per_worker=4), claims), with_rules(group, labels=TRAIN, spread=(spread,)))
+    if expected is None:
+        assert isinstance(result, Short) and "node(s) didn't match pod topology spread constraints" in result.message
+    else:
+        assert isinstance(result, Fits)
+        assert sorted(Counter(n for _, n in result.placements).values(), reverse=True) == expected
+
+
+def test_spread_with_min_domains_caps_the_pinned_node_at_max_skew() -> None:
+    """Phalanx's pin is required node affinity: under nodeAffinityPolicy Honor the pinned pod's only domain is its
+    node, so with minDomains above 1 kube-scheduler allows at most maxSkew matching pods on it."""
+    group, claims = gang("train", 4)
+    spread = Spread("zone", 1, selector(app="train"), min_domains=2)
+    result = plan(with_claims(_zones("a1", "a2", "b1", "b2"), claims), with_rules(group, labels=TRAIN, spread=(spread,)))
+    assert isinstance(result, Fits) and result.nodes == {"a1", "a2", "b1", "b2"}, "zones 2 and 2, and one per node"
+
+
+@pytest.mark.parametrize(
+    ("wanted", "used", "clash"),
+    [
+        (port(8080), port(8080), True),
+        (port(8080), port(8080, ip="10.0.0.1"), True),  # 0.0.0.0 binds every address
+        (port(8080, ip="10.0.0.1"), port(8080), True),
+        (port(8080, ip="10.0.0.1"), port(8080, ip="10.0.0.2"), False),
+        (port(8080, "UDP"), port(8080), False),
+        (port(8081), port(8080), False),
+    ],
+)
+def test_host_ports_clash_as_the_scheduler_sees_it(wanted, used, clash: bool) -> None:
+    snapshot = with_pods(cluster(workers=1), [running("exporter", "worker-1", ports=[used])])
+    result = plan(snapshot, Group("ml", "g", 1, (Member("ml", "p", "u", host_ports=(wanted,)),)))
+    assert isinstance(result, Short) == clash
+    if clash:
+        assert "1 node(s) didn't have free ports for the requested pod ports" in result.message
+
+
+def test_host_ports_clash_with_existing_pods_and_between_members() -> None:
+    group, claims = gang("train", 2)
+    group = with_rules(group, host_ports=(port(8080),))
+    result = plan(with_pods(with_claims(cluster(), claims), [running("exporter", "worker-1", ports=[port(8080)])]), group)
+    assert isinstance(result, Fits) and result.nodes == {"worker-2", "worker-3"}
+
+
+def test_a_namespace_selector_is_named_not_guessed() -> None:
+    group, claims = gang("train", 2)
+    group = with_rules(group, labels=TRAIN)
+    snapshot = with_claims(cluster(), claims)
+    by_team = replace(term(app="train"), namespaces=frozenset(), namespace_selector=selector(team="ml"))
+    members = (replace(group.members[0], pod_affinity=(by_team,)), group.members[1])
+    result = plan(snapshot, replace(group, members=members))
+    assert isinstance(result, Short)
+    assert result.message == "minCount 2: not planned; member train-0: podAffinity namespaceSelector is not modelled by Phalanx"
+    guard = running("guard", "worker-1", namespace="other", anti=[by_team])
+    assert plan(with_pods(snapshot, [guard]), group).message == (
+        "minCount 2: not planned; member train-0 (and 1 more): podAntiAffinity namespaceSelector of existing pod other/guard "
+        "is not modelled by Phalanx"
+    )
+    everywhere = running("guard", "worker-1", namespace="other", anti=[replace(by_team, namespace_selector=())])
+    result = plan(with_pods(snapshot, [everywhere]), group)
+    assert isinstance(result, Fits) and "worker-1" not in result.nodes, "`{}` is every namespace: modelled"
+
+
+def _exactly(tally: pods.Tally) -> tuple:
+    """The tally as plain dicts: Counter equality ignores zero entries, the checks test key presence."""
+    skews = {k: (dict(v.added), dict(v.levels), v.low) for k, v in tally.skews.items()}
+    return dict(tally.pairs), dict(tally.sizes), skews, dict(tally.ports), dict(tally.bound), dict(tally.anchors)
+
+
+def test_removing_members_restores_the_tally_exactly() -> None:
+    """The search backtracks: every undo must leave the tally as it found it, or later checks see ghosts."""
+    snapshot = with_pods(_zones("a1", "a2", "b1"), [running("old", "a1", labels=TRAIN)])
+    member = Member(
+        "ml",
+        "m",
+        "u",
+        labels=frozen_map(TRAIN),
+        pod_affinity=(term("zone", app="train"),),
+        pod_anti_affinity=(term(app="train"),),
+        spread=(Spread("zone", 1, selector(app="train"), min_domains=2), Spread(HOSTNAME, 1, selector(app="train"))),
+        host_ports=(port(8080),),
+    )
+    members = [replace(member, name=f"m{i}", uid=f"u{i}") for i in range(3)]
+    by_name = {n.name: n for n in snapshot.nodes}
+    rules = pods.Rules(snapshot, members, by_name)
+    tally = rules.tally()
+    fresh = _exactly(tally)
+    steps = list(zip(members, ["a2", "b1", "a1"], strict=True))
+    for m, where in steps:
+        rules.add(tally, m, by_name[where])
+    assert _exactly(tally) != fresh
+    for m, where in reversed(steps):
+        rules.remove(tally, m, by_name[where])
+    assert _exactly(tally) == fresh
 
 
 _PLAN_IN_CHILD = """

@@ -3,6 +3,9 @@
 The example tests in test_planner.py pin the article's scenarios; these
 guard what must hold for *every* input: a plan never overbooks a node or a
 device, and the search never calls a group Short when some assignment fits.
+Some members are "lonely": labelled and with required anti-affinity on the
+hostname against that label, so at most one per node, a pairwise rule under
+which the search still treats identical members as interchangeable.
 """
 
 from __future__ import annotations
@@ -13,21 +16,27 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builders import GPU, GPU_CLASS, gpus, node, one_gpu_claim
+from builders import GPU, GPU_CLASS, gpus, node, one_gpu_claim, term
 from phalanx.planner import DeviceMatcher, Fits, Short, plan
 from phalanx.planner.model import Group, Member, Snapshot, frozen_map
 
 NS = "ml"
 CPU_STEP = 500
+LONELY = {"lonely": "yes"}
 
 
-def build(nodes: list, devices: list, held: set, shapes: list[tuple[int, bool]], min_count: int) -> tuple[Snapshot, Group]:
-    """The snapshot and group for members of the given (cpu, wants a GPU) shapes, named in order."""
+def lonely(member: Member) -> bool:
+    return bool(member.pod_anti_affinity)
+
+
+def build(nodes: list, devices: list, held: set, shapes: list[tuple[int, bool, bool]], min_count: int) -> tuple[Snapshot, Group]:
+    """The snapshot and group for members of the given (cpu, wants a GPU, lonely) shapes, named in order."""
     members, claims = [], []
-    for i, (cpu, gpu) in enumerate(shapes):
+    for i, (cpu, gpu, alone) in enumerate(shapes):
         if gpu:
             claims.append(one_gpu_claim(NS, f"m{i}-gpu"))
-        members.append(Member(NS, f"m{i}", f"uid-m{i}", requests=frozen_map({"cpu": cpu}), claims=(f"m{i}-gpu",) * gpu))
+        rules = {"labels": frozen_map(LONELY), "pod_anti_affinity": (term(lonely="yes"),)} if alone else {}
+        members.append(Member(NS, f"m{i}", f"uid-m{i}", requests=frozen_map({"cpu": cpu}), claims=(f"m{i}-gpu",) * gpu, **rules))
     snapshot = Snapshot(
         nodes=tuple(nodes),
         devices=tuple(devices),
@@ -54,7 +63,9 @@ def cases(draw: st.DrawFn, max_nodes: int = 4, max_members: int = 4) -> tuple[Sn
         nodes.append(node(f"n{i}", cpu=cpu, used_cpu=used, pods=draw(st.integers(0, 3))))
         devices += gpus(f"n{i}", draw(st.integers(0, 3)))
     held = draw(st.sets(st.sampled_from([d.id for d in devices]))) if devices else set()
-    shapes = draw(st.lists(st.tuples(st.integers(0, 4).map(CPU_STEP.__mul__), st.booleans()), min_size=1, max_size=max_members))
+    shapes = draw(
+        st.lists(st.tuples(st.integers(0, 4).map(CPU_STEP.__mul__), st.booleans(), st.booleans()), min_size=1, max_size=max_members)
+    )
     return build(nodes, devices, held, shapes, draw(st.integers(1, len(shapes))))
 
 
@@ -71,20 +82,21 @@ def planted(draw: st.DrawFn, max_nodes: int = 4, max_members: int = 4) -> tuple[
     for i in range(draw(st.integers(1, max_nodes))):
         k = draw(st.integers(0 if i else 1, max_members - len(shapes)))
         cuts = sorted(draw(st.lists(st.integers(0, 6), min_size=k, max_size=k)))
-        here = [(CPU_STEP * (b - a), draw(st.booleans())) for a, b in zip([0, *cuts], cuts, strict=False)]
+        alone = draw(st.integers(-1, k - 1))  # at most one lonely member per node in the planted plan
+        here = [(CPU_STEP * (b - a), draw(st.booleans()), j == alone) for j, (a, b) in enumerate(zip([0, *cuts], cuts, strict=False))]
         slack_cpu, slack_pods = draw(st.integers(0, 1)), draw(st.integers(0, 1))
         nodes.append(node(f"n{i}", cpu=CPU_STEP * (max(cuts, default=0) + slack_cpu), pods=k + slack_pods))
-        devices += gpus(f"n{i}", sum(g for _, g in here) + draw(st.integers(0, 1)))
+        devices += gpus(f"n{i}", sum(g for _, g, _ in here) + draw(st.integers(0, 1)))
         shapes += here
     min_count = len(shapes)  # every member the cut made; a smaller quorum is greedy's easy case
     shapes = sorted(shapes) if draw(st.booleans()) else draw(st.permutations(shapes))
     if len(shapes) < max_members and draw(st.booleans()):
-        shapes.insert(0, (CPU_STEP * 8, False))  # fits no node: the search must leave it out
+        shapes.insert(0, (CPU_STEP * 8, False, False))  # fits no node: the search must leave it out
     return build(nodes, devices, set(), shapes, min_count)
 
 
 def feasible_on(snapshot: Snapshot, node_name: str, members: list[Member]) -> bool:
-    """One node can take these members together: cpu, pods, and one free GPU per member with a claim."""
+    """One node can take these members together: cpu, pods, one free GPU per member with a claim, one lonely member."""
     n = next(x for x in snapshot.nodes if x.name == node_name)
     cpu = sum(m.requests.get("cpu", 0) for m in members) + n.requested.get("cpu", 0)
     free_gpus = sum(1 for d in snapshot.devices if d.node_name == node_name and d.id not in snapshot.held)
@@ -92,6 +104,7 @@ def feasible_on(snapshot: Snapshot, node_name: str, members: list[Member]) -> bo
         cpu <= n.allocatable.get("cpu", 0)
         and len(members) + n.requested.get("pods", 0) <= n.allocatable.get("pods", 0)
         and sum(1 for m in members if m.claims) <= free_gpus
+        and sum(1 for m in members if lonely(m)) <= 1
     )
 
 
@@ -127,6 +140,7 @@ def test_a_plan_never_overbooks_a_node_or_a_device(case: tuple[Snapshot, Group])
         cpu = sum(m.requests.get("cpu", 0) for m, where in result.placements if where == n.name)
         assert cpu + n.requested.get("cpu", 0) <= n.allocatable["cpu"], f"cpu overbooked on {n.name}"
         assert by_node[n.name] + n.requested.get("pods", 0) <= n.allocatable["pods"], f"pods overbooked on {n.name}"
+        assert sum(1 for m, where in result.placements if where == n.name and lonely(m)) <= 1, f"two lonely members on {n.name}"
     devices = [r.device_id for c in result.claims for r in c.results]
     assert len(devices) == len(set(devices)), "a device in two claim plans"
     assert not set(devices) & snapshot.held, "a held device planned"

@@ -1,7 +1,8 @@
 """The pure core: given an immutable snapshot and a group, a whole-group plan or the reason there is none.
 
 No API calls, no Kopf, no clock. `plan()` is the entry point; `model`
-holds the input types, `nodes` the node filters, `devices` DRA matching,
+holds the input types, `nodes` the node filters, `pods` what other pods
+allow (pod affinity, topology spread, host ports), `devices` DRA matching,
 `placement` the search and the verdict types.
 """
 

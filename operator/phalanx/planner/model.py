@@ -54,6 +54,60 @@ class SelectorTerm:
     requirements: tuple[Requirement, ...]
 
 
+Selector = tuple[Requirement, ...]
+"""A label selector: matchLabels as `In` requirements, then matchExpressions; () selects every pod."""
+
+
+@dataclass(frozen=True)
+class PodTerm:
+    """A required pod (anti-)affinity term, as kube-scheduler reads it once the API server has merged
+    matchLabelKeys/mismatchLabelKeys into `selector` (a repeated merge changes nothing)."""
+
+    topology_key: str
+    selector: Selector | None = None
+    """None is the API's absent labelSelector, which selects no pod."""
+    namespaces: frozenset[str] = frozenset()
+    """The namespaces listed, or the pod's own when neither namespaces nor a namespaceSelector is given."""
+    namespace_selector: Selector | None = None
+    """None: absent; (): `{}`, every namespace; otherwise it needs namespace labels, which the snapshot lacks."""
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A topologySpreadConstraint with whenUnsatisfiable DoNotSchedule (ScheduleAnyway only scores)."""
+
+    topology_key: str
+    max_skew: int = 1
+    selector: Selector | None = None
+    """matchLabelKeys merged in; None (absent) and () count no pod, as upstream's empty selector."""
+    min_domains: int = 1
+    node_affinity_policy: Literal["Honor", "Ignore"] = "Honor"
+    node_taints_policy: Literal["Honor", "Ignore"] = "Ignore"
+
+
+@dataclass(frozen=True)
+class HostPort:
+    port: int
+    protocol: str = "TCP"
+    ip: str = "0.0.0.0"
+    """0.0.0.0 binds every address of the node, so it clashes with the same port on any IP."""
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A non-terminal pod bound or pinned to a node: what pod affinity, spreading and host ports see of it."""
+
+    namespace: str
+    name: str
+    node: str
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
+    anti_affinity: tuple[PodTerm, ...] = ()
+    """Its required anti-affinity terms: they also keep matching pods away from it."""
+    host_ports: tuple[HostPort, ...] = ()
+    terminating: bool = False
+    """Being deleted: topology spreading no longer counts it, the other rules still do."""
+
+
 @dataclass(frozen=True)
 class Node:
     name: str
@@ -137,6 +191,11 @@ class Member:
     affinity: tuple[SelectorTerm, ...] = ()
     claims: tuple[str, ...] = ()
     """Names of the ResourceClaims (in the pod's namespace) the pod uses."""
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
+    pod_affinity: tuple[PodTerm, ...] = ()
+    pod_anti_affinity: tuple[PodTerm, ...] = ()
+    spread: tuple[Spread, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,3 +215,5 @@ class Snapshot:
     claims: Mapping[ClaimKey, Claim] = field(default_factory=frozen_map)
     held: frozenset[DeviceId] = frozenset()
     """Devices allocated to any claim, or reserved by an allocation Phalanx has in flight."""
+    pods: tuple[Pod, ...] = ()
+    """Every non-terminal pod bound or pinned to a node; gated members are not here."""

@@ -21,11 +21,8 @@ def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
     return False
 
 
-def _requirement(node: Node, req: Requirement) -> bool:
-    if req.field:
-        actual: str | None = node.name if req.key == "metadata.name" else None
-    else:
-        actual = node.labels.get(req.key)
+def holds(actual: str | None, req: Requirement) -> bool:
+    """One requirement on the value of a label or field (None: absent); label selectors use it too."""
     op = req.operator
     if op == "In":
         return actual is not None and actual in req.values
@@ -44,19 +41,34 @@ def _requirement(node: Node, req: Requirement) -> bool:
     return False
 
 
+def _requirement(node: Node, req: Requirement) -> bool:
+    if req.field:
+        return holds(node.name if req.key == "metadata.name" else None, req)
+    return holds(node.labels.get(req.key), req)
+
+
 def matches_terms(node: Node, terms: Iterable[SelectorTerm]) -> bool:
     """A node selector: terms ORed, requirements of a term ANDed; no terms matches every node."""
     terms = tuple(terms)
     return not terms or any(all(_requirement(node, r) for r in term.requirements) for term in terms)
 
 
+def selected(member: Member, node: Node) -> bool:
+    """The pod's nodeSelector and required node affinity: what topology spreading honours by default."""
+    return all(node.labels.get(k) == v for k, v in member.node_selector.items()) and matches_terms(node, member.affinity)
+
+
+def tolerated(member: Member, node: Node) -> bool:
+    """Every NoSchedule and NoExecute taint of the node is tolerated."""
+    return all(t.effect not in ("NoSchedule", "NoExecute") or tolerates(member.tolerations, t) for t in node.taints)
+
+
 def blocking_reason(member: Member, node: Node) -> str | None:
     """Why `member` can never run on `node`, or None. The words are the scheduler's."""
     if node.unschedulable and not tolerates(member.tolerations, Taint(UNSCHEDULABLE_TAINT, effect="NoSchedule")):
         return "node(s) were unschedulable"
-    for taint in node.taints:
-        if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(member.tolerations, taint):
-            return "node(s) had untolerated taint(s)"
-    if any(node.labels.get(k) != v for k, v in member.node_selector.items()) or not matches_terms(node, member.affinity):
+    if not tolerated(member, node):
+        return "node(s) had untolerated taint(s)"
+    if not selected(member, node):
         return "node(s) didn't match Pod's node affinity/selector"
     return None

@@ -11,6 +11,11 @@ pass; when it falls short of quorum, a depth-first search with symmetry
 breaking over identical members and a node budget, exhaustive on small cases.
 Upstream's rule for groups larger than minCount: the group goes once minCount
 members fit together, and every member that fits goes with it.
+
+Besides node filters, resources and devices, a member must pass what other
+pods allow (`phalanx.planner.pods`: pod affinity, topology spread, host
+ports), against the cluster's pods and the members placed before it. What
+the planner cannot judge it names in `Short.unmodelled` instead of guessing.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.planner import nodes as nodefilter
+from phalanx.planner import pods as podrules
 from phalanx.planner.devices import DeviceMatcher, Result, allocate
 from phalanx.planner.model import Claim, ClaimKey, Device, DeviceId, Group, Member, Node, Snapshot
 
@@ -68,12 +74,16 @@ class Short:
     shortages: tuple[Shortage, ...] = ()
     blocked: tuple[tuple[str, int], ...] = ()
     """Scheduler-style filter reasons: (reason, number of nodes)."""
+    unmodelled: tuple[str, ...] = ()
+    """Rules of the members the planner cannot judge, so it made no plan: one kube-scheduler may refuse sticks the gang."""
 
     @property
     def message(self) -> str:
         head = f"minCount {self.min_count}: {self.fit} of {self.members} members fit"
         if self.members < self.min_count:
             return f"minCount {self.min_count}: only {self.members} members exist"
+        if self.unmodelled:
+            return f"minCount {self.min_count}: not planned; " + "; ".join(self.unmodelled)
         details = [str(s) for s in self.shortages] or ["no combination of nodes fits the group"]
         details += [f"{count} {reason}" for reason, count in self.blocked]
         return f"{head}; " + "; ".join(details)
@@ -88,6 +98,8 @@ class _State:
     claims: dict[ClaimKey, ClaimPlan] = field(default_factory=dict)
     placed: list[tuple[Member, str]] = field(default_factory=list)
     used_nodes: dict[str, int] = field(default_factory=dict)
+    tally: podrules.Tally | None = None
+    """What the members placed add to pod affinity, spreading and host ports; None when no member has such rules."""
 
 
 class _Planner:
@@ -97,6 +109,9 @@ class _Planner:
         self.matcher = matcher
         self.budget = budget
         self.node_by_name = {n.name: n for n in snapshot.nodes}
+        self.rules = podrules.Rules(snapshot, group.members, self.node_by_name)
+        shapes: dict[tuple[Any, ...], int] = {}
+        self._shape_id = {m.uid: shapes.setdefault(_shape(m), len(shapes)) for m in group.members}
         self._local: dict[str, list[Device]] = {}
         self._network: list[Device] = []
         for device in snapshot.devices:
@@ -105,7 +120,7 @@ class _Planner:
             else:
                 self._network.append(device)
         self._reach: dict[str, list[Device]] = {}
-        self._eligible: dict[tuple[Any, str], str | None] = {}
+        self._eligible: dict[tuple[int, str], str | None] = {}
         users = Counter((m.namespace, c) for m in group.members for c in m.claims)
         self._alone = {
             m.uid: all(
@@ -116,8 +131,9 @@ class _Planner:
         }
 
     def key(self, member: Member) -> Any:
-        """Members with equal keys are interchangeable; one with a shared or allocated claim is unique."""
-        return _shape(member) if self._alone.get(member.uid, False) else member.uid
+        """Members with equal keys are interchangeable; one with a shared or allocated claim is unique, and so is
+        every member when a rule depends on the order members are placed (pod affinity, topology spread)."""
+        return self._shape_id[member.uid] if self._alone.get(member.uid, False) and not self.rules.ordered else member.uid
 
     def reachable(self, node: Node) -> list[Device]:
         found = self._reach.get(node.name)
@@ -129,18 +145,29 @@ class _Planner:
         return found
 
     def blocked(self, member: Member, node: Node) -> str | None:
-        key = (_shape(member), node.name)
+        """Why `member` can never use `node`, whatever else the plan places: node filters, then existing pods."""
+        key = (self._shape_id[member.uid], node.name)
         if key not in self._eligible:
-            self._eligible[key] = nodefilter.blocking_reason(member, node)
+            reason = nodefilter.blocking_reason(member, node)
+            if reason is None and self.rules.static:
+                reason = self.rules.fixed(member, node)
+            self._eligible[key] = reason
         return self._eligible[key]
+
+    def reason(self, state: _State, member: Member, node: Node) -> str | None:
+        """Why a filter refuses `node` to `member` in the plan so far (resources and devices are not filters)."""
+        reason = self.blocked(member, node)
+        if reason is None and state.tally is not None:
+            reason = self.rules.refused(state.tally, member, node)
+        return reason
 
     def initial_state(self) -> _State:
         free = {n.name: Counter({k: v - n.requested.get(k, 0) for k, v in n.allocatable.items()}) for n in self.snapshot.nodes}
-        return _State(free=free, taken=set(self.snapshot.held))
+        return _State(free=free, taken=set(self.snapshot.held), tally=self.rules.tally() if self.rules.active else None)
 
     def try_place(self, state: _State, member: Member, node: Node) -> list[ClaimPlan] | None:
         """Place `member` on `node` in `state` if it fits; returns the new claim plans (to undo), else None."""
-        if self.blocked(member, node) is not None:
+        if self.reason(state, member, node) is not None:
             return None
         free = state.free[node.name]
         needs = Counter(member.requests)
@@ -170,6 +197,8 @@ class _Planner:
             state.claims[(plan.namespace, plan.name)] = plan
         state.placed.append((member, node.name))
         state.used_nodes[node.name] = state.used_nodes.get(node.name, 0) + 1
+        if state.tally is not None:
+            self.rules.add(state.tally, member, node)
         return new
 
     def undo(self, state: _State, member: Member, node: Node, new: list[ClaimPlan]) -> None:
@@ -183,6 +212,8 @@ class _Planner:
         state.used_nodes[node.name] -= 1
         if not state.used_nodes[node.name]:
             del state.used_nodes[node.name]
+        if state.tally is not None:
+            self.rules.remove(state.tally, member, node)
 
     def order(self, domain: Sequence[Node], state: _State) -> list[Node]:
         """Packing: nodes this plan already uses, then the busiest nodes first."""
@@ -199,7 +230,8 @@ class _Planner:
                     continue
                 if self.try_place(state, member, node) is not None:
                     break
-                dead.add((shape, node.name))  # capacity only shrinks during a greedy pass
+                if not self.rules.ordered:
+                    dead.add((shape, node.name))  # capacity only shrinks during a greedy pass, and so does what other pods allow
         return state
 
     def search(self, domain: Sequence[Node], members: Sequence[Member], need: int) -> _State | None:
@@ -264,6 +296,12 @@ def _shape(member: Member) -> tuple[Any, ...]:
         tuple(sorted(member.node_selector.items())),
         member.affinity,
         len(member.claims),
+        member.namespace,
+        tuple(sorted(member.labels.items())),
+        member.pod_affinity,
+        member.pod_anti_affinity,
+        member.spread,
+        member.host_ports,
     )
 
 
@@ -282,18 +320,23 @@ def _claim_plan(claim: Claim, node: str, results: tuple[Result, ...], snapshot: 
 def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None, budget: int = DEFAULT_BUDGET) -> Fits | Short:
     """Pure: reads the snapshot, never changes it; the same inputs give the same answer."""
     matcher = matcher or DeviceMatcher()
-    members = tuple(sorted(group.members, key=lambda m: m.name))
+    # Members without pod affinity go first: they are what the others' affinity looks for.
+    members = tuple(sorted(group.members, key=lambda m: (bool(m.pod_affinity), m.name)))
     if len(members) < group.min_count:
         return Short(group.min_count, len(members), 0)
     planner = _Planner(snapshot, group, matcher, budget)
+    if planner.rules.unmodelled:
+        return Short(group.min_count, len(members), 0, unmodelled=planner.rules.unmodelled)
     best = 0
     short: Short | None = None
+    probe: _State | None = None
     for domain in planner.domains():
         state = planner.greedy(domain, members)
         if len(state.placed) < group.min_count:
             best = max(best, len(state.placed))
             if short is None:
-                short = _short(planner, members, best)
+                probe = state
+                short = _short(planner, members, best, probe)
             if short.shortages and group.topology_key is None:
                 return short  # not enough in all, however it is arranged: no search can help
             state = planner.search(domain, members, group.min_count)
@@ -301,20 +344,19 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
                 continue
         planner.fill(domain, state, members)
         return Fits(placements=tuple(state.placed), claims=tuple(state.claims.values()))
-    return _short(planner, members, best)
+    return _short(planner, members, best, probe)
 
 
-def _short(planner: _Planner, members: Sequence[Member], fit: int) -> Short:
+def _short(planner: _Planner, members: Sequence[Member], fit: int, probe: _State | None) -> Short:
+    """Filter reasons are the scheduler's for the first member the greedy pass left out, on the plan it made."""
     snapshot, group = planner.snapshot, planner.group
     quorum = members[: group.min_count]
-    reasons: Counter[str] = Counter()
-    usable: list[Node] = []
-    for node in snapshot.nodes:
-        reason = planner.blocked(quorum[0], node)
-        if reason is None:
-            usable.append(node)
-        else:
-            reasons[reason] += 1
+    placed = {m.uid for m, _ in probe.placed} if probe is not None else set()
+    left_out = next((m for m in members if m.uid not in placed), quorum[0])
+    state = probe if probe is not None else planner.initial_state()
+    reasons = Counter(r for node in snapshot.nodes if (r := planner.reason(state, left_out, node)) is not None)
+    # the lower bound below counts capacity on nodes the node filters allow, never less because of what the plan placed
+    usable = [node for node in snapshot.nodes if nodefilter.blocking_reason(quorum[0], node) is None]
     shortages: list[Shortage] = []
     needed: Counter[str] = Counter()
     for resource in {r for m in members for r in m.requests}:

@@ -4,7 +4,8 @@ This is the edge where Kubernetes' shapes meet the core's dataclasses; the
 translation follows what kube-scheduler counts: requests of every
 non-terminal pod bound to a node (plus those Phalanx pinned and released but
 the scheduler has not bound yet), only the newest complete generation of a
-ResourceSlice pool, and every device some claim holds.
+ResourceSlice pool, and every device some claim holds. The same pods are what
+pod affinity, topology spreading and host ports are judged against.
 """
 
 from __future__ import annotations
@@ -21,12 +22,17 @@ from phalanx.planner.model import (
     DeviceClass,
     DeviceId,
     DeviceRequest,
+    HostPort,
     MatchAttribute,
     Member,
     Node,
+    Pod,
+    PodTerm,
     Requirement,
+    Selector,
     SelectorTerm,
     Snapshot,
+    Spread,
     Taint,
     Toleration,
     frozen_map,
@@ -214,6 +220,84 @@ def claim_names(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
     return tuple(names)
 
 
+def label_selector(selector: Mapping[str, Any] | None) -> Selector | None:
+    """matchLabels as `In` requirements, then matchExpressions; an absent selector stays None (it selects nothing)."""
+    if selector is None:
+        return None
+    requirements = [Requirement(k, "In", (v,)) for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    requirements += [Requirement(e["key"], e["operator"], tuple(e.get("values") or ())) for e in selector.get("matchExpressions") or []]
+    return tuple(requirements)
+
+
+def _merged(
+    selector: Selector | None, labels: Mapping[str, str], same: Iterable[str] = (), different: Iterable[str] = ()
+) -> Selector | None:
+    """matchLabelKeys (and mismatchLabelKeys) merged as the API server does at pod creation: a key the pod lacks is
+    skipped, an absent selector stays absent, and a second merge of the same keys selects the same pods."""
+    if selector is None:
+        return None
+    extra = [Requirement(k, "In", (labels[k],)) for k in same if k in labels]
+    extra += [Requirement(k, "NotIn", (labels[k],)) for k in different if k in labels]
+    return selector + tuple(extra)
+
+
+def pod_terms(pod: Mapping[str, Any], kind: str) -> tuple[PodTerm, ...]:
+    """The required terms of `kind` (podAffinity or podAntiAffinity); preferred terms only score."""
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    terms = (((pod["spec"].get("affinity") or {}).get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")) or []
+    out = []
+    for t in terms:
+        namespace_selector = t.get("namespaceSelector")
+        namespaces = t.get("namespaces") or ([meta["namespace"]] if namespace_selector is None else [])
+        selector = _merged(label_selector(t.get("labelSelector")), labels, t.get("matchLabelKeys") or (), t.get("mismatchLabelKeys") or ())
+        out.append(PodTerm(t["topologyKey"], selector, frozenset(namespaces), label_selector(namespace_selector)))
+    return tuple(out)
+
+
+def spread(pod: Mapping[str, Any]) -> tuple[Spread, ...]:
+    """The DoNotSchedule topology spread constraints; ScheduleAnyway ones only score."""
+    labels = pod["metadata"].get("labels") or {}
+    return tuple(
+        Spread(
+            topology_key=c["topologyKey"],
+            max_skew=int(c.get("maxSkew", 1)),
+            selector=_merged(label_selector(c.get("labelSelector")), labels, c.get("matchLabelKeys") or ()),
+            min_domains=int(c.get("minDomains") or 1),
+            node_affinity_policy=c.get("nodeAffinityPolicy") or "Honor",
+            node_taints_policy=c.get("nodeTaintsPolicy") or "Ignore",
+        )
+        for c in pod["spec"].get("topologySpreadConstraints") or []
+        if c.get("whenUnsatisfiable") == "DoNotSchedule"
+    )
+
+
+def host_ports(pod: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    """Host ports of the containers and of sidecars (init containers with restartPolicy Always), as the scheduler's GetHostPorts."""
+    spec = pod["spec"]
+    containers = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"] + list(spec.get("containers") or [])
+    return tuple(
+        HostPort(int(p["hostPort"]), p.get("protocol") or "TCP", p.get("hostIP") or "0.0.0.0")
+        for c in containers
+        for p in c.get("ports") or []
+        if int(p.get("hostPort") or 0) > 0
+    )
+
+
+def existing(pod: Mapping[str, Any], node_name: str) -> Pod:
+    """A pod on a node, as other pods' placement sees it."""
+    meta = pod["metadata"]
+    return Pod(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        node=node_name,
+        labels=frozen_map(meta.get("labels")),
+        anti_affinity=pod_terms(pod, "podAntiAffinity"),
+        host_ports=host_ports(pod),
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
 def member(pod: Mapping[str, Any], claims: tuple[str, ...]) -> Member:
     spec = pod["spec"]
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
@@ -229,6 +313,11 @@ def member(pod: Mapping[str, Any], claims: tuple[str, ...]) -> Member:
         node_selector=frozen_map(spec.get("nodeSelector")),
         affinity=node_selector_terms(affinity),
         claims=claims,
+        labels=frozen_map(pod["metadata"].get("labels")),
+        pod_affinity=pod_terms(pod, "podAffinity"),
+        pod_anti_affinity=pod_terms(pod, "podAntiAffinity"),
+        spread=spread(pod),
+        host_ports=host_ports(pod),
     )
 
 
@@ -240,10 +329,12 @@ def build(
     classes: Iterable[Mapping[str, Any]],
 ) -> Snapshot:
     requested: dict[str, Counter[str]] = {}
+    placed: list[Pod] = []
     for pod in pods:
         where = placed_on(pod)
         if where is None or terminal(pod):
             continue
+        placed.append(existing(pod, where))
         counter = requested.setdefault(where, Counter())
         counter.update(pod_requests(pod))
         counter["pods"] += 1
@@ -256,4 +347,5 @@ def build(
         classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
         claims=frozen_map({c.key: c for c in claim_objs}),
         held=frozenset(held),
+        pods=tuple(placed),
     )
