@@ -143,6 +143,11 @@ def admission_policy(cluster: Cluster) -> Iterator[Any]:
         cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found", check=False)
 
 
+def evict(cluster: Cluster, namespace: str, pod: str) -> None:
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+    cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction", "-f", "-", stdin=json.dumps(eviction))
+
+
 def remove_policy(cluster: Cluster, name: str) -> None:
     cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found")
     time.sleep(2)
@@ -200,7 +205,7 @@ def test_a_member_lost_before_binding_gets_the_group_torn_down_and_readmitted_wh
     wait_for(lambda: len(_bound(_pods(cluster, namespace, "lost"))) == 3, "3 of 4 members bound, rank 0 refused")
     first = {p["metadata"]["uid"] for p in _pods(cluster, namespace, "lost")}
     rank0 = next(p for p in _pods(cluster, namespace, "lost") if not p["spec"].get("nodeName"))
-    cluster.kubectl("delete", "pod", rank0["metadata"]["name"], "-n", namespace, "--wait=false")
+    evict(cluster, namespace, rank0["metadata"]["name"])  # lost as a drain or a descheduler would take it
     lost_at = time.monotonic()
 
     events = wait_for(
