@@ -26,6 +26,7 @@ from phalanx.localcluster import demo, operatorproc
 from phalanx.planner import Fits, plan
 from phalanx.planner.model import Group
 from phalanx.scheduling import inputs
+from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.reserve import ReleaseAborted, Releaser
 
 ROOT = Path(__file__).parents[2]
@@ -358,7 +359,7 @@ async def test_a_conditional_allocation_write_that_loses_is_seen_as_lost(cluster
                     break
                 await asyncio.sleep(0.2)
             group_obj = await kube.get(custom_path("podgroups", namespace, "by-hand"))
-            releaser = Releaser(kube, view, settle=0)
+            releaser = Releaser(kube, view, Holes(kube), settle=0)
 
             def fits() -> Fits:
                 group = Group(namespace, "by-hand", 2, tuple(inputs.member(m, inputs.claim_names(m)) for m in members() or []))

@@ -32,6 +32,15 @@ JOB_NAME_LABEL = f"{GROUP}/job-name"
 POLICY_LABEL = f"{GROUP}/policy"
 """On Workloads and PodGroups: `Gang` or `Basic`, for the POLICY printer column."""
 
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGER_NAME = "phalanx"
+"""On objects Phalanx creates for itself (DeviceTaintRules), so a restart finds them."""
+
+HELD_TAINT = f"{GROUP}/held"
+"""Device taint (NoSchedule) on a device kube-scheduler lost track of after a double allocation was repaired."""
+HELD_DEVICE_ANNOTATION = f"{GROUP}/device"
+"""On such a DeviceTaintRule: the device, as driver/pool/device."""
+
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 """Set by the Job controller on every pod it creates."""
 

@@ -37,6 +37,7 @@ from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, plan
 from phalanx.planner.model import Group
 from phalanx.scheduling import conditions, inputs, metrics, repair, teardown
+from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser
 
 logger = logging.getLogger(__name__)
@@ -93,10 +94,13 @@ class SchedulingLoop:
         self.period = period
         self.bind_deadline = bind_deadline
         self.matcher = DeviceMatcher()
-        self.releaser = Releaser(kube, view, settle=settle)
+        self.holes = Holes(kube)
+        self.releaser = Releaser(kube, view, self.holes, settle=settle)
         self._written: dict[str, tuple[bool, str, str]] = {}
         self._backoff: dict[str, tuple[float, float]] = {}
         """PodGroup uid -> (not before, last delay): a group whose reconcile failed waits before it is tried again."""
+        self._counted: set[tuple[tuple[str, str, str], str]] = set()
+        """(device, claim uid) of double allocations already counted: a conflict takes cycles to end, it counts once."""
         self._evicting: dict[str, float] = {}
         """Pod uid -> not before: an eviction already sent is not sent again until then."""
 
@@ -328,12 +332,16 @@ class SchedulingLoop:
         groups = {g["metadata"]["uid"]: g for g in self.view.podgroups.items()}
         reserved = repair.reserved_claims(groups.values())
         shareable = repair.shareable_capacity(self.view.slices.items())
+        await self.holes.sweep(self.view.claims.items())
         for conflict in repair.double_allocations(self.view.claims.items(), shareable):
             device = "/".join(conflict.device)
+            await self.holes.cover([conflict.device], f"held by {_name(conflict.keep)} and {len(conflict.later)} later claim(s)")
             kept = reserved.get(repair.key(conflict.keep))
             kept_by = f"gang {_name(kept)}" if kept else f"claim {_ns(conflict.keep)}/{_name(conflict.keep)}"
             for later in conflict.later:
-                metrics.CONFLICTS.labels(stage="after-release").inc()
+                if (conflict.device, later["metadata"]["uid"]) not in self._counted:
+                    self._counted.add((conflict.device, later["metadata"]["uid"]))
+                    metrics.CONFLICTS.labels(stage="after-release").inc()
                 gang = reserved.get(repair.key(later))
                 if gang is not None:
                     record = _reservation(gang)

@@ -33,6 +33,7 @@ from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits
 from phalanx.planner.model import DeviceId
 from phalanx.scheduling import conditions, metrics
+from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.inputs import consuming_ids, gated
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,11 @@ logger = logging.getLogger(__name__)
 
 class ReleaseAborted(Exception):
     """The plan can no longer be completed; its reservation has been rolled back and the group will be planned again."""
+
+    def __init__(self, message: str, shared: frozenset[DeviceId] = frozenset()) -> None:
+        super().__init__(message)
+        self.shared = shared
+        """Devices of ours another claim also holds: undoing ours opens a hole in kube-scheduler's view of them."""
 
 
 class GatesRefused(Exception):
@@ -108,9 +114,10 @@ async def _all(calls: Iterable[Awaitable[Any]]) -> list[Any]:
 
 
 class Releaser:
-    def __init__(self, kube: Kube, view: ClusterView, *, settle: float = 0.2, observe_timeout: float = 10.0) -> None:
+    def __init__(self, kube: Kube, view: ClusterView, holes: Holes, *, settle: float = 0.2, observe_timeout: float = 10.0) -> None:
         self.kube = kube
         self.view = view
+        self.holes = holes
         self.settle = settle
         self.observe_timeout = observe_timeout
 
@@ -141,6 +148,7 @@ class Releaser:
             await _all(self._pin(pod, p.node) for pod, p in zip(pods, reservation.placements, strict=True))
             await self._await_pinned(namespace, reservation)
         except ReleaseAborted as exc:
+            await self.holes.cover(exc.shared, str(exc))
             await self.rollback(pod_group, reservation, str(exc), record=record)
             raise
         except ApiError as exc:
@@ -292,14 +300,17 @@ class Releaser:
         """A fresh read of every claim: no device of ours may be held by anyone else."""
         ours = {(namespace, c.name) for c in reservation.claims}
         mine: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results}
-        intruders = [
-            f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-            for obj in await self.kube.list_claims()
-            if (obj["metadata"]["namespace"], obj["metadata"]["name"]) not in ours and set(consuming_ids(obj) or ()) & mine
-        ]
+        intruders, shared = [], set()
+        for obj in await self.kube.list_claims():
+            both = set(consuming_ids(obj) or ()) & mine
+            if both and (obj["metadata"]["namespace"], obj["metadata"]["name"]) not in ours:
+                intruders.append(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+                shared |= both
         if intruders:
             metrics.CONFLICTS.labels(stage="verify").inc(len(intruders))
-            raise ReleaseAborted(f"devices of this reservation were also allocated to {', '.join(intruders)}; ours yields")
+            raise ReleaseAborted(
+                f"devices of this reservation were also allocated to {', '.join(intruders)}; ours yields", frozenset(shared)
+            )
 
     async def _pin(self, pod: Mapping[str, Any], node: str) -> None:
         if (pod["metadata"].get("annotations") or {}).get(keys.PINNED_NODE) == node:
