@@ -25,11 +25,13 @@ def condition(type_: str, status: bool, reason: str, message: str, generation: i
     return out
 
 
-def merged(existing: list[dict[str, Any]], new: dict[str, Any]) -> list[dict[str, Any]] | None:
+def merged(existing: list[dict[str, Any]], new: dict[str, Any], *, readmit: bool = False) -> list[dict[str, Any]] | None:
     """The condition list with `new` in it, or None when nothing changes.
 
     The transition time moves only when the status does, and a True
-    PodGroupInitiallyScheduled is terminal, as upstream.
+    PodGroupInitiallyScheduled is terminal, as upstream, except when the
+    whole group was torn down (`readmit`): its new pods must be admitted as a
+    unit again, which a group that still says Scheduled would not be.
     """
     out, found = [], False
     for cond in existing:
@@ -37,7 +39,7 @@ def merged(existing: list[dict[str, Any]], new: dict[str, Any]) -> list[dict[str
             out.append(cond)
             continue
         found = True
-        if cond["type"] == INITIALLY_SCHEDULED and cond["status"] == "True":
+        if cond["type"] == INITIALLY_SCHEDULED and cond["status"] == "True" and not readmit:
             return None
         if all(cond.get(k) == new.get(k) for k in ("status", "reason", "message", "observedGeneration")):
             return None

@@ -313,17 +313,21 @@ class SchedulingLoop:
         standing = await teardown.evict_all(self.kube, pods, reason=TORN_DOWN, message=message)
         if reservation is not None:
             ran = {_name(p) for p in pods if p["spec"].get("nodeName")}
-            placed = {p.name: p.node for p in reservation.placements}
             users = self.releaser.claim_users(_ns(pod_group), reservation)
             never_ran = [c for c in reservation.claims if not any(u["name"] in ran for u in users.get(c.name, []))]
             await self.releaser.deallocate_claims(_ns(pod_group), never_ran)
-            logger.info("%s/%s: released devices of %d claim(s) on %s", _ns(pod_group), _name(pod_group), len(never_ran), placed)
         if standing:
             await self._set(pod_group, False, "TearingDown", f"{why}; waiting for the eviction of {', '.join(standing)}")
             return False
         await self.releaser.record(pod_group, None)
         metrics.TEARDOWNS.inc()
-        await self._set(pod_group, False, TORN_DOWN, f"{why}; members evicted and devices released, the group will be admitted again whole")
+        await self._set(
+            pod_group,
+            False,
+            TORN_DOWN,
+            f"{why}; members evicted and devices released, the group will be admitted again whole",
+            readmit=True,
+        )
         await self._event(pod_group, "Warning", TORN_DOWN, message)
         return True
 
@@ -373,13 +377,15 @@ class SchedulingLoop:
             custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"members": members, "bound": bound}}
         )
 
-    async def _set(self, pod_group: dict[str, Any], ok: bool, reason: str, message: str, *, warn: bool = False) -> None:
+    async def _set(
+        self, pod_group: dict[str, Any], ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
+    ) -> None:
         uid = pod_group["metadata"]["uid"]
         if self._written.get(uid) == (ok, reason, message):
             return  # our last write has not reached the watch yet
         existing = (pod_group.get("status") or {}).get("conditions") or []
         new = conditions.condition(keys.INITIALLY_SCHEDULED, ok, reason, message, pod_group["metadata"].get("generation"))
-        merged = conditions.merged(existing, new)
+        merged = conditions.merged(existing, new, readmit=readmit)
         if merged is None:
             self._written[uid] = (ok, reason, message)
             return
