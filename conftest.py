@@ -2,9 +2,14 @@
 
 One cluster per test session, one namespace per test. By default the cluster
 is the local control plane, started here and torn down at the end even when a
-test fails. With PHALANX_E2E_KUBECONFIG set, the suite runs against that
-cluster instead (Kind with the real dra-example-driver, for instance) and
-starts nothing.
+test fails: 3 workers x 2 GPUs whose ResourceSlices are published by
+dra-example-driver's own kubelet plugin, one process per worker. With
+PHALANX_E2E_KUBECONFIG set, the suite runs against that cluster instead (Kind
+with the real dra-example-driver, for instance) and starts nothing.
+
+Local clusters are named from PHALANX_TEST_CLUSTER (default `phalanx-test`;
+tests that need a cluster of their own add a suffix), so two checkouts on one
+machine can run their suites side by side.
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ from phalanx.localcluster.cluster import build_binaries
 ROOT = Path(__file__).parent
 WORKLOADS = ROOT / "e2e" / "workloads"
 OPERATOR_NAMESPACE = operatorproc.NAMESPACE
+TEST_CLUSTER = os.environ.get("PHALANX_TEST_CLUSTER", "phalanx-test")
+
+
+def cluster_name(suffix: str = "") -> str:
+    """The name of a local test cluster: the session's, or a dedicated one's with a suffix."""
+    return f"{TEST_CLUSTER}-{suffix}" if suffix else TEST_CLUSTER
 
 
 def wait_for(probe: Callable[[], Any], what: str, timeout: float = 60) -> Any:
@@ -71,7 +82,7 @@ def cluster() -> Iterator[Cluster]:
     if external:
         yield Cluster(Path(external), os.environ.get("KUBECTL", "kubectl"), None)
         return
-    local = LocalCluster(ClusterSpec(name="phalanx-test"))
+    local = LocalCluster(ClusterSpec(name=cluster_name(), driver="dra-example-driver"))
     try:
         local.up()
         handle = Cluster(local.kubeconfig, str(build_binaries() / "kubectl"), local)

@@ -4,10 +4,11 @@ A standalone script, not a test: it times `plan()` and prints a table, with
 no timed assertions (timings depend on the machine). It does check the
 answers, and exits non-zero when a case does not decide as it must.
 
-The cluster is the fake GPU driver's shape (`phalanx.localcluster.fakegpu`):
-one pool per node named after it, devices gpu-0..gpu-7 with index, uuid,
-model and driverVersion attributes and memory/compute capacity, and the
-`gpu.example.com` DeviceClass with its CEL selector. The gang is a Job-like
+The cluster is dra-example-driver's shape, built by its stand-in
+(`phalanx.localcluster.fakegpu`): one pool per node named after it, devices
+gpu-0..gpu-7 with index, uuid, model and driverVersion attributes and
+memory/compute capacity, and the chart's `gpu.example.com` DeviceClass with
+its CEL selector. The gang is a Job-like
 group: 64 ranks, each with its own one-GPU claim and a 50m cpu request.
 
 Cases:
@@ -36,7 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from phalanx.localcluster import fakegpu
+from phalanx.localcluster import dradriver, fakegpu
 from phalanx.planner import DeviceMatcher, Fits, Short, plan, quantity
 from phalanx.planner.model import (
     Claim,
@@ -62,14 +63,14 @@ NAMESPACE = "bench"
 
 
 def snapshot_node(name: str) -> Node:
-    """A planner Node from the fake driver's Node object."""
+    """A planner Node from the kwok Node object."""
     obj = fakegpu.node(name, fakegpu.NodeShape())
     allocatable = {k: quantity.amount(k, v) for k, v in obj["status"]["allocatable"].items()}
     return Node(name, labels=frozen_map(obj["metadata"]["labels"]), allocatable=frozen_map(allocatable), requested=frozen_map({"cpu": 0}))
 
 
 def snapshot_devices(node_name: str) -> list[Device]:
-    """The planner Devices of the fake driver's ResourceSlice for one node."""
+    """The planner Devices of the stand-in ResourceSlice for one node."""
     spec = fakegpu.resource_slice(node_name, f"uid-{node_name}", DEVICES_PER_NODE)["spec"]
     return [
         Device(
@@ -86,7 +87,7 @@ def snapshot_devices(node_name: str) -> list[Device]:
 
 
 def device_class() -> DeviceClass:
-    obj = fakegpu.device_class()
+    obj = dradriver.device_class()
     return DeviceClass(obj["metadata"]["name"], tuple(s["cel"]["expression"] for s in obj["spec"]["selectors"]))
 
 
@@ -97,13 +98,13 @@ def build() -> tuple[Snapshot, Snapshot, Group]:
     devices = tuple(d for n in names for d in snapshot_devices(n))
     claims, members = {}, []
     for rank in range(MEMBERS):
-        claim = Claim(NAMESPACE, f"train-{rank}-gpu", f"uid-claim-{rank}", (DeviceRequest("gpu", fakegpu.DEVICE_CLASS),))
+        claim = Claim(NAMESPACE, f"train-{rank}-gpu", f"uid-claim-{rank}", (DeviceRequest("gpu", dradriver.DEVICE_CLASS),))
         claims[claim.key] = claim
         members.append(Member(NAMESPACE, f"train-{rank}", f"uid-pod-{rank}", requests=frozen_map({"cpu": CPU_MILLI}), claims=(claim.name,)))
-    classes = frozen_map({fakegpu.DEVICE_CLASS: device_class()})
+    classes = frozen_map({dradriver.DEVICE_CLASS: device_class()})
     free = Snapshot(nodes, devices, classes, frozen_map(claims))
     # 40 free devices spread over 40 nodes (gpu-0 of every 25th node): fragmented, as a busy cluster is.
-    keep = {(fakegpu.DRIVER, names[i], "gpu-0") for i in range(0, NODES, NODES // FREE_IN_SHORT_CASE)}
+    keep = {(dradriver.DRIVER, names[i], "gpu-0") for i in range(0, NODES, NODES // FREE_IN_SHORT_CASE)}
     short = Snapshot(nodes, devices, classes, frozen_map(claims), frozenset(d.id for d in devices if d.id not in keep))
     return free, short, Group(NAMESPACE, "train", MEMBERS, tuple(members))
 

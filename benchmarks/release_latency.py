@@ -12,6 +12,10 @@ gang size, several runs of the same Job:
   vanilla         the same Job without gang annotations (kube-scheduler alone),
                   create->bound, for scale.
 
+The slices come from the `fakegpu` stand-in (`--driver` to change it): the
+same shape as dra-example-driver's, without 16 plugin processes competing
+with the operator for a small machine's cores while it is timed.
+
 Run it with whichever checkout's Python is first: `.venv/bin/python
 benchmarks/release_latency.py` measures that checkout's operator, so two
 checkouts give a before/after pair on the same machine.
@@ -128,10 +132,12 @@ def main() -> int:
     parser.add_argument("--sizes", default="4,32,128")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--name", default="phalanx-bench")
+    parser.add_argument("--driver", choices=["dra-example-driver", "fakegpu"], default="fakegpu", help="who publishes the ResourceSlices")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose CRDs and RBAC to install (default: this one)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    local = LocalCluster(ClusterSpec(name=args.name, workers=math.ceil(max(sizes) / GPUS_PER_WORKER), gpus_per_worker=GPUS_PER_WORKER))
+    workers = math.ceil(max(sizes) / GPUS_PER_WORKER)
+    local = LocalCluster(ClusterSpec(name=args.name, workers=workers, gpus_per_worker=GPUS_PER_WORKER, driver=args.driver))
     local.up()
     operator = None
     try:

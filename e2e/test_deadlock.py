@@ -1,4 +1,7 @@
-"""The article's Example 1, with Phalanx NOT running: the deadlock a user sees today."""
+"""The article's Example 1, with Phalanx NOT running: the deadlock a user sees today.
+
+Slices: dra-example-driver's: its plugin on the local control plane, its DaemonSet on Kind.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The article's Example 2 with Phalanx: gang.minCount 4 on 6 GPUs, no feature gate."""
+"""The article's Example 2 with Phalanx: gang.minCount 4 on 6 GPUs, no feature gate.
+
+Slices: dra-example-driver's: its plugin on the local control plane, its DaemonSet on Kind.
+"""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from phalanx.api import crdgen
 from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
+from phalanx.localcluster.cluster import MAX_DRIVER_WORKERS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,14 @@ def _parser() -> argparse.ArgumentParser:
     up = cluster_commands.add_parser("up", help="build (once) and start the cluster")
     _add_name(up)
     up.add_argument("--workers", type=int, default=3, help="worker nodes (default 3)")
-    up.add_argument("--gpus-per-worker", type=int, default=2, help="fake GPUs per worker (default 2)")
+    up.add_argument("--gpus-per-worker", type=int, default=2, help="GPUs per worker (default 2)")
+    up.add_argument(
+        "--driver",
+        choices=["auto", "dra-example-driver", "fakegpu"],
+        default="auto",
+        help="who publishes the ResourceSlices: dra-example-driver's kubelet plugin, one process per worker, or the "
+        f"Python stand-in; auto picks the driver up to {MAX_DRIVER_WORKERS} workers (default auto)",
+    )
     up.add_argument(
         "--upstream-gang",
         action="store_true",
@@ -118,7 +126,13 @@ def _add_name(parser: argparse.ArgumentParser) -> None:
 
 
 def _cluster_up(args: argparse.Namespace) -> int:
-    spec = ClusterSpec(name=args.name, workers=args.workers, gpus_per_worker=args.gpus_per_worker, upstream_gang=args.upstream_gang)
+    spec = ClusterSpec(
+        name=args.name,
+        workers=args.workers,
+        gpus_per_worker=args.gpus_per_worker,
+        upstream_gang=args.upstream_gang,
+        driver=None if args.driver == "auto" else args.driver,
+    )
     cluster = LocalCluster(spec)
     cluster.up()
     print(f"export KUBECONFIG={cluster.kubeconfig}")

@@ -1,4 +1,7 @@
-"""Job admission against the real API server: a gang is granted, or refused at once with the fix."""
+"""Job admission against the real API server: a gang is granted, or refused at once with the fix.
+
+Slices: the session cluster's, from dra-example-driver's plugin (admission never looks at them).
+"""
 
 from __future__ import annotations
 

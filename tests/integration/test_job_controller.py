@@ -1,4 +1,7 @@
-"""The Job controller against the real control plane: Workload and PodGroup per gang Job, kept in step."""
+"""The Job controller against the real control plane: Workload and PodGroup per gang Job, kept in step.
+
+Slices: the session cluster's, from dra-example-driver's plugin.
+"""
 
 from __future__ import annotations
 

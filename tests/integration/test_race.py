@@ -7,6 +7,9 @@ waits, no waiting gang holds a device, and no waiting gang would fit. A
 single pod that took a device Phalanx had reserved is evicted (and, being a
 bare pod, stays gone). The run must have provoked the race (conflicts caught
 > 0), or it proved nothing; the counts are printed.
+
+Slices: dra-example-driver's plugin, one process per node, on a dedicated
+cluster (10 plugins fit easily; the stand-in is for hundreds of nodes).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import cluster_name
 
 from jobs import one_gpu_pod_spec
 from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
@@ -54,7 +58,7 @@ def _single(index: int) -> dict:
 def race_cluster() -> Iterator[tuple[LocalCluster, operatorproc.OperatorProcess]]:
     if os.environ.get("PHALANX_E2E_KUBECONFIG"):
         pytest.skip("needs a dedicated local control plane of 10 nodes x 4 devices")
-    local = LocalCluster(ClusterSpec(name="phalanx-race", workers=10, gpus_per_worker=4))
+    local = LocalCluster(ClusterSpec(name=cluster_name("race"), workers=10, gpus_per_worker=4, driver="dra-example-driver"))
     try:
         local.up()
         operator = operatorproc.start(local, ROOT)

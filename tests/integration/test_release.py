@@ -1,4 +1,7 @@
-"""The release loop on the local control plane: late members, and what a held gang holds."""
+"""The release loop on the local control plane: late members, and what a held gang holds.
+
+Slices: the session cluster's, from dra-example-driver's plugin (3 workers x 2 GPUs).
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@ lost before binding, pod anti-affinity, and devices shared through admin access.
 
 The operator here runs with a short bind deadline (8 s), so a released group
 that cannot reach minCount bound is torn down within a test's patience.
+
+Slices: the session cluster's, from dra-example-driver's plugin (3 workers x 2 GPUs).
 """
 
 from __future__ import annotations

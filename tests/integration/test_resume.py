@@ -3,6 +3,9 @@
 The crash is staged exactly: with the operator stopped, the PodGroup gets the
 `status.reservation` a release records first, and one claim gets the
 allocation a release writes next. The restarted operator must finish the job.
+
+Slices: the session cluster's, from dra-example-driver's plugin; the staged plan names
+its pools and devices (worker-N, gpu-N).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The cluster view against the real API server: a relist replaces the store, and an expired watch recovers."""
+"""The cluster view against the real API server: a relist replaces the store, and an expired watch recovers.
+
+Slices: the session cluster's, from dra-example-driver's plugin.
+"""
 
 from __future__ import annotations
 

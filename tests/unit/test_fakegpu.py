@@ -1,4 +1,9 @@
-"""The driver stand-in publishes what dra-example-driver publishes, nothing more."""
+"""The driver stand-in publishes what dra-example-driver publishes, nothing more.
+
+Slices: the stand-in's builders, no cluster. That they equal the real
+driver's slices (but for uuid values) is checked against the plugin in
+tests/integration/test_localcluster.py.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,11 @@ def test_slice_is_shaped_like_dra_example_driver() -> None:
     assert gpu1["attributes"]["driverVersion"] == {"version": "1.0.0"}
     assert gpu1["attributes"]["uuid"]["string"].startswith("gpu-")
     assert gpu1["capacity"] == {"memory": {"value": "80Gi"}, "compute": {"value": "100"}}
+    assert gpu1["allowMultipleAllocations"] is False
+
+
+def test_slice_is_named_as_the_drivers_slice_controller_names_it() -> None:
+    assert fakegpu.resource_slice("worker-1", "uid-1", devices=2)["metadata"]["generateName"] == "00000-gpu.example.com-worker-1-"
 
 
 def test_device_uuids_are_stable_and_unique() -> None:
@@ -38,7 +48,3 @@ def test_control_plane_node_is_tainted_and_workers_are_not() -> None:
     assert cp["spec"]["taints"] == [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
     assert "taints" not in worker["spec"]
     assert worker["status"]["allocatable"] == {"cpu": "32", "memory": "256Gi", "pods": "110"}
-
-
-def test_device_class_selects_the_driver_by_cel() -> None:
-    assert fakegpu.device_class()["spec"]["selectors"] == [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]

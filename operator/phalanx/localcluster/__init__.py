@@ -2,8 +2,9 @@
 
 No Docker engine is needed: etcd, kube-apiserver, kube-controller-manager and
 kube-scheduler are built from the Go module proxy and run as plain processes
-by kwokctl; kwok fakes the nodes and the pod lifecycle, and `fakegpu` stands
-in for dra-example-driver by publishing its ResourceSlices.
+by kwokctl; kwok fakes the nodes and the pod lifecycle. dra-example-driver's
+own kubelet plugin publishes the ResourceSlices (`dradriver`), one process
+per worker, or, for clusters too large for that, the `fakegpu` stand-in.
 """
 
 from phalanx.localcluster.cluster import ClusterSpec, LocalCluster

@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # Build the local control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, etcd, kwok, kwokctl) from the Go module proxy, once.
-# Binaries land in a cache keyed by version, outside the repository.
+# kube-scheduler, kubectl, etcd, kwok, kwokctl) and dra-example-driver's
+# kubelet plugin from the Go module proxy, once. Binaries land in a cache
+# keyed by version, outside the repository; the last line printed is the
+# control plane's directory, the driver's is DRIVER_BIN beside it.
 set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+DRA_DRIVER_VERSION="${DRA_DRIVER_VERSION:-v0.4.0}"
 CACHE="${PHALANX_CACHE:-$HOME/.cache/phalanx}"
 BIN="$CACHE/bin/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
+DRIVER_BIN="$CACHE/bin/dra-example-driver-$DRA_DRIVER_VERSION"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 want=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl)
 missing=()
 for b in "${want[@]}"; do [[ -x "$BIN/$b" ]] || missing+=("$b"); done
+[[ -x "$DRIVER_BIN/dra-example-kubeletplugin" ]] || missing+=(dra-example-kubeletplugin)
 if [[ ${#missing[@]} -eq 0 ]]; then echo "$BIN"; exit 0; fi
 
 log() { echo "build-kube: $*" >&2; }
-mkdir -p "$BIN"
+mkdir -p "$BIN" "$DRIVER_BIN"
 
 # A machine without Go gets the toolchain from the Go module proxy, the one
 # download source every Go user already trusts.
@@ -112,8 +117,27 @@ build_kwok() {
   done
 }
 
+# `go install ...@$DRA_DRIVER_VERSION` is refused (the proxy does not list the
+# module's versions), so a wrapper module requires that exact version instead.
+build_driver() {
+  [[ -x "$DRIVER_BIN/dra-example-kubeletplugin" ]] && return
+  local dir="$CACHE/src/dra-example-driver-$DRA_DRIVER_VERSION" t=$SECONDS
+  mkdir -p "$dir"
+  log "building dra-example-kubeletplugin $DRA_DRIVER_VERSION"
+  if [[ ! -f "$dir/go.sum" ]]; then
+    (cd "$dir" && rm -f go.mod && go mod init phalanx.dev/localcluster/dra-example-driver >/dev/null 2>&1 \
+      && printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin"\n' >tools.go \
+      && go get "sigs.k8s.io/dra-example-driver@$DRA_DRIVER_VERSION" >&2 && go mod tidy -e >&2)
+  fi
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" \
+    -o "$DRIVER_BIN/dra-example-kubeletplugin.tmp" sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin)
+  mv "$DRIVER_BIN/dra-example-kubeletplugin.tmp" "$DRIVER_BIN/dra-example-kubeletplugin"
+  log "built dra-example-kubeletplugin in $((SECONDS - t))s"
+}
+
 build_etcd
 build_kwok
 build_kube
-log "control plane binaries ready in $((SECONDS - start_all))s: $BIN"
+build_driver
+log "binaries ready in $((SECONDS - start_all))s: $BIN"
 echo "$BIN"

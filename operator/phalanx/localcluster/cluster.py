@@ -4,7 +4,9 @@ kwokctl already generates the PKI, the admin kubeconfig and the component
 flags, and supervises etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and the kwok controller as plain processes; we only hand it
 binaries we built from the Go module proxy, our kwok stages, and feature gates
-when the upstream gang feature is wanted for comparison.
+when the upstream gang feature is wanted for comparison. The devices come
+from dra-example-driver's kubelet plugin, one process per worker that we
+start and stop with the cluster, or from the `fakegpu` stand-in.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from kubernetes_asyncio import client, config
 
-from phalanx.localcluster import fakegpu
+from phalanx.localcluster import dradriver, fakegpu
 
 KUBE_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.6.16"
@@ -31,6 +34,10 @@ KWOK_VERSION = "v0.8.0"
 HERE = Path(__file__).parent
 UPSTREAM_GANG_GATES = "GenericWorkload=true,WorkloadWithJob=true,DRAWorkloadResourceClaims=true"
 UPSTREAM_GANG_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
+# Each plugin process holds ~40-43 MiB resident; past this many workers the stand-in publishes the slices unless asked otherwise.
+MAX_DRIVER_WORKERS = 16
+
+SliceSource = Literal["dra-example-driver", "fakegpu"]
 
 
 def cache_dir() -> Path:
@@ -39,7 +46,12 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """The article's shape by default: a tainted control-plane node and 3 workers x 2 GPUs."""
+    """The article's shape by default: a tainted control-plane node and 3 workers x 2 GPUs.
+
+    `driver` says who publishes the ResourceSlices: dra-example-driver's own
+    plugin (the default up to MAX_DRIVER_WORKERS workers) or the `fakegpu`
+    stand-in (the default beyond, for simulated clusters of hundreds of nodes).
+    """
 
     name: str = "phalanx"
     workers: int = 3
@@ -47,18 +59,33 @@ class ClusterSpec:
     control_plane_node: bool = True
     upstream_gang: bool = False
     node_shape: fakegpu.NodeShape = field(default_factory=fakegpu.NodeShape)
+    driver: SliceSource | None = None
 
     @property
     def node_count(self) -> int:
         return self.workers + (1 if self.control_plane_node else 0)
 
+    @property
+    def slice_source(self) -> SliceSource:
+        if self.driver is not None:
+            return self.driver
+        return "dra-example-driver" if self.workers <= MAX_DRIVER_WORKERS else "fakegpu"
+
 
 def build_binaries() -> Path:
-    """Build (once; cached by version) and return the directory of the control-plane binaries."""
+    """Build (once; cached by version) and return the directory of the control-plane binaries.
+
+    The same step builds dra-example-driver's kubelet plugin, beside them (`driver_binary`).
+    """
     env = dict(os.environ, KUBE_VERSION=KUBE_VERSION, ETCD_VERSION=ETCD_VERSION, KWOK_VERSION=KWOK_VERSION)
-    env["PHALANX_CACHE"] = str(cache_dir())
+    env.update(DRA_DRIVER_VERSION=dradriver.VERSION, PHALANX_CACHE=str(cache_dir()))
     out = subprocess.run(["bash", str(HERE / "build-kube.sh")], env=env, check=True, stdout=subprocess.PIPE, text=True)
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+def driver_binary() -> Path:
+    build_binaries()
+    return cache_dir() / "bin" / f"dra-example-driver-{dradriver.VERSION}" / dradriver.BINARY
 
 
 class LocalCluster:
@@ -106,6 +133,7 @@ class LocalCluster:
     def up(self) -> None:
         env = self._env()
         started = time.monotonic()
+        dradriver.stop(self.kubeconfig)
         if self.exists():
             self._kwokctl(env, "delete", "cluster")
         args = [
@@ -136,13 +164,26 @@ class LocalCluster:
             args += ["--kube-feature-gates", UPSTREAM_GANG_GATES, "--kube-runtime-config", UPSTREAM_GANG_RUNTIME_CONFIG]
         self._kwokctl(env, *args)
         asyncio.run(self._populate())
-        _log(f"cluster {self.spec.name!r} up in {time.monotonic() - started:.1f}s (kubeconfig {self.kubeconfig})")
+        devices = f"slices from {self.spec.slice_source}" if self.spec.gpus_per_worker > 0 else "no devices"
+        _log(f"cluster {self.spec.name!r} up in {time.monotonic() - started:.1f}s, {devices} (kubeconfig {self.kubeconfig})")
 
     def down(self) -> None:
+        self.stop_driver()
         if not self.cluster_dir.exists():
             return
         self._kwokctl(self._env(), "delete", "cluster")
         shutil.rmtree(self.cluster_dir, ignore_errors=True)
+
+    def stop_driver(self) -> None:
+        """Stop every plugin, then delete the driver's slices: they outlive the plugin, which would publish them again if still up."""
+        dradriver.stop(self.kubeconfig)
+        if self.exists():
+            selector = f"--field-selector=spec.driver={dradriver.DRIVER}"
+            self.kubectl("delete", "resourceslices", selector, "--request-timeout=20s", "--timeout=30s", check=False)
+
+    def driver_processes(self) -> dict[str, int]:
+        """Live dra-example-kubeletplugin processes of this cluster, by node name."""
+        return dradriver.running(self.kubeconfig)
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = self._env()
@@ -181,15 +222,35 @@ class LocalCluster:
 
     async def _populate(self) -> None:
         await self.wait_ready()
+        spec = self.spec
         async with await self.api_client() as api:
-            await fakegpu.publish(
-                api,
-                workers=self.spec.workers,
-                gpus_per_worker=self.spec.gpus_per_worker,
-                control_plane=self.spec.control_plane_node,
-                shape=self.spec.node_shape,
-            )
-            await _wait_nodes_ready(client.CoreV1Api(api), self.spec.node_count)
+            workers = await fakegpu.create_nodes(api, workers=spec.workers, control_plane=spec.control_plane_node, shape=spec.node_shape)
+            await fakegpu.create_once(client.ResourceV1Api(api).create_device_class, dradriver.device_class())
+            if spec.gpus_per_worker > 0 and spec.slice_source == "fakegpu":
+                await fakegpu.publish_slices(api, workers, spec.gpus_per_worker)
+            elif spec.gpus_per_worker > 0:
+                dradriver.start(driver_binary(), self.cluster_dir, self.kubeconfig, workers, spec.gpus_per_worker)
+            await _wait_nodes_ready(client.CoreV1Api(api), spec.node_count)
+            if spec.gpus_per_worker > 0:
+                await self._wait_slices(client.ResourceV1Api(api), sorted(workers))
+
+    async def _wait_slices(self, resource: client.ResourceV1Api, workers: list[str], timeout: float = 120) -> None:
+        """Every worker's pool published whole; a plugin that died is reported with its log, not waited for."""
+        deadline = time.monotonic() + timeout
+        while True:
+            slices = (await resource.list_resource_slice(field_selector=f"spec.driver={dradriver.DRIVER}")).items
+            devices = {s.spec.node_name: len(s.spec.devices or []) for s in slices}
+            if all(devices.get(w) == self.spec.gpus_per_worker for w in workers):
+                return
+            if self.spec.slice_source == "dra-example-driver" and (dead := sorted(set(workers) - set(self.driver_processes()))):
+                log = dradriver.node_dir(self.cluster_dir, dead[0]) / "plugin.log"
+                tail = log.read_text()[-3000:] if log.exists() else ""
+                raise RuntimeError(f"dra-example-kubeletplugin exited on {', '.join(dead)}; {log}:\n{tail}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"ResourceSlices after {timeout}s: {devices}, want {self.spec.gpus_per_worker} devices on each of {workers}"
+                )
+            await asyncio.sleep(0.5)
 
     async def api_client(self) -> client.ApiClient:
         configuration = client.Configuration()

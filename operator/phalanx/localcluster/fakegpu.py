@@ -1,11 +1,16 @@
-"""A stand-in for dra-example-driver: fake nodes and the ResourceSlices it publishes.
+"""The kwok nodes, and a stand-in for dra-example-driver's ResourceSlices.
 
-The shapes follow dra-example-driver v0.4.0 (the article's chart with
-`kubeletPlugin.numDevices`): driver and DeviceClass `gpu.example.com`, one
-slice per node whose pool is named after the node, devices `gpu-0..gpu-N`
-with `index`, `uuid`, `model`, `driverVersion` attributes and `memory` and
-`compute` capacity. The builders are pure so their shape is unit-tested; only
-`publish` talks to the API server.
+The real driver's plugin (`dradriver`) publishes the slices of a small
+cluster; this stand-in publishes them for simulated clusters of hundreds of
+nodes, where a 48 MB process per node does not fit. Its slices copy what
+dra-example-driver v0.4.0 publishes with `NUM_DEVICES` (the chart's
+`kubeletPlugin.numDevices`): driver `gpu.example.com`, one slice per node
+owned by the Node, pool named after the node, devices `gpu-0..gpu-N` with
+`index`, `uuid`, `model`, `driverVersion` attributes, `memory` and `compute`
+capacity and `allowMultipleAllocations: false`. Only the uuid values differ
+(the driver draws them from Go's math/rand seeded by the node name). The
+builders are pure so their shape is unit-tested; the async functions talk to
+the API server.
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-DRIVER = "gpu.example.com"
-DEVICE_CLASS = "gpu.example.com"
+from phalanx.localcluster.dradriver import DRIVER
+
 MODEL = "LATEST-GPU-MODEL"
 DRIVER_VERSION = "1.0.0"
 CONTROL_PLANE_TAINT = "node-role.kubernetes.io/control-plane"
@@ -54,15 +59,6 @@ def node(name: str, shape: NodeShape, *, control_plane: bool = False) -> dict[st
     }
 
 
-def device_class() -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": DEVICE_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
-    }
-
-
 def device(node_name: str, index: int) -> dict[str, Any]:
     gpu_uuid = uuid.uuid5(_UUID_NAMESPACE, f"{node_name}/{index}")
     return {
@@ -74,16 +70,17 @@ def device(node_name: str, index: int) -> dict[str, Any]:
             "driverVersion": {"version": DRIVER_VERSION},
         },
         "capacity": {"memory": {"value": "80Gi"}, "compute": {"value": "100"}},
+        "allowMultipleAllocations": False,
     }
 
 
 def resource_slice(node_name: str, node_uid: str, devices: int) -> dict[str, Any]:
-    """One slice per node, owned by the Node so it is collected with it, as the driver does."""
+    """One slice per node, owned by the Node so it is collected with it, named as the driver's slice controller names it."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {
-            "name": f"{node_name}-{DRIVER}",
+            "generateName": f"00000-{DRIVER}-{node_name}-",
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}],
         },
         "spec": {
@@ -95,22 +92,31 @@ def resource_slice(node_name: str, node_uid: str, devices: int) -> dict[str, Any
     }
 
 
-async def publish(api: client.ApiClient, *, workers: int, gpus_per_worker: int, control_plane: bool, shape: NodeShape) -> None:
-    """Create the nodes, the DeviceClass and one slice per worker; safe to call again."""
+async def create_nodes(api: client.ApiClient, *, workers: int, control_plane: bool, shape: NodeShape) -> dict[str, str]:
+    """Create the kwok nodes (safe to call again); return the workers' UIDs by name."""
     core = client.CoreV1Api(api)
-    resource = client.ResourceV1Api(api)
     nodes = [("control-plane", True)] if control_plane else []
     nodes += [(name, False) for name in worker_names(workers)]
+    uids = {}
     for name, is_cp in nodes:
         body = node(name, shape, control_plane=is_cp)
-        created = await _create(core.create_node, body) or await core.read_node(name)
+        created = await create_once(core.create_node, body) or await core.read_node(name)
         await core.patch_node_status(name, {"status": body["status"]})
-        if not is_cp and gpus_per_worker > 0:
-            await _create(resource.create_resource_slice, resource_slice(name, created.metadata.uid, gpus_per_worker))
-    await _create(resource.create_device_class, device_class())
+        if not is_cp:
+            uids[name] = created.metadata.uid
+    return uids
 
 
-async def _create(create: Any, body: dict[str, Any]) -> Any:
+async def publish_slices(api: client.ApiClient, workers: dict[str, str], gpus_per_worker: int) -> None:
+    """One slice per worker (by name and Node UID), as the driver's plugin would publish it; skips a node that has one."""
+    resource = client.ResourceV1Api(api)
+    for name, uid in workers.items():
+        if not (await resource.list_resource_slice(field_selector=f"spec.nodeName={name},spec.driver={DRIVER}")).items:
+            await create_once(resource.create_resource_slice, resource_slice(name, uid, gpus_per_worker))
+
+
+async def create_once(create: Any, body: dict[str, Any]) -> Any:
+    """Create, or return None when it already exists."""
     try:
         return await create(body)
     except ApiException as exc:
