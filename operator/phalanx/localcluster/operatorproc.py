@@ -30,10 +30,16 @@ _PROBE_JOB = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """Distinct free ports: all sockets stay bound until every port is chosen, so the kernel cannot hand one out twice."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 @dataclass
@@ -65,7 +71,7 @@ def start(cluster: LocalCluster, repo: Path, *, extra_args: tuple[str, ...] = ()
     install(cluster, repo)
     kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, "phalanx")
     log = Path(tempfile.mkstemp(prefix=f"phalanx-operator-{cluster.spec.name}-", suffix=".log")[1])
-    webhook_port, metrics_port = free_port(), free_port()
+    webhook_port, metrics_port, liveness_port = free_ports(3)
     args = [
         sys.executable,
         "-m",
@@ -80,7 +86,7 @@ def start(cluster: LocalCluster, repo: Path, *, extra_args: tuple[str, ...] = ()
         "--webhook-port",
         str(webhook_port),
         "--liveness",
-        f"http://127.0.0.1:{free_port()}/healthz",
+        f"http://127.0.0.1:{liveness_port}/healthz",
         "--metrics-port",
         str(metrics_port),
         *extra_args,
