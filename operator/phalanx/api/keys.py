@@ -50,6 +50,8 @@ DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 # PodGroup conditions.
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 """Upstream's: True (terminal) once minCount members are bound."""
+DISRUPTION_TARGET = "DisruptionTarget"
+"""On a PodGroup: a member was lost (True); on a pod, as upstream: it is being taken down (our reasons, or the API server's)."""
 GATED = "PodsGated"
 """Ours: whether the Job's pods carry the gate (False: admitted without the webhook)."""
 

@@ -36,13 +36,15 @@ from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, plan
 from phalanx.planner.model import Group
-from phalanx.scheduling import conditions, inputs, metrics, repair, teardown
+from phalanx.scheduling import conditions, disruption, inputs, metrics, repair, teardown
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser
 
 logger = logging.getLogger(__name__)
 
 TORN_DOWN = "GangTornDown"
+DISRUPTED = "GangDisrupted"
+LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
 DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
 
 
@@ -82,6 +84,18 @@ def _reservation(pod_group: Mapping[str, Any]) -> schema.Reservation | None:
     return schema.Reservation.model_validate(raw) if raw else None
 
 
+def _live(pod: Mapping[str, Any]) -> bool:
+    return not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
+
+
+def _cause_label(cause: str) -> str:
+    """A bounded metric label from a loss cause (the cause text names pods and nodes)."""
+    for label in ("Eviction", "Preemption", "Taint", "PodGC", "node", "failed", "deleted"):
+        if label.lower() in cause.lower():
+            return label.lower()
+    return "other"
+
+
 def _min_count(pod_group: Mapping[str, Any]) -> int:
     gang_policy = pod_group["spec"]["schedulingPolicy"].get("gang")
     return int(gang_policy["minCount"]) if gang_policy else 1
@@ -96,7 +110,10 @@ class SchedulingLoop:
         self.matcher = DeviceMatcher()
         self.holes = Holes(kube)
         self.releaser = Releaser(kube, view, self.holes, settle=settle)
-        self._written: dict[str, tuple[bool, str, str]] = {}
+        self._pods_of: dict[str, list[dict[str, Any]]] = {}
+        """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
+        self._mine: dict[str, dict[str, dict[str, Any]]] = {}
+        """PodGroup uid -> the conditions this loop last wrote: the watch may not show them yet."""
         self._backoff: dict[str, tuple[float, float]] = {}
         """PodGroup uid -> (not before, last delay): a group whose reconcile failed waits before it is tried again."""
         self._counted: set[tuple[tuple[str, str, str], str]] = set()
@@ -123,13 +140,15 @@ class SchedulingLoop:
         return max(0.05, min([self.period, *due]))
 
     async def cycle(self) -> None:
-        members: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        every: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in self.view.pods.items():
             job_uid = (pod["metadata"].get("labels") or {}).get(keys.JOB_UID_LABEL)
-            if job_uid and not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp"):
-                members[job_uid].append(pod)
-        groups = [(g, sorted(members.get(_owner_uid(g, "Job") or "", []), key=_name)) for g in self.view.podgroups.items()]
+            if job_uid:
+                every[job_uid].append(pod)
+        self._pods_of = {g["metadata"]["uid"]: every.get(_owner_uid(g, "Job") or "", []) for g in self.view.podgroups.items()}
+        groups = [(g, sorted(filter(_live, self._pods_of[g["metadata"]["uid"]]), key=_name)) for g in self.view.podgroups.items()]
         groups = [(g, pods) for g, pods in groups if _owner_uid(g, "Job") and not g["metadata"].get("deletionTimestamp")]
+        self._forget({g["metadata"]["uid"] for g, _ in groups})
         try:
             await self._repair({g["metadata"]["uid"]: pods for g, pods in groups})
         except asyncio.CancelledError:
@@ -156,6 +175,13 @@ class SchedulingLoop:
                 delay = self._back_off(pod_group)
                 metrics.ERRORS.labels(stage="reconcile").inc()
                 logger.exception("%s/%s: reconcile failed (%s); retrying in %.1fs", _ns(pod_group), _name(pod_group), exc, delay)
+
+    def _forget(self, live: set[str]) -> None:
+        """What the loop remembers of PodGroups that are gone goes with them."""
+        for uid in [u for u in self._mine if u not in live]:
+            del self._mine[uid]
+        for uid in [u for u in self._backoff if u not in live]:
+            del self._backoff[uid]
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
         """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
@@ -184,10 +210,15 @@ class SchedulingLoop:
             await self._release_each(pod_group, waiting)
             return True
         scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
+        min_count = _min_count(pod_group)
         if scheduled is not None and scheduled["status"] == "True":
+            if reservation is not None:
+                lost = disruption.losses(reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self._node_names())
+                if lost and "all" in (pod_group["spec"].get("disruptionMode") or {}):
+                    return await self._disrupt(pod_group, pods, lost)
+                await self._below_min_count(pod_group, bound, lost, min_count)
             await self._release_each(pod_group, waiting)
             return True
-        min_count = _min_count(pod_group)
         if reservation is not None and reservation.state == "Released":
             return await self._await_binding(pod_group, pods, bound, reservation, min_count)
         if not waiting:
@@ -221,6 +252,34 @@ class SchedulingLoop:
             )
             return await self._tear_down(pod_group, pods, reservation, why)
         return True
+
+    def _node_names(self) -> set[str]:
+        return {n["metadata"]["name"] for n in self.view.nodes.items()}
+
+    async def _disrupt(self, pod_group: dict[str, Any], pods: list[dict[str, Any]], lost: list[disruption.Loss]) -> bool:
+        """disruptionMode all: one member lost takes the whole group down, so no member holds devices without quorum."""
+        why = f"member {', '.join(str(loss) for loss in lost)} lost; disruptionMode all takes the whole group down"
+        await self._condition(pod_group, keys.DISRUPTION_TARGET, True, DISRUPTED, why)
+        metrics.DISRUPTIONS.labels(mode="all", cause=_cause_label(lost[0].cause)).inc()
+        return await self._tear_down(pod_group, pods, None, why, reason=DISRUPTED)
+
+    async def _below_min_count(
+        self, pod_group: dict[str, Any], bound: list[dict[str, Any]], lost: list[disruption.Loss], min_count: int
+    ) -> None:
+        """disruptionMode single: nothing else is touched; the status says how far below minCount the group runs."""
+        said = _condition(pod_group, keys.DISRUPTION_TARGET) or self._mine.get(pod_group["metadata"]["uid"], {}).get(keys.DISRUPTION_TARGET)
+        if len(bound) >= min_count:
+            if said is not None and said["status"] == "True":
+                await self._condition(
+                    pod_group, keys.DISRUPTION_TARGET, False, "MinCountRunning", f"{len(bound)} members run (minCount {min_count})"
+                )
+            return
+        message = f"below minCount: {len(bound)} of minCount {min_count} members run"
+        if lost:
+            message += f"; lost {', '.join(str(loss) for loss in lost)}"
+        if said is None or said["status"] != "True":
+            metrics.DISRUPTIONS.labels(mode="single", cause=_cause_label(lost[0].cause if lost else "other")).inc()
+        await self._condition(pod_group, keys.DISRUPTION_TARGET, True, "BelowMinCount", message, warn=True)
 
     def _claims_ready(self, pod: Mapping[str, Any]) -> bool:
         names = inputs.claim_names(pod)
@@ -278,16 +337,29 @@ class SchedulingLoop:
         return [p for p in latest if p is not None and not p["metadata"].get("deletionTimestamp")]
 
     async def _release_each(self, pod_group: dict[str, Any], waiting: list[dict[str, Any]]) -> None:
-        """Late members of a scheduled gang (and every member of a basic group) go one by one."""
+        """Late members of a scheduled gang (and every member of a basic group) go one by one.
+
+        A late member joins the group's incarnation (its record), so its loss counts as a member's.
+        """
+        joined: list[schema.Reservation] = []
         for pod in waiting:
             if not self._claims_ready(pod):
                 continue
             result = plan(self._snapshot(), self._group(pod_group, [pod], 1), self.matcher)
             if isinstance(result, Fits):
                 try:
-                    await self.releaser.release_member(pod_group, result)
+                    joined.append(await self.releaser.release_member(pod_group, result))
                 except (ReleaseAborted, GatesRefused) as exc:
                     logger.warning("%s/%s: member %s not released: %s", _ns(pod_group), _name(pod_group), _name(pod), exc)
+        record = _reservation(pod_group)
+        if joined and record is not None:
+            grown = record.model_copy(
+                update={
+                    "placements": [*record.placements, *(p for r in joined for p in r.placements)],
+                    "claims": [*record.claims, *(c for r in joined for c in r.claims)],
+                }
+            )
+            await self.releaser.record(pod_group, grown)
 
     async def _resume(self, pod_group: dict[str, Any], reservation: schema.Reservation, pods: list[dict[str, Any]]) -> bool:
         try:
@@ -303,14 +375,20 @@ class SchedulingLoop:
             return False
 
     async def _tear_down(
-        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation | None, why: str
+        self,
+        pod_group: dict[str, Any],
+        pods: list[dict[str, Any]],
+        reservation: schema.Reservation | None,
+        why: str,
+        *,
+        reason: str = TORN_DOWN,
     ) -> bool:
         """Evict every member, release the devices of members that never ran, forget the reservation: the group starts over.
 
         False while an eviction is refused (a disruption budget): the caller backs off and tries again.
         """
         message = f"gang {_name(pod_group)} torn down as a unit: {why}"
-        standing = await teardown.evict_all(self.kube, pods, reason=TORN_DOWN, message=message)
+        standing = await teardown.evict_all(self.kube, pods, reason=reason, message=message)
         if reservation is not None:
             ran = {_name(p) for p in pods if p["spec"].get("nodeName")}
             users = self.releaser.claim_users(_ns(pod_group), reservation)
@@ -324,11 +402,11 @@ class SchedulingLoop:
         await self._set(
             pod_group,
             False,
-            TORN_DOWN,
+            reason,
             f"{why}; members evicted and devices released, the group will be admitted again whole",
             readmit=True,
         )
-        await self._event(pod_group, "Warning", TORN_DOWN, message)
+        await self._event(pod_group, "Warning", reason, message)
         return True
 
     async def _repair(self, members_of: Mapping[str, list[dict[str, Any]]]) -> None:
@@ -380,22 +458,25 @@ class SchedulingLoop:
     async def _set(
         self, pod_group: dict[str, Any], ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
     ) -> None:
+        await self._condition(pod_group, keys.INITIALLY_SCHEDULED, ok, reason, message, warn=warn, readmit=readmit)
+
+    async def _condition(
+        self, pod_group: dict[str, Any], type_: str, ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
+    ) -> None:
+        """Set one of the loop's conditions; every condition this loop owns goes in the same apply, or the others would be dropped."""
         uid = pod_group["metadata"]["uid"]
-        if self._written.get(uid) == (ok, reason, message):
-            return  # our last write has not reached the watch yet
-        existing = (pod_group.get("status") or {}).get("conditions") or []
-        new = conditions.condition(keys.INITIALLY_SCHEDULED, ok, reason, message, pod_group["metadata"].get("generation"))
+        mine = self._mine.setdefault(uid, {})
+        existing = [mine.get(c["type"], c) for c in (pod_group.get("status") or {}).get("conditions") or []]
+        existing += [c for t, c in mine.items() if t not in {e["type"] for e in existing}]
+        new = conditions.condition(type_, ok, reason, message, pod_group["metadata"].get("generation"))
         merged = conditions.merged(existing, new, readmit=readmit)
         if merged is None:
-            self._written[uid] = (ok, reason, message)
             return
-        logger.info("%s/%s: %s %s", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], reason, message)
-        (current,) = [c for c in merged if c["type"] == keys.INITIALLY_SCHEDULED]
-        await self.kube.apply_status(
-            "PodGroup", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"conditions": [current]}, keys.SCHEDULING_LOOP
-        )
-        self._written[uid] = (ok, reason, message)
-        if warn or ok:
+        logger.info("%s/%s: %s=%s %s %s", _ns(pod_group), _name(pod_group), type_, new["status"], reason, message)
+        owned = [c for c in merged if c["type"] in LOOP_CONDITIONS]
+        await self.kube.apply_status("PodGroup", _ns(pod_group), _name(pod_group), {"conditions": owned}, keys.SCHEDULING_LOOP)
+        mine.update({c["type"]: c for c in owned})
+        if warn or (ok and type_ == keys.INITIALLY_SCHEDULED):
             await self._event(pod_group, "Warning" if warn else "Normal", reason, message)
 
     async def _event(self, pod_group: Mapping[str, Any], type_: str, reason: str, message: str) -> None:

@@ -26,3 +26,8 @@ RELEASED_PODS = Counter("phalanx_released_pods_total", "Pods whose scheduling ga
 EVICTIONS = Counter("phalanx_evictions_total", "Pods Phalanx took down, by reason (the Event reason on the pod).", ["reason"])
 TEARDOWNS = Counter("phalanx_podgroup_teardowns_total", "Released groups torn down as a unit before reaching minCount bound.")
 ERRORS = Counter("phalanx_errors_total", "Unexpected errors, by stage; the group is retried with backoff.", ["stage"])
+DISRUPTIONS = Counter(
+    "phalanx_podgroup_disruptions_total",
+    "Members of running groups lost, by disruptionMode and cause (all: the group was taken down).",
+    ["mode", "cause"],
+)

@@ -127,9 +127,9 @@ class Releaser:
         await self.record(pod_group, reservation)
         return await self.complete(pod_group, reservation)
 
-    async def release_member(self, pod_group: Mapping[str, Any], fits: Fits) -> None:
+    async def release_member(self, pod_group: Mapping[str, Any], fits: Fits) -> schema.Reservation:
         """A late member of a group already released: the same steps, without touching the group's record."""
-        await self.complete(pod_group, reservation_of(fits), record=False)
+        return await self.complete(pod_group, reservation_of(fits), record=False)
 
     async def complete(
         self, pod_group: Mapping[str, Any], reservation: schema.Reservation, *, record: bool = True, resumed: bool = False

@@ -17,17 +17,16 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from phalanx.api import keys
 from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, Throttled, pod_path
 from phalanx.scheduling import conditions, metrics
 
 logger = logging.getLogger(__name__)
 
-DISRUPTION_TARGET = "DisruptionTarget"
-
 
 def _condition(reason: str, message: str) -> dict[str, Any]:
     return {
-        "type": DISRUPTION_TARGET,
+        "type": keys.DISRUPTION_TARGET,
         "status": "True",
         "reason": reason,
         "message": message[:1024],

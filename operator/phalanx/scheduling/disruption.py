@@ -1,0 +1,71 @@
+"""Which members of a running group were lost, and why: the input of disruptionMode `all` and `single`.
+
+A member is a pod released in the group's current incarnation (the
+placements of its reservation record). It is lost when it was evicted,
+preempted (by Phalanx or by kube-scheduler), deleted, failed, or its node
+went away; a member that Succeeded finished its work and is not lost. Pods of
+an earlier incarnation (failed and kept by the Job) are not members any more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.api import keys, schema
+
+
+@dataclass(frozen=True)
+class Loss:
+    name: str
+    uid: str
+    cause: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cause})"
+
+
+def _disruption_reason(pod: Mapping[str, Any]) -> str | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == keys.DISRUPTION_TARGET and cond.get("status") == "True":
+            return cond.get("reason") or "disrupted"
+    return None
+
+
+def _exit(pod: Mapping[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode"):
+            return f"failed: container {status['name']} exited {terminated['exitCode']}"
+    return "failed"
+
+
+def cause(pod: Mapping[str, Any] | None, nodes: set[str]) -> str | None:
+    """Why this member is lost, or None while it runs (or after it Succeeded)."""
+    if pod is None:
+        return "deleted"
+    phase = (pod.get("status") or {}).get("phase")
+    if phase == "Succeeded":
+        return None
+    disrupted = _disruption_reason(pod)
+    if phase == "Failed":
+        return disrupted or _exit(pod)
+    if pod["metadata"].get("deletionTimestamp"):
+        return disrupted or "deleted"
+    node = pod["spec"].get("nodeName")
+    if node and node not in nodes:
+        return f"node {node} is gone"
+    return None
+
+
+def losses(reservation: schema.Reservation, pods: Iterable[Mapping[str, Any]], nodes: Iterable[str]) -> list[Loss]:
+    """Members of this incarnation that are lost, in placement order."""
+    by_uid = {p["metadata"]["uid"]: p for p in pods}
+    node_names = set(nodes)
+    out = []
+    for placement in reservation.placements:
+        why = cause(by_uid.get(placement.uid), node_names)
+        if why is not None:
+            out.append(Loss(placement.name, placement.uid, why))
+    return out

@@ -1,0 +1,62 @@
+"""Which members of a running group are lost: evicted, preempted, deleted, failed, or on a node that is gone; never a success."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from phalanx.api import schema
+from phalanx.scheduling.disruption import cause, losses
+
+
+def pod(
+    name: str, *, phase: str = "Running", node: str = "worker-1", deleting: bool = False, disruption: str | None = None, exit_code: int = 0
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if disruption:
+        status["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": disruption}]
+    if exit_code:
+        status["containerStatuses"] = [{"name": "rank", "state": {"terminated": {"exitCode": exit_code}}}]
+    meta: dict[str, Any] = {"name": name, "uid": f"uid-{name}"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": status}
+
+
+NODES = {"worker-1", "worker-2"}
+
+
+@pytest.mark.parametrize(
+    ("member", "expected"),
+    [
+        (pod("a"), None),
+        (pod("a", phase="Succeeded"), None),
+        (pod("a", phase="Succeeded", deleting=True), None),
+        (pod("a", deleting=True, disruption="EvictionByEvictionAPI"), "EvictionByEvictionAPI"),
+        (pod("a", deleting=True, disruption="PreemptionByScheduler"), "PreemptionByScheduler"),
+        (pod("a", deleting=True), "deleted"),
+        (pod("a", phase="Failed", exit_code=1), "failed: container rank exited 1"),
+        (pod("a", node="worker-9"), "node worker-9 is gone"),
+        (None, "deleted"),
+    ],
+)
+def test_cause(member: dict | None, expected: str | None) -> None:
+    assert cause(member, NODES) == expected
+
+
+def test_only_members_of_this_incarnation_count() -> None:
+    record = schema.Reservation(
+        state="Released",
+        placements=[
+            schema.PodPlacement(name="new-0", uid="uid-new-0", node="worker-1"),
+            schema.PodPlacement(name="new-1", uid="uid-new-1", node="worker-2"),
+        ],
+    )
+    earlier = pod("old-0", phase="Failed", exit_code=1)  # failed in the previous incarnation, kept by the Job
+    (loss,) = losses(
+        record, [earlier, pod("new-0"), pod("new-1", node="worker-2", deleting=True, disruption="EvictionByEvictionAPI")], NODES
+    )
+    assert (loss.name, loss.cause) == ("new-1", "EvictionByEvictionAPI")
+    (gone,) = losses(record, [pod("new-1", node="worker-2")], NODES)
+    assert (gone.name, gone.cause) == ("new-0", "deleted")
