@@ -39,6 +39,8 @@ MANAGER_NAME = "phalanx"
 HELD_TAINT = f"{GROUP}/held"
 """Device taint (NoSchedule) on a device kube-scheduler lost track of after a double allocation was repaired."""
 HELD_DEVICE_ANNOTATION = f"{GROUP}/device"
+TAINT_PURPOSE_LABEL = f"{GROUP}/purpose"
+"""On such a DeviceTaintRule: why the device is kept (double-allocated, nominated)."""
 """On such a DeviceTaintRule: the device, as driver/pool/device."""
 
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"

@@ -176,11 +176,27 @@ class Reservation(Model):
     claims: list[ClaimReservation] = Field(default_factory=list)
 
 
+class PodRef(Model):
+    namespace: str
+    name: str
+    uid: str
+
+
+class Nomination(Model):
+    """A preemption in progress, recorded before its first eviction, so a restart neither evicts more nor loses it."""
+
+    victims: list[PodRef] = Field(default_factory=list, description="Every pod this preemption evicts, and no other.")
+    devices: list[str] = Field(default_factory=list, description="Devices freed for this group (driver/pool/device), kept from others.")
+    nodes: list[str] = Field(default_factory=list, description="Nodes the group's plan used when the victims were chosen.")
+    nominated_at: str = Field(description="When the victims were chosen (RFC 3339).")
+
+
 class PodGroupStatus(Model):
     conditions: list[Condition] = Field(
         default_factory=list, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
     )
     reservation: Reservation | None = None
+    nomination: Nomination | None = None
     members: int | None = Field(default=None, ge=0, description="Pods of the group that exist and are not terminal.")
     bound: int | None = Field(default=None, ge=0, description="Members bound to a node.")
 

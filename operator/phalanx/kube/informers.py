@@ -139,7 +139,10 @@ class ClusterView:
         self.classes = informer("deviceclasses", "/apis/resource.k8s.io/v1/deviceclasses", resource.list_device_class)
         self.priorities = informer("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", scheduling.list_priority_class)
         self.podgroups = informer("podgroups", f"/apis/{GROUP}/{VERSION}/podgroups", podgroups)
-        self.informers = [self.nodes, self.pods, self.slices, self.claims, self.classes, self.priorities, self.podgroups]
+        self.budgets = informer(
+            "poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets", client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces
+        )
+        self.informers = [self.nodes, self.pods, self.slices, self.claims, self.classes, self.priorities, self.podgroups, self.budgets]
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

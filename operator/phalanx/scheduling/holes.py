@@ -11,6 +11,10 @@ newcomer, and so on. A `DeviceTaintRule` with effect NoSchedule (GA in 1.37,
 allocates it, the holder keeps running. Once nobody holds the device, the
 scheduler's set and the truth agree again and the rule is deleted.
 
+The same rules keep the devices a gang preemption freed for its preemptor
+from everyone else until the preemptor has reserved them (purpose
+`nominated`, removed by the preemption, never swept).
+
 On a server that does not serve DeviceTaintRules (1.34 without the gate), the
 holes stay open; the repair still ends every double allocation it finds.
 """
@@ -33,25 +37,31 @@ logger = logging.getLogger(__name__)
 PATH = "/apis/resource.k8s.io/v1/devicetaintrules"
 
 
-def rule_name(device: DeviceId) -> str:
+HELD = "held"
+"""Purpose of a rule: a device kube-scheduler lost track of after a repaired double allocation."""
+NOMINATED = "nominated"
+"""Purpose of a rule: a device a preemption freed for one group, kept from everyone else until it is reserved."""
+
+
+def rule_name(device: DeviceId, purpose: str = HELD) -> str:
     digest = hashlib.sha256("/".join(device).encode()).hexdigest()[:10]
     readable = "-".join(device[1:]).lower().replace(".", "-").replace("_", "-")[:40].strip("-")
-    return f"phalanx-held-{readable}-{digest}"
+    return f"phalanx-{purpose}-{readable}-{digest}"
 
 
-def rule(device: DeviceId) -> dict[str, Any]:
+def rule(device: DeviceId, purpose: str = HELD) -> dict[str, Any]:
     driver, pool, name = device
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceTaintRule",
         "metadata": {
-            "name": rule_name(device),
-            "labels": {keys.MANAGED_BY_LABEL: keys.MANAGER_NAME},
+            "name": rule_name(device, purpose),
+            "labels": {keys.MANAGED_BY_LABEL: keys.MANAGER_NAME, keys.TAINT_PURPOSE_LABEL: purpose},
             "annotations": {keys.HELD_DEVICE_ANNOTATION: "/".join(device)},
         },
         "spec": {
             "deviceSelector": {"driver": driver, "pool": pool, "device": name},
-            "taint": {"key": keys.HELD_TAINT, "value": "double-allocated", "effect": "NoSchedule"},
+            "taint": {"key": keys.HELD_TAINT, "value": purpose, "effect": "NoSchedule"},
         },
     }
 
@@ -65,17 +75,18 @@ def holders(claims: Iterable[Mapping[str, Any]]) -> dict[DeviceId, int]:
 
 
 class Holes:
-    """The DeviceTaintRules Phalanx owns, one per device it keeps from the scheduler."""
+    """The DeviceTaintRules Phalanx owns for one purpose, one per device it keeps from the scheduler."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, purpose: str = HELD) -> None:
         self.kube = kube
+        self.purpose = purpose
         self.covered: dict[DeviceId, str] = {}
         self.served: bool | None = None
 
     async def load(self) -> None:
         """Learn the rules a previous run left (they outlive a restart) and whether the server serves them at all."""
         try:
-            body = await self.kube.request("GET", PATH, query={"labelSelector": f"{keys.MANAGED_BY_LABEL}={keys.MANAGER_NAME}"})
+            body = await self.kube.request("GET", PATH, query={"labelSelector": f"{keys.MANAGED_BY_LABEL}={keys.MANAGER_NAME},{keys.TAINT_PURPOSE_LABEL}={self.purpose}"})
         except NotFound:
             self.served = False
             logger.warning("DeviceTaintRules are not served: a device kube-scheduler lost track of after a repair stays open to it")
@@ -97,9 +108,18 @@ class Holes:
             if device in self.covered:
                 continue
             with contextlib.suppress(Conflict):  # made by us before a restart
-                await self.kube.create(PATH, rule(device))
-            self.covered[device] = rule_name(device)
+                await self.kube.create(PATH, rule(device, self.purpose))
+            self.covered[device] = rule_name(device, self.purpose)
             logger.info("device %s kept from kube-scheduler until free: %s", "/".join(device), why)
+
+    async def uncover(self, devices: Iterable[DeviceId]) -> None:
+        """Give devices back to kube-scheduler."""
+        if self.served is None:
+            await self.load()
+        for device in devices:
+            with contextlib.suppress(NotFound):
+                await self.kube.delete(f"{PATH}/{rule_name(device, self.purpose)}")
+            self.covered.pop(device, None)
 
     async def sweep(self, claims: Iterable[Mapping[str, Any]]) -> None:
         """Delete the rule of every covered device nobody holds any more."""

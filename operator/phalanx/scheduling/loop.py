@@ -29,15 +29,16 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from phalanx.api import keys, schema
 from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.kube.informers import ClusterView
-from phalanx.planner import DeviceMatcher, Fits, plan
-from phalanx.planner.model import Group
-from phalanx.scheduling import conditions, disruption, inputs, metrics, repair, teardown
-from phalanx.scheduling.holes import Holes
+from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
+from phalanx.planner.model import Group, Snapshot
+from phalanx.scheduling import conditions, disruption, inputs, metrics, preemption, repair, teardown, victims
+from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,11 @@ def _since(timestamp: str | None) -> float:
     return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
 
 
+def _nomination(pod_group: Mapping[str, Any]) -> schema.Nomination | None:
+    raw = (pod_group.get("status") or {}).get("nomination")
+    return schema.Nomination.model_validate(raw) if raw else None
+
+
 def _reservation(pod_group: Mapping[str, Any]) -> schema.Reservation | None:
     raw = (pod_group.get("status") or {}).get("reservation")
     return schema.Reservation.model_validate(raw) if raw else None
@@ -110,6 +116,7 @@ class SchedulingLoop:
         self.matcher = DeviceMatcher()
         self.holes = Holes(kube)
         self.releaser = Releaser(kube, view, self.holes, settle=settle)
+        self.preemptor = preemption.Preemptor(kube, view, Holes(kube, NOMINATED))
         self._pods_of: dict[str, list[dict[str, Any]]] = {}
         """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
         self._mine: dict[str, dict[str, dict[str, Any]]] = {}
@@ -190,13 +197,15 @@ class SchedulingLoop:
         self._backoff[uid] = (time.monotonic() + delay, delay)
         return delay
 
-    def _order(self, pod_group: Mapping[str, Any]) -> tuple[int, str, str]:
+    def _priority(self, pod_group: Mapping[str, Any]) -> int:
         name = pod_group["spec"].get("priorityClassName")
         priority = pod_group["spec"].get("priority")
         if priority is None and name:
-            pc = self.view.priorities.get("", name)
-            priority = (pc or {}).get("value", 0)
-        return (-(priority or 0), pod_group["metadata"].get("creationTimestamp", ""), pod_group["metadata"]["name"])
+            priority = (self.view.priorities.get("", name) or {}).get("value", 0)
+        return int(priority or 0)
+
+    def _order(self, pod_group: Mapping[str, Any]) -> tuple[int, str, str]:
+        return (-self._priority(pod_group), pod_group["metadata"].get("creationTimestamp", ""), pod_group["metadata"]["name"])
 
     async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         """False when an attempt was undone: the group then backs off before the next one."""
@@ -285,10 +294,18 @@ class SchedulingLoop:
         names = inputs.claim_names(pod)
         return names is not None and all(self.view.claims.get(pod["metadata"]["namespace"], n) for n in names)
 
-    def _snapshot(self) -> Any:
-        return inputs.build(
+    def _snapshot(self, for_group: Mapping[str, Any] | None = None) -> Snapshot:
+        """This cycle's cluster; devices a preemption freed for another group count as held."""
+        snapshot = inputs.build(
             self.view.nodes.items(), self.view.pods.items(), self.view.slices.items(), self.view.claims.items(), self.view.classes.items()
         )
+        others = {
+            d
+            for g in self.view.podgroups.items()
+            if (nomination := _nomination(g)) is not None and (for_group is None or g["metadata"]["uid"] != for_group["metadata"]["uid"])
+            for d in preemption.device_ids(nomination)
+        }
+        return replace(snapshot, held=snapshot.held | others) if others else snapshot
 
     def _group(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]], min_count: int) -> Group:
         topology = (pod_group["spec"].get("schedulingConstraints") or {}).get("topology") or []
@@ -299,14 +316,23 @@ class SchedulingLoop:
 
     async def _attempt(self, pod_group: dict[str, Any], ready: list[dict[str, Any]], min_count: int) -> bool:
         started = time.monotonic()
-        snapshot = self._snapshot()
+        snapshot = self._snapshot(pod_group)
         decided = time.monotonic()
-        result = plan(snapshot, self._group(pod_group, ready, min_count), self.matcher)
+        group = self._group(pod_group, ready, min_count)
+        result = plan(snapshot, group, self.matcher)
         metrics.ALGORITHM_DURATION.observe(time.monotonic() - decided)
+        nomination = _nomination(pod_group)
         if not isinstance(result, Fits):
+            if nomination is not None:
+                return await self._preempting(pod_group, nomination, result.message)
+            verdict = self._plan_preemption(pod_group, snapshot, group)
+            if isinstance(verdict, Preemption) and verdict.victims:
+                await self._preempt(pod_group, verdict, started)
+                return True
             metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable").inc()
             metrics.ATTEMPT_DURATION.labels(result="unschedulable").observe(time.monotonic() - started)
-            await self._set(pod_group, False, "Unschedulable", result.message, warn=True)
+            why_not = f"; preemption: {verdict.reason}" if isinstance(verdict, NoVictims) else ""
+            await self._set(pod_group, False, "Unschedulable", result.message + why_not, warn=True)
             return True
         try:
             reservation = await self.releaser.release(pod_group, result)
@@ -329,7 +355,49 @@ class SchedulingLoop:
         )
         await self._set(pod_group, False, "Released", message)
         await self._event(pod_group, "Normal", "Released", message)
+        if nomination is not None:
+            await self.preemptor.finish(pod_group, nomination)
         return True
+
+    def _plan_preemption(self, pod_group: dict[str, Any], snapshot: Snapshot, group: Group) -> Preemption | NoVictims:
+        """Victims of lower priority whose going lets the whole group fit; pure, on this cycle's snapshot."""
+        if pod_group["spec"].get("preemptionPolicy") == "Never" or any(
+            p["spec"].get("preemptionPolicy") == "Never" for p in self.view.pods.items() if p["metadata"]["uid"] in {m.uid for m in group.members}
+        ):
+            return NoVictims("preemptionPolicy is Never")
+        group_of = {p["metadata"]["uid"]: g for g in self.view.podgroups.items() for p in self._pods_of.get(g["metadata"]["uid"], [])}
+        candidates = victims.victims(
+            self.view.pods.items(), self.view.claims.items(), group_of, self.view.budgets.items(), skip=frozenset({pod_group["metadata"]["uid"]})
+        )
+        started = time.monotonic()
+        verdict = plan_preemption(snapshot, group, candidates, self._priority(pod_group), self.matcher)
+        metrics.PREEMPTION_DURATION.observe(time.monotonic() - started)
+        return verdict
+
+    async def _preempt(self, pod_group: dict[str, Any], preemption: Preemption, started: float) -> None:
+        names = ", ".join(v.key for v in preemption.victims)
+        why = f"preempted by gang {_ns(pod_group)}/{_name(pod_group)} (priority {self._priority(pod_group)}), which needs the room they hold"
+        await self.preemptor.start(pod_group, preemption, why)
+        metrics.SCHEDULE_ATTEMPTS.labels(result="preempting").inc()
+        message = f"preempting {names} ({len(preemption.pods)} pods) to place the whole group"
+        await self._set(pod_group, False, "Preempting", message)
+        await self._event(pod_group, "Normal", "Preempting", message)
+
+    async def _preempting(self, pod_group: dict[str, Any], nomination: schema.Nomination, short: str) -> bool:
+        """A preemption under way: its victims go (evicted again after a restart or a refusal), nobody else takes their devices."""
+        remaining = self.preemptor.remaining(nomination)
+        if remaining:
+            why = f"preempted by gang {_ns(pod_group)}/{_name(pod_group)}"
+            refused = await self.preemptor.evict(nomination, why)
+            note = f"; refused for now: {', '.join(refused)}" if refused else ""
+            await self._set(pod_group, False, "Preempting", f"waiting for {len(remaining)} of {len(nomination.victims)} victims to go{note}")
+            return not refused
+        if _since(nomination.nominated_at) < self.bind_deadline:
+            await self._set(pod_group, False, "Preempting", f"victims gone, waiting for their devices to be released: {short}")
+            return True
+        await self.preemptor.finish(pod_group, nomination)
+        await self._set(pod_group, False, "Unschedulable", f"the preemption freed too little in {self.bind_deadline:.0f}s: {short}", warn=True)
+        return False
 
     def _current(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The latest version of each pod from the watch (a release changed them)."""

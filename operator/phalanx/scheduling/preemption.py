@@ -1,0 +1,82 @@
+"""Where a gang preemption is carried out: the nomination recorded, the freed devices kept, the victims evicted.
+
+The victims come from the pure planner (`planner.preemption`); this module
+only acts, in an order that survives a crash at any point:
+1. record the nomination in PodGroup `status.nomination` (every victim pod by
+   uid, the devices their going frees) before the first eviction, so a
+   restarted operator evicts exactly those and no other;
+2. keep the freed devices from kube-scheduler with NoSchedule
+   DeviceTaintRules (purpose `nominated`): once a victim's claim is
+   deallocated the scheduler would otherwise hand its device to any pending
+   pod, and the preemptor would have evicted for nothing;
+3. evict the victims through the Eviction API, each with a DisruptionTarget
+   condition and an Event naming the preemptor.
+The loop then plans the preemptor as usual; it reserves the freed devices
+(Phalanx writes allocations itself, so its own taints do not stop it), and
+`finish` gives the devices back and forgets the nomination.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from phalanx.api import schema
+from phalanx.kube.client import Kube, custom_path
+from phalanx.kube.informers import ClusterView
+from phalanx.planner import Preemption
+from phalanx.planner.model import DeviceId
+from phalanx.scheduling import conditions, metrics, teardown
+from phalanx.scheduling.holes import Holes
+
+logger = logging.getLogger(__name__)
+
+PREEMPTED = "PreemptedByGang"
+
+
+def device_ids(nomination: schema.Nomination) -> list[DeviceId]:
+    return [tuple(d.split("/", 2)) for d in nomination.devices]  # type: ignore[misc]
+
+
+class Preemptor:
+    def __init__(self, kube: Kube, view: ClusterView, nominated: Holes) -> None:
+        self.kube = kube
+        self.view = view
+        self.nominated = nominated
+
+    async def start(self, pod_group: Mapping[str, Any], preemption: Preemption, why: str) -> schema.Nomination:
+        nomination = schema.Nomination(
+            victims=[schema.PodRef(namespace=p.namespace, name=p.name, uid=p.uid) for p in preemption.pods],
+            devices=sorted({"/".join(d) for p in preemption.pods for d in p.devices}),
+            nodes=sorted(preemption.fits.nodes),
+            nominated_at=conditions.now(),
+        )
+        await self.record(pod_group, nomination)
+        await self.nominated.cover(device_ids(nomination), why)
+        metrics.PREEMPTION_VICTIMS.observe(len(nomination.victims))
+        await self.evict(nomination, why)
+        return nomination
+
+    def remaining(self, nomination: schema.Nomination) -> list[dict[str, Any]]:
+        """Victims still there (going or not): the nomination holds until every one is gone."""
+        out = []
+        for ref in nomination.victims:
+            pod = self.view.pods.get(ref.namespace, ref.name)
+            if pod is not None and pod["metadata"]["uid"] == ref.uid:
+                out.append(pod)
+        return out
+
+    async def evict(self, nomination: schema.Nomination, why: str) -> list[str]:
+        """Evict the recorded victims that still stand (again after a restart, or after a budget refused); returns those refused."""
+        standing = [p for p in self.remaining(nomination) if not p["metadata"].get("deletionTimestamp")]
+        return await teardown.evict_all(self.kube, standing, reason=PREEMPTED, message=why)
+
+    async def finish(self, pod_group: Mapping[str, Any], nomination: schema.Nomination) -> None:
+        await self.nominated.uncover(device_ids(nomination))
+        await self.record(pod_group, None)
+
+    async def record(self, pod_group: Mapping[str, Any], nomination: schema.Nomination | None) -> None:
+        meta = pod_group["metadata"]
+        body = nomination.wire() if nomination is not None else None
+        await self.kube.merge_patch(custom_path("podgroups", meta["namespace"], meta["name"], status=True), {"status": {"nomination": body}})

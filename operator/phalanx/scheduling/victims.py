@@ -1,0 +1,99 @@
+"""Where preemption victims are found: running pods as the units gang preemption may take, from API objects.
+
+A group of Phalanx's in disruptionMode `all` is one victim (taking one member
+would take them all); a member of a `single` group and a pod outside any
+group are victims of their own. What a victim frees: its requests on its node
+and the devices of claims that only its own pods use. A victim breaks a
+PodDisruptionBudget when a budget selecting its pods allows fewer disruptions
+than it would cause.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from phalanx.planner.model import Victim, VictimPod, frozen_map
+from phalanx.planner.pods import selects
+from phalanx.scheduling import inputs
+
+
+def _priority(pod: Mapping[str, Any]) -> int:
+    return int(pod["spec"].get("priority") or 0)
+
+
+def victims(
+    pods: Iterable[Mapping[str, Any]],
+    claims: Iterable[Mapping[str, Any]],
+    group_of: Mapping[str, Mapping[str, Any]],
+    budgets: Iterable[Mapping[str, Any]],
+    *,
+    skip: frozenset[str] = frozenset(),
+) -> list[Victim]:
+    """Every unit of running pods preemption may take; pods of the groups in `skip` (uids) are never victims.
+
+    `group_of` maps a pod uid to its PodGroup, for pods of Phalanx's groups.
+    """
+    claims_by_key = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
+    units: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    meta: dict[str, tuple[bool, str]] = {}
+    for pod in pods:
+        if inputs.terminal(pod) or pod["metadata"].get("deletionTimestamp") or inputs.placed_on(pod) is None:
+            continue
+        group = group_of.get(pod["metadata"]["uid"])
+        if group is not None and group["metadata"]["uid"] in skip:
+            continue
+        if group is not None and "all" in (group["spec"].get("disruptionMode") or {}):
+            key = f"group {group['metadata']['namespace']}/{group['metadata']['name']}"
+            meta[key] = (True, group["metadata"].get("creationTimestamp", ""))
+        else:
+            key = f"pod {pod['metadata']['namespace']}/{pod['metadata']['name']}"
+            meta[key] = (False, pod["metadata"].get("creationTimestamp", ""))
+        units[key].append(pod)
+    budget_list = list(budgets)
+    out = []
+    for key, members in units.items():
+        uids = {p["metadata"]["uid"] for p in members}
+        is_group, created = meta[key]
+        out.append(
+            Victim(
+                key=key,
+                priority=max(_priority(p) for p in members),
+                created=created,
+                is_group=is_group,
+                pods=tuple(_victim_pod(p, claims_by_key, uids) for p in members),
+                violates_budget=_breaks_budget(members, budget_list),
+            )
+        )
+    return out
+
+
+def _victim_pod(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], Mapping[str, Any]], unit: set[str]) -> VictimPod:
+    namespace = pod["metadata"]["namespace"]
+    devices = []
+    for name in inputs.claim_names(pod) or ():
+        claim = claims.get((namespace, name))
+        if claim is None:
+            continue
+        users = {r["uid"] for r in (claim.get("status") or {}).get("reservedFor") or [] if r.get("resource") == "pods"}
+        if users <= unit:
+            devices.extend(inputs.consuming_ids(claim) or ())
+    return VictimPod(
+        namespace=namespace,
+        name=pod["metadata"]["name"],
+        uid=pod["metadata"]["uid"],
+        node=inputs.placed_on(pod) or "",
+        requests=frozen_map(inputs.pod_requests(pod)),
+        devices=tuple(devices),
+    )
+
+
+def _breaks_budget(members: list[Mapping[str, Any]], budgets: list[Mapping[str, Any]]) -> bool:
+    for budget in budgets:
+        namespace = budget["metadata"]["namespace"]
+        selector = inputs.label_selector((budget.get("spec") or {}).get("selector"))
+        hit = [p for p in members if p["metadata"]["namespace"] == namespace and selects(selector, p["metadata"].get("labels") or {})]
+        if hit and int((budget.get("status") or {}).get("disruptionsAllowed") or 0) < len(hit):
+            return True
+    return False

@@ -1,0 +1,135 @@
+"""Gang preemption that reclaims DRA devices (upstream 1.37 answers "No preemption victims found"), on the local control plane.
+
+Slices: the session cluster's, from dra-example-driver's plugin (3 workers x 2 GPUs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import WORKLOADS, Cluster, Operator, wait_for
+
+from jobs import one_gpu_pod_spec
+from phalanx.api import keys
+from phalanx.localcluster import demo
+
+
+@pytest.fixture
+def priorities(cluster: Cluster, namespace: str) -> Iterator[dict[str, str]]:
+    names = {"low": f"low-{namespace}", "urgent": f"urgent-{namespace}", "polite": f"polite-{namespace}"}
+    classes = [
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": names["low"]}, "value": 100},
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": names["urgent"]}, "value": 10000},
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": names["polite"]},
+            "value": 10000,
+            "preemptionPolicy": "Never",
+        },
+    ]
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
+    yield names
+    cluster.kubectl("delete", "priorityclass", *names.values(), "--ignore-not-found")
+
+
+def _gang(name: str, size: int, mode: str, priority_class: str) -> dict[str, Any]:
+    spec = {**one_gpu_pod_spec(), "priorityClassName": priority_class}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "annotations": {keys.MIN_COUNT: str(size), keys.DISRUPTION_MODE: mode}},
+        "spec": {
+            "parallelism": size,
+            "completions": size,
+            "completionMode": "Indexed",
+            "backoffLimit": 3,
+            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+            "template": {"spec": spec},
+        },
+    }
+
+
+def _pod(name: str, priority_class: str | None = None) -> dict[str, Any]:
+    spec = one_gpu_pod_spec()
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def _apply(cluster: Cluster, namespace: str, *objects: dict) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+
+
+def _running(cluster: Cluster, namespace: str, job: str) -> list[dict]:
+    pods = cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")["items"]
+    return [p for p in pods if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"]
+
+
+def _devices_of(cluster: Cluster, namespace: str, pods: list[dict]) -> set[tuple[str, str, str]]:
+    claims = {c["metadata"]["name"]: c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
+    out = set()
+    for pod in pods:
+        for status in pod["status"].get("resourceClaimStatuses") or []:
+            for r in ((claims.get(status["resourceClaimName"]) or {}).get("status") or {}).get("allocation", {}).get("devices", {}).get("results", []):
+                out.add((r["driver"], r["pool"], r["device"]))
+    return out
+
+
+def _condition(cluster: Cluster, namespace: str, job: str) -> dict:
+    items = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"{keys.JOB_NAME_LABEL}={job}")["items"]
+    conds = (items[0].get("status") or {}).get("conditions") or [] if items else []
+    return next((c for c in conds if c["type"] == keys.INITIALLY_SCHEDULED), {})
+
+
+def test_a_gang_preempts_a_lower_priority_gang_for_its_dra_devices(
+    cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str]
+) -> None:
+    """The article's gap: train-a (priority 100, all) holds 4 GPUs, 2 more are held by pods of the urgent priority
+    (never victims), a priority-0 GPU pod waits; train-urgent (priority 10000) gets exactly train-a's devices."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    _apply(cluster, namespace, _gang("train-a", 4, "all", priorities["low"]))
+    first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running")
+    held_by_a = _devices_of(cluster, namespace, first)
+    _apply(cluster, namespace, _pod("filler-0", priorities["urgent"]), _pod("filler-1", priorities["urgent"]))
+    wait_for(lambda: all(cluster.get("pod", f"filler-{i}", "-n", namespace)["spec"].get("nodeName") for i in (0, 1)), "fillers bound")
+    _apply(cluster, namespace, _pod("sneaky"))
+    _apply(cluster, namespace, _gang("train-urgent", 4, "all", priorities["urgent"]))
+
+    urgent = wait_for(lambda: (r := _running(cluster, namespace, "train-urgent")) and len(r) == 4 and r, "train-urgent running", timeout=120)
+    assert _devices_of(cluster, namespace, urgent) == held_by_a, "train-urgent runs on exactly the devices train-a held"
+    current = {p["metadata"]["uid"] for p in cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-a")["items"]}
+    assert not current & {p["metadata"]["uid"] for p in first}, "all 4 of train-a's pods were evicted as a unit"
+    sneaky = cluster.get("pod", "sneaky", "-n", namespace)
+    assert not sneaky["spec"].get("nodeName"), "no other pod took the freed devices"
+    events = cluster.get("events", "-n", namespace, "--field-selector", "reason=PreemptedByGang")["items"]
+    assert len({e["involvedObject"]["name"] for e in events}) == 4 and "train-urgent" in events[0]["message"]
+    rules = cluster.get("devicetaintrules", "-l", f"{keys.TAINT_PURPOSE_LABEL}=nominated")["items"]
+    assert not rules, "the freed devices are given back once reserved"
+
+
+def test_single_mode_gives_up_only_the_members_needed(cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str]) -> None:
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    _apply(cluster, namespace, _gang("train-a", 4, "single", priorities["low"]))
+    first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running")
+    _apply(cluster, namespace, _gang("train-urgent", 4, "all", priorities["urgent"]))
+    wait_for(lambda: len(_running(cluster, namespace, "train-urgent")) == 4, "train-urgent running", timeout=120)
+    survivors = {p["metadata"]["uid"] for p in _running(cluster, namespace, "train-a")} & {p["metadata"]["uid"] for p in first}
+    assert len(survivors) == 2, f"exactly the 2 members needed were preempted, 2 kept running: {len(survivors)} kept"
+
+
+def test_no_victims_means_nothing_is_evicted_and_the_group_says_why(
+    cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str]
+) -> None:
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    _apply(cluster, namespace, _gang("train-a", 4, "all", priorities["low"]))
+    first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running")
+    _apply(cluster, namespace, _gang("train-polite", 4, "all", priorities["polite"]))
+    cond = wait_for(
+        lambda: (c := _condition(cluster, namespace, "train-polite")).get("reason") == "Unschedulable" and c, "train-polite Unschedulable"
+    )
+    assert "preemption: preemptionPolicy is Never" in cond["message"], cond
+    assert {p["metadata"]["uid"] for p in _running(cluster, namespace, "train-a")} == {p["metadata"]["uid"] for p in first}
