@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from phalanx.planner.model import (
@@ -18,6 +19,8 @@ from phalanx.planner.model import (
     Requirement,
     Snapshot,
     Taint,
+    Victim,
+    VictimPod,
     frozen_map,
 )
 
@@ -112,3 +115,42 @@ def with_pods(snapshot: Snapshot, pods) -> Snapshot:
 
 def port(number: int, protocol: str = "TCP", ip: str = "0.0.0.0") -> HostPort:
     return HostPort(number, protocol, ip)
+
+
+CREATED = "2025-01-01T00:00:00Z"
+
+
+def ranks(name: str, where, *, namespace: str = "ml", cpu: int = 50, **extra: int) -> tuple[VictimPod, ...]:
+    """Running pods `name-0`, `name-1`, ...: one per (node, gpu index) in `where`; a None index holds no GPU."""
+    return tuple(
+        VictimPod(
+            namespace,
+            f"{name}-{rank}",
+            f"uid-{name}-{rank}",
+            node_name,
+            frozen_map({"cpu": cpu, **extra}),
+            () if index is None else ((GPU, node_name, f"gpu-{index}"),),
+        )
+        for rank, (node_name, index) in enumerate(where)
+    )
+
+
+def group_victim(name: str, priority: int, pods, *, namespace: str = "ml", created: str = CREATED, budget: bool = False) -> Victim:
+    """A group in disruptionMode all: one victim, all its pods."""
+    return Victim(f"group {namespace}/{name}", priority, created, True, tuple(pods), budget)
+
+
+def pod_victims(priority: int, pods, *, created: str = CREATED, budget: bool = False) -> list[Victim]:
+    """Pods of a `single` group (or of no group): one victim each."""
+    return [Victim(f"pod {p.namespace}/{p.name}", priority, created, False, (p,), budget) for p in pods]
+
+
+def occupied(snapshot: Snapshot, victims) -> Snapshot:
+    """The snapshot with the victims running: their requests and one pod each on their nodes, devices held, pods listed."""
+    adds: dict[str, Counter] = {}
+    for p in (p for v in victims for p in v.pods):
+        adds.setdefault(p.node, Counter()).update({**p.requests, "pods": 1})
+    nodes = tuple(replace(n, requested=frozen_map(Counter(n.requested) + adds[n.name])) if n.name in adds else n for n in snapshot.nodes)
+    held = snapshot.held | {d for v in victims for p in v.pods for d in p.devices}
+    pods = snapshot.pods + tuple(Pod(p.namespace, p.name, p.node) for v in victims for p in v.pods)
+    return replace(snapshot, nodes=nodes, held=frozenset(held), pods=pods)

@@ -3,10 +3,26 @@
 No API calls, no Kopf, no clock. `plan()` is the entry point; `model`
 holds the input types, `nodes` the node filters, `pods` what other pods
 allow (pod affinity, topology spread, host ports), `devices` DRA matching,
-`placement` the search and the verdict types.
+`placement` the search and the verdict types, `preemption` which
+lower-priority victims must go for a group to fit.
 """
 
 from phalanx.planner.devices import DeviceMatcher, Result
+from phalanx.planner.model import Victim, VictimPod
 from phalanx.planner.placement import ClaimPlan, Fits, Short, Shortage, plan
+from phalanx.planner.preemption import NoVictims, Preemption, plan_preemption
 
-__all__ = ["ClaimPlan", "DeviceMatcher", "Fits", "Result", "Short", "Shortage", "plan"]
+__all__ = [
+    "ClaimPlan",
+    "DeviceMatcher",
+    "Fits",
+    "NoVictims",
+    "Preemption",
+    "Result",
+    "Short",
+    "Shortage",
+    "Victim",
+    "VictimPod",
+    "plan",
+    "plan_preemption",
+]

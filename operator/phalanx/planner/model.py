@@ -217,3 +217,34 @@ class Snapshot:
     """Devices allocated to any claim, or reserved by an allocation Phalanx has in flight."""
     pods: tuple[Pod, ...] = ()
     """Every non-terminal pod bound or pinned to a node; gated members are not here."""
+
+
+@dataclass(frozen=True)
+class VictimPod:
+    """A running pod preemption may evict, and what its going frees."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    requests: Mapping[str, int] = field(default_factory=frozen_map)
+    """Effective requests as `Node.requested` counts them, without `pods`: its going frees one `pods` as well."""
+    devices: tuple[DeviceId, ...] = ()
+    """Devices that become free when it goes: its claims' devices, of claims no pod other than the victims' uses.
+    A claim shared by pods of two victims frees its devices only when both go: the caller makes such pods one victim."""
+
+
+@dataclass(frozen=True)
+class Victim:
+    """What preemption may take as one unit: a whole group (disruptionMode all), or one pod (a member of a
+    `single` group, or a pod outside any group)."""
+
+    key: str
+    """Stable id for messages and tests, e.g. "group ns/name" or "pod ns/name"."""
+    priority: int
+    created: str
+    """RFC 3339 creation time of the group or pod; later is younger."""
+    is_group: bool
+    pods: tuple[VictimPod, ...]
+    violates_budget: bool = False
+    """Evicting it would break a PodDisruptionBudget (the caller computes it)."""
