@@ -66,7 +66,11 @@ def _apply(cluster: Cluster, namespace: str, *objects: dict) -> None:
 
 def _running(cluster: Cluster, namespace: str, job: str) -> list[dict]:
     pods = cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")["items"]
-    return [p for p in pods if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"]
+    return [
+        p
+        for p in pods
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"
+    ]
 
 
 def _devices_of(cluster: Cluster, namespace: str, pods: list[dict]) -> set[tuple[str, str, str]]:
@@ -74,7 +78,12 @@ def _devices_of(cluster: Cluster, namespace: str, pods: list[dict]) -> set[tuple
     out = set()
     for pod in pods:
         for status in pod["status"].get("resourceClaimStatuses") or []:
-            for r in ((claims.get(status["resourceClaimName"]) or {}).get("status") or {}).get("allocation", {}).get("devices", {}).get("results", []):
+            for r in (
+                ((claims.get(status["resourceClaimName"]) or {}).get("status") or {})
+                .get("allocation", {})
+                .get("devices", {})
+                .get("results", [])
+            ):
                 out.add((r["driver"], r["pool"], r["device"]))
     return out
 
@@ -99,7 +108,9 @@ def test_a_gang_preempts_a_lower_priority_gang_for_its_dra_devices(
     _apply(cluster, namespace, _pod("sneaky"))
     _apply(cluster, namespace, _gang("train-urgent", 4, "all", priorities["urgent"]))
 
-    urgent = wait_for(lambda: (r := _running(cluster, namespace, "train-urgent")) and len(r) == 4 and r, "train-urgent running", timeout=120)
+    urgent = wait_for(
+        lambda: (r := _running(cluster, namespace, "train-urgent")) and len(r) == 4 and r, "train-urgent running", timeout=120
+    )
     assert _devices_of(cluster, namespace, urgent) == held_by_a, "train-urgent runs on exactly the devices train-a held"
     current = {p["metadata"]["uid"] for p in cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-a")["items"]}
     assert not current & {p["metadata"]["uid"] for p in first}, "all 4 of train-a's pods were evicted as a unit"
@@ -111,7 +122,9 @@ def test_a_gang_preempts_a_lower_priority_gang_for_its_dra_devices(
     assert not rules, "the freed devices are given back once reserved"
 
 
-def test_single_mode_gives_up_only_the_members_needed(cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str]) -> None:
+def test_single_mode_gives_up_only_the_members_needed(
+    cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str]
+) -> None:
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     _apply(cluster, namespace, _gang("train-a", 4, "single", priorities["low"]))
     first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running")

@@ -140,7 +140,9 @@ class ClusterView:
         self.priorities = informer("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", scheduling.list_priority_class)
         self.podgroups = informer("podgroups", f"/apis/{GROUP}/{VERSION}/podgroups", podgroups)
         self.budgets = informer(
-            "poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets", client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces
+            "poddisruptionbudgets",
+            "/apis/policy/v1/poddisruptionbudgets",
+            client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces,
         )
         self.informers = [self.nodes, self.pods, self.slices, self.claims, self.classes, self.priorities, self.podgroups, self.budgets]
         self._tasks: list[asyncio.Task[None]] = []

@@ -86,7 +86,11 @@ class Holes:
     async def load(self) -> None:
         """Learn the rules a previous run left (they outlive a restart) and whether the server serves them at all."""
         try:
-            body = await self.kube.request("GET", PATH, query={"labelSelector": f"{keys.MANAGED_BY_LABEL}={keys.MANAGER_NAME},{keys.TAINT_PURPOSE_LABEL}={self.purpose}"})
+            body = await self.kube.request(
+                "GET",
+                PATH,
+                query={"labelSelector": f"{keys.MANAGED_BY_LABEL}={keys.MANAGER_NAME},{keys.TAINT_PURPOSE_LABEL}={self.purpose}"},
+            )
         except NotFound:
             self.served = False
             logger.warning("DeviceTaintRules are not served: a device kube-scheduler lost track of after a repair stays open to it")

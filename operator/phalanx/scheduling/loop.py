@@ -37,8 +37,9 @@ from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Snapshot
-from phalanx.scheduling import conditions, disruption, inputs, metrics, preemption, repair, teardown, victims
+from phalanx.scheduling import conditions, disruption, inputs, metrics, repair, teardown, victims
 from phalanx.scheduling.holes import NOMINATED, Holes
+from phalanx.scheduling.nomination import Preemptor, nominated_devices
 from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser
 
 logger = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class SchedulingLoop:
         self.matcher = DeviceMatcher()
         self.holes = Holes(kube)
         self.releaser = Releaser(kube, view, self.holes, settle=settle)
-        self.preemptor = preemption.Preemptor(kube, view, Holes(kube, NOMINATED))
+        self.preemptor = Preemptor(kube, view, Holes(kube, NOMINATED))
         self._pods_of: dict[str, list[dict[str, Any]]] = {}
         """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
         self._mine: dict[str, dict[str, dict[str, Any]]] = {}
@@ -302,8 +303,8 @@ class SchedulingLoop:
         others = {
             d
             for g in self.view.podgroups.items()
-            if (nomination := _nomination(g)) is not None and (for_group is None or g["metadata"]["uid"] != for_group["metadata"]["uid"])
-            for d in preemption.device_ids(nomination)
+            if (nominated := _nomination(g)) is not None and (for_group is None or g["metadata"]["uid"] != for_group["metadata"]["uid"])
+            for d in nominated_devices(nominated)
         }
         return replace(snapshot, held=snapshot.held | others) if others else snapshot
 
@@ -362,12 +363,18 @@ class SchedulingLoop:
     def _plan_preemption(self, pod_group: dict[str, Any], snapshot: Snapshot, group: Group) -> Preemption | NoVictims:
         """Victims of lower priority whose going lets the whole group fit; pure, on this cycle's snapshot."""
         if pod_group["spec"].get("preemptionPolicy") == "Never" or any(
-            p["spec"].get("preemptionPolicy") == "Never" for p in self.view.pods.items() if p["metadata"]["uid"] in {m.uid for m in group.members}
+            p["spec"].get("preemptionPolicy") == "Never"
+            for p in self.view.pods.items()
+            if p["metadata"]["uid"] in {m.uid for m in group.members}
         ):
             return NoVictims("preemptionPolicy is Never")
         group_of = {p["metadata"]["uid"]: g for g in self.view.podgroups.items() for p in self._pods_of.get(g["metadata"]["uid"], [])}
         candidates = victims.victims(
-            self.view.pods.items(), self.view.claims.items(), group_of, self.view.budgets.items(), skip=frozenset({pod_group["metadata"]["uid"]})
+            self.view.pods.items(),
+            self.view.claims.items(),
+            group_of,
+            self.view.budgets.items(),
+            skip=frozenset({pod_group["metadata"]["uid"]}),
         )
         started = time.monotonic()
         verdict = plan_preemption(snapshot, group, candidates, self._priority(pod_group), self.matcher)
@@ -376,7 +383,9 @@ class SchedulingLoop:
 
     async def _preempt(self, pod_group: dict[str, Any], preemption: Preemption, started: float) -> None:
         names = ", ".join(v.key for v in preemption.victims)
-        why = f"preempted by gang {_ns(pod_group)}/{_name(pod_group)} (priority {self._priority(pod_group)}), which needs the room they hold"
+        why = (
+            f"preempted by gang {_ns(pod_group)}/{_name(pod_group)} (priority {self._priority(pod_group)}), which needs the room they hold"
+        )
         await self.preemptor.start(pod_group, preemption, why)
         metrics.SCHEDULE_ATTEMPTS.labels(result="preempting").inc()
         message = f"preempting {names} ({len(preemption.pods)} pods) to place the whole group"
@@ -390,13 +399,17 @@ class SchedulingLoop:
             why = f"preempted by gang {_ns(pod_group)}/{_name(pod_group)}"
             refused = await self.preemptor.evict(nomination, why)
             note = f"; refused for now: {', '.join(refused)}" if refused else ""
-            await self._set(pod_group, False, "Preempting", f"waiting for {len(remaining)} of {len(nomination.victims)} victims to go{note}")
+            await self._set(
+                pod_group, False, "Preempting", f"waiting for {len(remaining)} of {len(nomination.victims)} victims to go{note}"
+            )
             return not refused
         if _since(nomination.nominated_at) < self.bind_deadline:
             await self._set(pod_group, False, "Preempting", f"victims gone, waiting for their devices to be released: {short}")
             return True
         await self.preemptor.finish(pod_group, nomination)
-        await self._set(pod_group, False, "Unschedulable", f"the preemption freed too little in {self.bind_deadline:.0f}s: {short}", warn=True)
+        await self._set(
+            pod_group, False, "Unschedulable", f"the preemption freed too little in {self.bind_deadline:.0f}s: {short}", warn=True
+        )
         return False
 
     def _current(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:

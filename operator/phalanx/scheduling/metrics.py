@@ -34,4 +34,6 @@ DISRUPTIONS = Counter(
 PREEMPTION_VICTIMS = Histogram(
     "phalanx_preemption_victims", "Pods evicted by one gang preemption.", buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 )
-PREEMPTION_DURATION = Histogram("phalanx_preemption_search_duration_seconds", "Time the pure planner took to choose victims.", buckets=BUCKETS)
+PREEMPTION_DURATION = Histogram(
+    "phalanx_preemption_search_duration_seconds", "Time the pure planner took to choose victims.", buckets=BUCKETS
+)

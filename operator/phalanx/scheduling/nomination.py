@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 PREEMPTED = "PreemptedByGang"
 
 
-def device_ids(nomination: schema.Nomination) -> list[DeviceId]:
+def nominated_devices(nomination: schema.Nomination) -> list[DeviceId]:
     return [tuple(d.split("/", 2)) for d in nomination.devices]  # type: ignore[misc]
 
 
@@ -53,7 +53,7 @@ class Preemptor:
             nominated_at=conditions.now(),
         )
         await self.record(pod_group, nomination)
-        await self.nominated.cover(device_ids(nomination), why)
+        await self.nominated.cover(nominated_devices(nomination), why)
         metrics.PREEMPTION_VICTIMS.observe(len(nomination.victims))
         await self.evict(nomination, why)
         return nomination
@@ -73,10 +73,12 @@ class Preemptor:
         return await teardown.evict_all(self.kube, standing, reason=PREEMPTED, message=why)
 
     async def finish(self, pod_group: Mapping[str, Any], nomination: schema.Nomination) -> None:
-        await self.nominated.uncover(device_ids(nomination))
+        await self.nominated.uncover(nominated_devices(nomination))
         await self.record(pod_group, None)
 
     async def record(self, pod_group: Mapping[str, Any], nomination: schema.Nomination | None) -> None:
         meta = pod_group["metadata"]
         body = nomination.wire() if nomination is not None else None
-        await self.kube.merge_patch(custom_path("podgroups", meta["namespace"], meta["name"], status=True), {"status": {"nomination": body}})
+        await self.kube.merge_patch(
+            custom_path("podgroups", meta["namespace"], meta["name"], status=True), {"status": {"nomination": body}}
+        )
