@@ -267,7 +267,13 @@ class SchedulingLoop:
         return {n["metadata"]["name"] for n in self.view.nodes.items()}
 
     async def _disrupt(self, pod_group: dict[str, Any], pods: list[dict[str, Any]], lost: list[disruption.Loss]) -> bool:
-        """disruptionMode all: one member lost takes the whole group down, so no member holds devices without quorum."""
+        """disruptionMode all: one member lost takes the whole group down, so no member holds devices without quorum.
+
+        Not when the Job itself is going: its pods are deleted with it, and nothing is lost."""
+        job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
+        owner = await self.kube.get(f"/apis/batch/v1/namespaces/{_ns(pod_group)}/jobs/{job}") if job else None
+        if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != _owner_uid(pod_group, "Job"):
+            return True
         why = f"member {', '.join(str(loss) for loss in lost)} lost; disruptionMode all takes the whole group down"
         await self._condition(pod_group, keys.DISRUPTION_TARGET, True, DISRUPTED, why)
         metrics.DISRUPTIONS.labels(mode="all", cause=_cause_label(lost[0].cause)).inc()
