@@ -59,9 +59,9 @@ def _example_2(cluster: Cluster, namespace: str) -> None:
         "train-b Unschedulable",
     )
     assert blocked["status"] == "False"
-    assert blocked["message"] == (
-        "minCount 4: 2 of 4 members fit; short 2 x gpu.example.com (2 free of 6); 1 node(s) had untolerated taint(s)"
-    )
+    shortage, _, preemption = blocked["message"].partition("; preemption: ")
+    assert shortage == "minCount 4: 2 of 4 members fit; short 2 x gpu.example.com (2 free of 6); 1 node(s) had untolerated taint(s)"
+    assert preemption.startswith("no lower-priority victims"), "train-a has train-b's priority: nothing to preempt, and it says so"
 
     a, b = _pods(cluster, namespace, "train-a"), _pods(cluster, namespace, "train-b")
     assert [p["status"]["phase"] for p in a] == ["Running"] * RANKS

@@ -88,6 +88,10 @@ def _devices_of(cluster: Cluster, namespace: str, pods: list[dict]) -> set[tuple
     return out
 
 
+def _taken_down(pod: dict) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp")) or pod["status"].get("phase") == "Failed"
+
+
 def _condition(cluster: Cluster, namespace: str, job: str) -> dict:
     items = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"{keys.JOB_NAME_LABEL}={job}")["items"]
     conds = (items[0].get("status") or {}).get("conditions") or [] if items else []
@@ -112,8 +116,9 @@ def test_a_gang_preempts_a_lower_priority_gang_for_its_dra_devices(
         lambda: (r := _running(cluster, namespace, "train-urgent")) and len(r) == 4 and r, "train-urgent running", timeout=120
     )
     assert _devices_of(cluster, namespace, urgent) == held_by_a, "train-urgent runs on exactly the devices train-a held"
-    current = {p["metadata"]["uid"] for p in cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-a")["items"]}
-    assert not current & {p["metadata"]["uid"] for p in first}, "all 4 of train-a's pods were evicted as a unit"
+    still = {p["metadata"]["uid"]: p for p in cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-a")["items"]}
+    standing = [p["metadata"]["name"] for p in first if (q := still.get(p["metadata"]["uid"])) and not _taken_down(q)]
+    assert not standing, f"all 4 of train-a's pods were evicted as a unit; still standing: {standing}"
     sneaky = cluster.get("pod", "sneaky", "-n", namespace)
     assert not sneaky["spec"].get("nodeName"), "no other pod took the freed devices"
     events = cluster.get("events", "-n", namespace, "--field-selector", "reason=PreemptedByGang")["items"]
