@@ -151,3 +151,97 @@ def test_no_victims_means_nothing_is_evicted_and_the_group_says_why(
     )
     assert "preemption: preemptionPolicy is Never" in cond["message"], cond
     assert {p["metadata"]["uid"] for p in _running(cluster, namespace, "train-a")} == {p["metadata"]["uid"] for p in first}
+
+
+LINK_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "link.example.com"},
+    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'link.example.com'"}}]},
+}
+FABRIC = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "metadata": {"name": "fabric-links"},
+    "spec": {
+        "driver": "link.example.com",
+        "pool": {"name": "fabric", "generation": 1, "resourceSliceCount": 1},
+        "allNodes": True,
+        "devices": [{"name": f"link-{i}", "attributes": {"index": {"int": i}}} for i in range(6)],
+    },
+}
+
+
+def _link_template(namespace: str) -> dict:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-link", "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [{"name": "link", "exactly": {"deviceClassName": "link.example.com", "count": 1}}]}}},
+    }
+
+
+def _link_gang(name: str, mode: str, priority_class: str) -> dict[str, Any]:
+    job = _gang(name, 4, mode, priority_class)
+    spec = job["spec"]["template"]["spec"]
+    spec["resourceClaims"] = [{"name": "link", "resourceClaimTemplateName": "one-link"}]
+    spec["containers"][0]["resources"] = {"requests": {"cpu": "50m"}, "claims": [{"name": "link"}]}
+    return job
+
+
+@pytest.fixture
+def fabric(cluster: Cluster) -> Iterator[None]:
+    """Six network-attached links in one `allNodes` pool, published by hand (neither driver publishes such a pool)."""
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [LINK_CLASS, FABRIC]}))
+    yield
+    cluster.kubectl("delete", "resourceslice", "fabric-links", "--ignore-not-found")
+    cluster.kubectl("delete", "deviceclass", "link.example.com", "--ignore-not-found")
+
+
+@pytest.mark.parametrize(("mode", "evicted"), [("all", 4), ("single", 2)])
+def test_preemption_reclaims_network_attached_devices(
+    cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str], fabric: None, mode: str, evicted: int
+) -> None:
+    """Slices: a hand-made `allNodes` pool of 6 links. train-a holds 4, 2 are free, train-urgent needs 4."""
+    _apply(cluster, namespace, _link_template(namespace), _link_gang("train-a", mode, priorities["low"]))
+    first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running on links")
+    _apply(cluster, namespace, _link_gang("train-urgent", "all", priorities["urgent"]))
+    wait_for(lambda: len(_running(cluster, namespace, "train-urgent")) == 4, "train-urgent running on links", timeout=120)
+    still = {p["metadata"]["uid"]: p for p in cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-a")["items"]}
+    taken = [p for p in first if (q := still.get(p["metadata"]["uid"])) is None or _taken_down(q)]
+    assert len(taken) == evicted, f"{mode}: {len(taken)} of train-a's members preempted, expected {evicted}"
+
+
+@pytest.fixture
+def accelerators(cluster: Cluster) -> Iterator[None]:
+    """A node-local extended resource, `example.com/accel: 2` on each worker, as the article's second case."""
+    workers = [n["metadata"]["name"] for n in cluster.get("nodes")["items"] if n["metadata"]["name"].startswith("worker-")]
+    for node in workers:
+        patch = {"status": {"capacity": {"example.com/accel": "2"}, "allocatable": {"example.com/accel": "2"}}}
+        cluster.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+    yield
+    for node in workers:
+        patch = {"status": {"capacity": {"example.com/accel": None}, "allocatable": {"example.com/accel": None}}}
+        cluster.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+
+
+def _accel_gang(name: str, mode: str, priority_class: str) -> dict[str, Any]:
+    job = _gang(name, 4, mode, priority_class)
+    spec = job["spec"]["template"]["spec"]
+    spec.pop("resourceClaims")
+    one = {"cpu": "50m", "example.com/accel": "1"}
+    spec["containers"][0]["resources"] = {"requests": one, "limits": {"example.com/accel": "1"}}
+    return job
+
+
+@pytest.mark.parametrize(("mode", "evicted"), [("all", 4), ("single", 2)])
+def test_preemption_reclaims_a_node_local_extended_resource(
+    cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str], accelerators: None, mode: str, evicted: int
+) -> None:
+    _apply(cluster, namespace, _accel_gang("train-a", mode, priorities["low"]))
+    first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running on accelerators")
+    _apply(cluster, namespace, _accel_gang("train-urgent", "all", priorities["urgent"]))
+    wait_for(lambda: len(_running(cluster, namespace, "train-urgent")) == 4, "train-urgent running on accelerators", timeout=120)
+    still = {p["metadata"]["uid"]: p for p in cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-a")["items"]}
+    taken = [p for p in first if (q := still.get(p["metadata"]["uid"])) is None or _taken_down(q)]
+    assert len(taken) == evicted, f"{mode}: {len(taken)} of train-a's members preempted, expected {evicted}"

@@ -11,6 +11,9 @@ its pools and devices (worker-N, gpu-N).
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -206,3 +209,111 @@ def test_a_device_taken_while_the_operator_was_down_is_left_to_its_new_holder(cl
     assert any("taken by" in e["message"] for e in events), [e["message"] for e in events]
     held = _allocated(cluster)
     assert len(held) == len(set(held)) == 5, f"4 gang devices and the bare pod's, none twice: {held}"
+
+
+def test_a_preemption_killed_after_its_first_eviction_finishes_with_the_victims_it_chose(
+    cluster: Cluster, stoppable: list, namespace: str
+) -> None:
+    """kill -9 between the first and the last eviction: the nomination names train-a-0 and train-a-3, train-a-0 is
+    already gone. The restarted operator evicts train-a-3 and nobody else (train-a-1 and -2 are valid victims too),
+    and the preemptor gets the devices."""
+    low, urgent = f"low-{namespace}", f"urgent-{namespace}"
+    classes = [
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": low}, "value": 100},
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": urgent}, "value": 10000},
+    ]
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
+    try:
+        stoppable.append(operatorproc.start(cluster.local, ROOT))
+        demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_priority_gang("train-a", "single", low)))
+        running = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running")
+        held = cluster.get("resourceclaims", "-n", namespace)["items"]
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_priority_gang("train-urgent", "all", urgent, suspend=True)))
+        wait_for(lambda: _pod_group(cluster, namespace, "train-urgent"), "train-urgent's PodGroup")
+        crashed = stoppable.pop()
+        os.killpg(crashed.process.pid, signal.SIGKILL)
+        crashed.process.wait()
+
+        # A fresh search would pick train-a-1 first (equal priority and age: by name); the nomination says train-a-3.
+        victims, bystanders = [running[0], running[3]], running[1:3]
+        devices = [
+            "/".join((r["driver"], r["pool"], r["device"]))
+            for c in held
+            if any(u["uid"] in {v["metadata"]["uid"] for v in victims} for u in (c.get("status") or {}).get("reservedFor") or [])
+            for r in c["status"]["allocation"]["devices"]["results"]
+        ]
+        refs = [{"namespace": namespace, "name": v["metadata"]["name"], "uid": v["metadata"]["uid"]} for v in victims]
+        nomination = {"victims": refs, "devices": devices, "nodes": [], "nominatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        pg = _pod_group(cluster, namespace, "train-urgent")["metadata"]["name"]
+        cluster.kubectl(
+            "patch",
+            "podgroups.scheduling.phalanx.dev",
+            pg,
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": {"nomination": nomination}}),
+        )
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": victims[0]["metadata"]["name"], "namespace": namespace},
+        }
+        cluster.kubectl(
+            "create",
+            "--raw",
+            f"/api/v1/namespaces/{namespace}/pods/{victims[0]['metadata']['name']}/eviction",
+            "-f",
+            "-",
+            stdin=json.dumps(eviction),
+        )
+        cluster.kubectl("patch", "job", "train-urgent", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": false}}')
+
+        stoppable.append(operatorproc.start(cluster.local, ROOT))
+        wait_for(lambda: len(_running(cluster, namespace, "train-urgent")) == 4, "train-urgent running after the restart", timeout=120)
+        pods = {p["metadata"]["uid"]: p for p in cluster.get("pods", "-n", namespace)["items"]}
+        second = pods.get(victims[1]["metadata"]["uid"])
+        assert second is None or second["metadata"].get("deletionTimestamp") or second["status"]["phase"] == "Failed", (
+            "the second victim went"
+        )
+        for pod in bystanders:
+            kept = pods.get(pod["metadata"]["uid"])
+            assert kept and not kept["metadata"].get("deletionTimestamp") and kept["status"]["phase"] == "Running", (
+                f"{pod['metadata']['name']} kept"
+            )
+        assert not (_pod_group(cluster, namespace, "train-urgent").get("status") or {}).get("nomination"), "the nomination is finished"
+    finally:
+        cluster.kubectl("delete", "priorityclass", low, urgent, "--ignore-not-found")
+
+
+def _priority_gang(name: str, mode: str, priority_class: str, *, suspend: bool = False) -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "annotations": {"scheduling.phalanx.dev/min-count": "4", "scheduling.phalanx.dev/disruption-mode": mode},
+        },
+        "spec": {
+            "suspend": suspend,
+            "parallelism": 4,
+            "completions": 4,
+            "completionMode": "Indexed",
+            "backoffLimit": 3,
+            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+            "template": {"spec": {**one_gpu_pod_spec(), "priorityClassName": priority_class}},
+        },
+    }
+
+
+def _running(cluster: Cluster, namespace: str, job: str) -> list[dict]:
+    pods = cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")["items"]
+    ready = [
+        p
+        for p in pods
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"
+    ]
+    return sorted(ready, key=lambda p: p["metadata"]["name"])
