@@ -224,7 +224,7 @@ def test_a_member_lost_before_binding_gets_the_group_torn_down_and_readmitted_wh
         pods = _pods(cluster, namespace, "lost")
         return pods if len(_bound(pods)) == 4 and not {p["metadata"]["uid"] for p in pods} & first else None
 
-    wait_for(whole_again, "the gang admitted again whole, every member new", timeout=90)
+    wait_for(whole_again, "the gang admitted again whole, every member new", timeout=180)  # the Job's back-off doubles per failure
     job = cluster.get("job", "lost", "-n", namespace)
     assert not [c for c in job["status"].get("conditions") or [] if c["type"] == "Failed"], "podFailurePolicy kept the Job alive"
     held = _held(cluster)

@@ -470,12 +470,15 @@ class SchedulingLoop:
         *,
         reason: str = TORN_DOWN,
     ) -> bool:
-        """Evict every member, release the devices of members that never ran, forget the reservation: the group starts over.
+        """Evict every member that was released or pinned, release the devices of members that never ran, forget the
+        reservation: the group starts over. A member still gated and never pinned holds nothing and waits for the next
+        admission (evicting it would only spend the Job's back-off).
 
         False while an eviction is refused (a disruption budget): the caller backs off and tries again.
         """
         message = f"gang {_name(pod_group)} torn down as a unit: {why}"
-        standing = await teardown.evict_all(self.kube, pods, reason=reason, message=message)
+        released = [p for p in pods if not inputs.gated(p) or keys.PINNED_NODE in (p["metadata"].get("annotations") or {})]
+        standing = await teardown.evict_all(self.kube, released, reason=reason, message=message)
         if reservation is not None:
             ran = {_name(p) for p in pods if p["spec"].get("nodeName")}
             users = self.releaser.claim_users(_ns(pod_group), reservation)
