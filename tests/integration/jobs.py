@@ -76,3 +76,38 @@ def one_gpu_pod_spec(restart_policy: str = "Never") -> dict[str, Any]:
             }
         ],
     }
+
+
+def gpu_gang(
+    name: str,
+    size: int,
+    *,
+    mode: str | None = None,
+    priority_class: str | None = None,
+    backoff_limit: int = 3,
+    suspend: bool = False,
+    affinity: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A gang of one-GPU ranks whose disrupted members do not count against backoffLimit: the podFailurePolicy the README recommends."""
+    spec = one_gpu_pod_spec()
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    if affinity:
+        spec["affinity"] = affinity
+    annotations = {keys.MIN_COUNT: str(size)}
+    if mode:
+        annotations[keys.DISRUPTION_MODE] = mode
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "suspend": suspend,
+            "parallelism": size,
+            "completions": size,
+            "completionMode": "Indexed",
+            "backoffLimit": backoff_limit,
+            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+        },
+    }

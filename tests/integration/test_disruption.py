@@ -16,27 +16,11 @@ from typing import Any
 import pytest
 from conftest import WORKLOADS, Cluster, Operator, wait_for
 
-from jobs import one_gpu_pod_spec
+from jobs import gpu_gang
 from phalanx.api import keys
 from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
-
-
-def _gang(name: str, mode: str, size: int = 4) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "annotations": {keys.MIN_COUNT: str(size), keys.DISRUPTION_MODE: mode}},
-        "spec": {
-            "parallelism": size,
-            "completions": size,
-            "completionMode": "Indexed",
-            "backoffLimit": 3,
-            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
-            "template": {"spec": one_gpu_pod_spec()},
-        },
-    }
 
 
 def _pods(kubectl: Callable[..., Any], namespace: str, job: str) -> list[dict]:
@@ -69,7 +53,7 @@ def _evict(kubectl: Callable[..., Any], namespace: str, pod: str) -> None:
 
 def _start(kubectl: Callable[..., Any], namespace: str, job: str, mode: str) -> list[dict]:
     demo.apply(kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_gang(job, mode)))
+    kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang(job, 4, mode=mode)))
     return wait_for(lambda: (r := _running(_pods(kubectl, namespace, job))) and len(r) == 4 and r, f"{job}: 4 members running")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import WORKLOADS, Cluster, Operator, wait_for
 
-from jobs import one_gpu_pod_spec
+from jobs import gpu_gang, one_gpu_pod_spec
 from phalanx.api import keys
 from phalanx.localcluster import demo
 
@@ -34,23 +34,6 @@ def priorities(cluster: Cluster, namespace: str) -> Iterator[dict[str, str]]:
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
     yield names
     cluster.kubectl("delete", "priorityclass", *names.values(), "--ignore-not-found")
-
-
-def _gang(name: str, size: int, mode: str, priority_class: str) -> dict[str, Any]:
-    spec = {**one_gpu_pod_spec(), "priorityClassName": priority_class}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "annotations": {keys.MIN_COUNT: str(size), keys.DISRUPTION_MODE: mode}},
-        "spec": {
-            "parallelism": size,
-            "completions": size,
-            "completionMode": "Indexed",
-            "backoffLimit": 3,
-            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
-            "template": {"spec": spec},
-        },
-    }
 
 
 def _pod(name: str, priority_class: str | None = None) -> dict[str, Any]:
@@ -104,13 +87,13 @@ def test_a_gang_preempts_a_lower_priority_gang_for_its_dra_devices(
     """The article's gap: train-a (priority 100, all) holds 4 GPUs, 2 more are held by pods of the urgent priority
     (never victims), a priority-0 GPU pod waits; train-urgent (priority 10000) gets exactly train-a's devices."""
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    _apply(cluster, namespace, _gang("train-a", 4, "all", priorities["low"]))
+    _apply(cluster, namespace, gpu_gang("train-a", 4, mode="all", priority_class=priorities["low"]))
     first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running")
     held_by_a = _devices_of(cluster, namespace, first)
     _apply(cluster, namespace, _pod("filler-0", priorities["urgent"]), _pod("filler-1", priorities["urgent"]))
     wait_for(lambda: all(cluster.get("pod", f"filler-{i}", "-n", namespace)["spec"].get("nodeName") for i in (0, 1)), "fillers bound")
     _apply(cluster, namespace, _pod("sneaky"))
-    _apply(cluster, namespace, _gang("train-urgent", 4, "all", priorities["urgent"]))
+    _apply(cluster, namespace, gpu_gang("train-urgent", 4, mode="all", priority_class=priorities["urgent"]))
 
     urgent = wait_for(
         lambda: (r := _running(cluster, namespace, "train-urgent")) and len(r) == 4 and r, "train-urgent running", timeout=120
@@ -131,9 +114,9 @@ def test_single_mode_gives_up_only_the_members_needed(
     cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str]
 ) -> None:
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    _apply(cluster, namespace, _gang("train-a", 4, "single", priorities["low"]))
+    _apply(cluster, namespace, gpu_gang("train-a", 4, mode="single", priority_class=priorities["low"]))
     first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running")
-    _apply(cluster, namespace, _gang("train-urgent", 4, "all", priorities["urgent"]))
+    _apply(cluster, namespace, gpu_gang("train-urgent", 4, mode="all", priority_class=priorities["urgent"]))
     wait_for(lambda: len(_running(cluster, namespace, "train-urgent")) == 4, "train-urgent running", timeout=120)
     survivors = {p["metadata"]["uid"] for p in _running(cluster, namespace, "train-a")} & {p["metadata"]["uid"] for p in first}
     assert len(survivors) == 2, f"exactly the 2 members needed were preempted, 2 kept running: {len(survivors)} kept"
@@ -143,9 +126,9 @@ def test_no_victims_means_nothing_is_evicted_and_the_group_says_why(
     cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str]
 ) -> None:
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    _apply(cluster, namespace, _gang("train-a", 4, "all", priorities["low"]))
+    _apply(cluster, namespace, gpu_gang("train-a", 4, mode="all", priority_class=priorities["low"]))
     first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running")
-    _apply(cluster, namespace, _gang("train-polite", 4, "all", priorities["polite"]))
+    _apply(cluster, namespace, gpu_gang("train-polite", 4, mode="all", priority_class=priorities["polite"]))
     cond = wait_for(
         lambda: (c := _condition(cluster, namespace, "train-polite")).get("reason") == "Unschedulable" and c, "train-polite Unschedulable"
     )
@@ -182,7 +165,7 @@ def _link_template(namespace: str) -> dict:
 
 
 def _link_gang(name: str, mode: str, priority_class: str) -> dict[str, Any]:
-    job = _gang(name, 4, mode, priority_class)
+    job = gpu_gang(name, 4, mode=mode, priority_class=priority_class)
     spec = job["spec"]["template"]["spec"]
     spec["resourceClaims"] = [{"name": "link", "resourceClaimTemplateName": "one-link"}]
     spec["containers"][0]["resources"] = {"requests": {"cpu": "50m"}, "claims": [{"name": "link"}]}
@@ -226,7 +209,7 @@ def accelerators(cluster: Cluster) -> Iterator[None]:
 
 
 def _accel_gang(name: str, mode: str, priority_class: str) -> dict[str, Any]:
-    job = _gang(name, 4, mode, priority_class)
+    job = gpu_gang(name, 4, mode=mode, priority_class=priority_class)
     spec = job["spec"]["template"]["spec"]
     spec.pop("resourceClaims")
     one = {"cpu": "50m", "example.com/accel": "1"}

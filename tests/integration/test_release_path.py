@@ -20,7 +20,7 @@ import pytest
 from conftest import WORKLOADS, Cluster, wait_for
 from kubernetes_asyncio import client, config
 
-from jobs import one_gpu_pod_spec
+from jobs import gpu_gang, one_gpu_pod_spec
 from phalanx.api import keys
 from phalanx.kube.client import Conflict, Kube, claim_path, custom_path
 from phalanx.kube.informers import ClusterView
@@ -45,26 +45,6 @@ def fast_operator(cluster: Cluster) -> Iterator[operatorproc.OperatorProcess | N
         yield handle
     finally:
         handle.stop()
-
-
-def _gang(name: str, size: int, *, affinity: dict | None = None) -> dict[str, Any]:
-    """A gang whose disrupted members do not count against backoffLimit 0: the podFailurePolicy README recommends."""
-    spec = one_gpu_pod_spec()
-    if affinity:
-        spec["affinity"] = affinity
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "annotations": {keys.MIN_COUNT: str(size)}},
-        "spec": {
-            "parallelism": size,
-            "completions": size,
-            "completionMode": "Indexed",
-            "backoffLimit": 0,
-            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
-        },
-    }
 
 
 def _pods(cluster: Cluster, namespace: str, job: str) -> list[dict]:
@@ -171,7 +151,7 @@ def test_a_refused_gate_lift_strands_no_device_and_says_why(
         "test policy: rank 0 stays gated",
     )
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_gang("refused", 4)))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("refused", 4, backoff_limit=0)))
 
     def torn_down() -> dict | None:
         cond = _condition(_pod_group(cluster, namespace, "refused"))
@@ -204,7 +184,7 @@ def test_a_member_lost_before_binding_gets_the_group_torn_down_and_readmitted_wh
     name = f"no-bind-{namespace}"
     admission_policy(name, namespace, ["pods/binding"], "!object.metadata.name.startsWith('lost-0-')", "test policy: rank 0 cannot bind")
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_gang("lost", 4)))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("lost", 4, backoff_limit=0)))
     wait_for(lambda: len(_bound(_pods(cluster, namespace, "lost"))) == 3, "3 of 4 members bound, rank 0 refused")
     first = {p["metadata"]["uid"] for p in _pods(cluster, namespace, "lost")}
     rank0 = next(p for p in _pods(cluster, namespace, "lost") if not p["spec"].get("nodeName"))
@@ -241,7 +221,7 @@ def test_required_anti_affinity_spreads_a_gang_one_rank_per_node(cluster: Cluste
         }
     }
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_gang("spread", 3, affinity=anti)))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("spread", 3, backoff_limit=0, affinity=anti)))
     pods = wait_for(lambda: (b := _bound(_pods(cluster, namespace, "spread"))) and len(b) == 3 and b, "3 ranks bound despite anti-affinity")
     assert len({p["spec"]["nodeName"] for p in pods}) == 3, [p["spec"]["nodeName"] for p in pods]
 
@@ -284,7 +264,7 @@ def test_an_admin_access_monitor_shares_devices_with_everyone(cluster: Cluster, 
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(bare))
     wait_for(lambda: cluster.get("pod", "bare", "-n", namespace)["spec"].get("nodeName"), "a bare GPU pod bound beside the monitor")
     survivors = {n: cluster.get("pod", n, "-n", namespace)["metadata"]["uid"] for n in ("monitor", "bare")}
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_gang("beside", 5)))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("beside", 5, backoff_limit=0)))
     pods = wait_for(lambda: (b := _bound(_pods(cluster, namespace, "beside"))) and len(b) == 5 and b, "a 5-rank gang on the 5 free GPUs")
     assert "worker-1" in {p["spec"]["nodeName"] for p in pods}, "the gang used the monitored node's free GPU"
     time.sleep(3)  # a repair would act within a cycle

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import WORKLOADS, Cluster, wait_for
 
-from jobs import one_gpu_pod_spec
+from jobs import gpu_gang, one_gpu_pod_spec
 from phalanx.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
@@ -226,10 +226,17 @@ def test_a_preemption_killed_after_its_first_eviction_finishes_with_the_victims_
     try:
         stoppable.append(operatorproc.start(cluster.local, ROOT))
         demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_priority_gang("train-a", "single", low)))
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("train-a", 4, mode="single", priority_class=low)))
         running = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running")
         held = cluster.get("resourceclaims", "-n", namespace)["items"]
-        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_priority_gang("train-urgent", "all", urgent, suspend=True)))
+        cluster.kubectl(
+            "apply",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+            stdin=json.dumps(gpu_gang("train-urgent", 4, mode="all", priority_class=urgent, suspend=True)),
+        )
         wait_for(lambda: _pod_group(cluster, namespace, "train-urgent"), "train-urgent's PodGroup")
         crashed = stoppable.pop()
         os.killpg(crashed.process.pid, signal.SIGKILL)
@@ -287,26 +294,6 @@ def test_a_preemption_killed_after_its_first_eviction_finishes_with_the_victims_
         assert not (_pod_group(cluster, namespace, "train-urgent").get("status") or {}).get("nomination"), "the nomination is finished"
     finally:
         cluster.kubectl("delete", "priorityclass", low, urgent, "--ignore-not-found")
-
-
-def _priority_gang(name: str, mode: str, priority_class: str, *, suspend: bool = False) -> dict:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "annotations": {"scheduling.phalanx.dev/min-count": "4", "scheduling.phalanx.dev/disruption-mode": mode},
-        },
-        "spec": {
-            "suspend": suspend,
-            "parallelism": 4,
-            "completions": 4,
-            "completionMode": "Indexed",
-            "backoffLimit": 3,
-            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
-            "template": {"spec": {**one_gpu_pod_spec(), "priorityClassName": priority_class}},
-        },
-    }
 
 
 def _running(cluster: Cluster, namespace: str, job: str) -> list[dict]:
