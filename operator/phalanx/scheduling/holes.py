@@ -118,8 +118,13 @@ class Holes:
 
     async def uncover(self, devices: Iterable[DeviceId]) -> None:
         """Give devices back to kube-scheduler."""
+        devices = list(devices)
+        if not devices:
+            return
         if self.served is None:
             await self.load()
+        if not self.served:
+            return
         for device in devices:
             with contextlib.suppress(NotFound):
                 await self.kube.delete(f"{PATH}/{rule_name(device, self.purpose)}")

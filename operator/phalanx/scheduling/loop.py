@@ -158,7 +158,12 @@ class SchedulingLoop:
         groups = [(g, pods) for g, pods in groups if _owner_uid(g, "Job") and not g["metadata"].get("deletionTimestamp")]
         self._forget({g["metadata"]["uid"] for g, _ in groups})
         try:
+            for rules in (self.holes, self.preemptor.nominated):
+                if rules.served is None:
+                    await rules.load()  # the rules a previous run left behind
             await self._repair({g["metadata"]["uid"]: pods for g, pods in groups})
+            nominated = {d for g, _ in groups if (n := _nomination(g)) is not None for d in nominated_devices(n)}
+            await self.preemptor.nominated.uncover([d for d in self.preemptor.nominated.covered if d not in nominated])
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -334,7 +339,7 @@ class SchedulingLoop:
                 return await self._preempting(pod_group, nomination, result.message)
             verdict = self._plan_preemption(pod_group, snapshot, group)
             if isinstance(verdict, Preemption) and verdict.victims:
-                await self._preempt(pod_group, verdict, started)
+                await self._preempt(pod_group, verdict)
                 return True
             metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable").inc()
             metrics.ATTEMPT_DURATION.labels(result="unschedulable").observe(time.monotonic() - started)
@@ -387,7 +392,7 @@ class SchedulingLoop:
         metrics.PREEMPTION_DURATION.observe(time.monotonic() - started)
         return verdict
 
-    async def _preempt(self, pod_group: dict[str, Any], preemption: Preemption, started: float) -> None:
+    async def _preempt(self, pod_group: dict[str, Any], preemption: Preemption) -> None:
         names = ", ".join(v.key for v in preemption.victims)
         why = (
             f"preempted by gang {_ns(pod_group)}/{_name(pod_group)} (priority {self._priority(pod_group)}), which needs the room they hold"
