@@ -368,6 +368,7 @@ class SchedulingLoop:
         await self._set(pod_group, False, "Released", message)
         await self._event(pod_group, "Normal", "Released", message)
         if nomination is not None:
+            metrics.PREEMPTION_ATTEMPT_DURATION.observe(_since(nomination.nominated_at))
             await self.preemptor.finish(pod_group, nomination)
         return True
 
