@@ -75,6 +75,17 @@ def _taken_down(pod: dict) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp")) or pod["status"].get("phase") == "Failed"
 
 
+def _preempted(cluster: Cluster, namespace: str, low: dict[str, Any], urgent: dict[str, Any]) -> int:
+    """Run `low` (4 ranks), then `urgent`; once urgent runs, how many of low's first members were taken down."""
+    name, preemptor = low["metadata"]["name"], urgent["metadata"]["name"]
+    _apply(cluster, namespace, low)
+    first = wait_for(lambda: (r := _running(cluster, namespace, name)) and len(r) == 4 and r, f"{name} running")
+    _apply(cluster, namespace, urgent)
+    wait_for(lambda: len(_running(cluster, namespace, preemptor)) == 4, f"{preemptor} running", timeout=120)
+    still = {p["metadata"]["uid"]: p for p in cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={name}")["items"]}
+    return sum(1 for p in first if (q := still.get(p["metadata"]["uid"])) is None or _taken_down(q))
+
+
 def _condition(cluster: Cluster, namespace: str, job: str) -> dict:
     items = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"{keys.JOB_NAME_LABEL}={job}")["items"]
     conds = (items[0].get("status") or {}).get("conditions") or [] if items else []
@@ -114,12 +125,9 @@ def test_single_mode_gives_up_only_the_members_needed(
     cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str]
 ) -> None:
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    _apply(cluster, namespace, gpu_gang("train-a", 4, mode="single", priority_class=priorities["low"]))
-    first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running")
-    _apply(cluster, namespace, gpu_gang("train-urgent", 4, mode="all", priority_class=priorities["urgent"]))
-    wait_for(lambda: len(_running(cluster, namespace, "train-urgent")) == 4, "train-urgent running", timeout=120)
-    survivors = {p["metadata"]["uid"] for p in _running(cluster, namespace, "train-a")} & {p["metadata"]["uid"] for p in first}
-    assert len(survivors) == 2, f"exactly the 2 members needed were preempted, 2 kept running: {len(survivors)} kept"
+    low = gpu_gang("train-a", 4, mode="single", priority_class=priorities["low"])
+    taken = _preempted(cluster, namespace, low, gpu_gang("train-urgent", 4, mode="all", priority_class=priorities["urgent"]))
+    assert taken == 2, f"exactly the 2 members needed were preempted, 2 kept running: {taken} preempted"
 
 
 def test_no_victims_means_nothing_is_evicted_and_the_group_says_why(
@@ -186,13 +194,11 @@ def test_preemption_reclaims_network_attached_devices(
     cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str], fabric: None, mode: str, evicted: int
 ) -> None:
     """Slices: a hand-made `allNodes` pool of 6 links. train-a holds 4, 2 are free, train-urgent needs 4."""
-    _apply(cluster, namespace, _link_template(namespace), _link_gang("train-a", mode, priorities["low"]))
-    first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running on links")
-    _apply(cluster, namespace, _link_gang("train-urgent", "all", priorities["urgent"]))
-    wait_for(lambda: len(_running(cluster, namespace, "train-urgent")) == 4, "train-urgent running on links", timeout=120)
-    still = {p["metadata"]["uid"]: p for p in cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-a")["items"]}
-    taken = [p for p in first if (q := still.get(p["metadata"]["uid"])) is None or _taken_down(q)]
-    assert len(taken) == evicted, f"{mode}: {len(taken)} of train-a's members preempted, expected {evicted}"
+    _apply(cluster, namespace, _link_template(namespace))
+    taken = _preempted(
+        cluster, namespace, _link_gang("train-a", mode, priorities["low"]), _link_gang("train-urgent", "all", priorities["urgent"])
+    )
+    assert taken == evicted, f"{mode}: {taken} of train-a's members preempted, expected {evicted}"
 
 
 @pytest.fixture
@@ -221,10 +227,7 @@ def _accel_gang(name: str, mode: str, priority_class: str) -> dict[str, Any]:
 def test_preemption_reclaims_a_node_local_extended_resource(
     cluster: Cluster, operator: Operator, namespace: str, priorities: dict[str, str], accelerators: None, mode: str, evicted: int
 ) -> None:
-    _apply(cluster, namespace, _accel_gang("train-a", mode, priorities["low"]))
-    first = wait_for(lambda: (r := _running(cluster, namespace, "train-a")) and len(r) == 4 and r, "train-a running on accelerators")
-    _apply(cluster, namespace, _accel_gang("train-urgent", "all", priorities["urgent"]))
-    wait_for(lambda: len(_running(cluster, namespace, "train-urgent")) == 4, "train-urgent running on accelerators", timeout=120)
-    still = {p["metadata"]["uid"]: p for p in cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-a")["items"]}
-    taken = [p for p in first if (q := still.get(p["metadata"]["uid"])) is None or _taken_down(q)]
-    assert len(taken) == evicted, f"{mode}: {len(taken)} of train-a's members preempted, expected {evicted}"
+    taken = _preempted(
+        cluster, namespace, _accel_gang("train-a", mode, priorities["low"]), _accel_gang("train-urgent", "all", priorities["urgent"])
+    )
+    assert taken == evicted, f"{mode}: {taken} of train-a's members preempted, expected {evicted}"
