@@ -1,37 +1,21 @@
-"""Where DRA devices are matched: CEL selectors, allocation modes and matchAttribute constraints.
+"""Where DRA devices are matched against CEL selectors (the search itself is `phalanx.planner.allocator`).
 
-The structured-parameters allocator in miniature: a claim's requests are
-satisfied from the devices a node can reach (its own slices, and pools whose
-nodeSelector or allNodes covers it) that nobody holds. Selectors are CEL,
+Selectors are CEL,
 compiled once per expression; verdicts are remembered per (expression,
 device), since a device's attributes only change with a new pool generation.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import cel
 
 from phalanx.planner import quantity
-from phalanx.planner.model import Claim, Device, DeviceClass, DeviceId, DeviceRequest
+from phalanx.planner.allocator import Result, allocate
+from phalanx.planner.model import Device, DeviceClass, DeviceId, DeviceRequest
 
-
-@dataclass(frozen=True)
-class Result:
-    """One entry of `status.allocation.devices.results`."""
-
-    request: str
-    driver: str
-    pool: str
-    device: str
-
-    @property
-    def device_id(self) -> DeviceId:
-        return (self.driver, self.pool, self.device)
+__all__ = ["DeviceMatcher", "Result", "allocate"]
 
 
 def _compare(a: Any, b: Any) -> int:
@@ -95,64 +79,4 @@ def _cel_device(device: Device) -> dict[str, Any]:
     for qualified, value in device.capacity.items():
         domain, _, name = qualified.rpartition("/")
         capacity.setdefault(domain or device.driver, {})[name] = value
-    return {"driver": device.driver, "attributes": attributes, "capacity": capacity}
-
-
-def allocate(
-    claim: Claim,
-    reachable: Sequence[Device],
-    taken: frozenset[DeviceId] | set[DeviceId],
-    classes: Mapping[str, DeviceClass],
-    matcher: DeviceMatcher,
-) -> tuple[Result, ...] | None:
-    """Devices for every request of `claim` from `reachable`, none of them in `taken`; None if impossible."""
-    candidates: dict[str, list[Device]] = {}
-    for request in claim.requests:
-        device_class = classes.get(request.device_class)
-        if device_class is None:
-            return None
-        matching = [d for d in reachable if matcher.eligible(d, device_class, request)]
-        if request.mode == "All":
-            if not matching or any(d.id in taken for d in matching):
-                return None
-            candidates[request.name] = matching
-        else:
-            candidates[request.name] = [d for d in matching if d.id not in taken]
-    for restricted in _constrained(claim, candidates):
-        results = _pick(claim.requests, restricted)
-        if results is not None:
-            return results
-    return None
-
-
-def _constrained(claim: Claim, candidates: dict[str, list[Device]]) -> Iterable[dict[str, list[Device]]]:
-    """Each way of honouring the matchAttribute constraints: one shared value per constraint."""
-    if not claim.constraints:
-        yield candidates
-        return
-    choices = []
-    for constraint in claim.constraints:
-        names = constraint.requests or tuple(candidates)
-        values = {d.attributes.get(constraint.attribute) for n in names for d in candidates.get(n, ())}
-        values.discard(None)
-        choices.append([(constraint, v) for v in sorted(values, key=repr)])
-    for combination in itertools.product(*choices):
-        restricted = dict(candidates)
-        for constraint, value in combination:
-            for name in constraint.requests or tuple(candidates):
-                restricted[name] = [d for d in restricted[name] if d.attributes.get(constraint.attribute) == value]
-        yield restricted
-
-
-def _pick(requests: Sequence[DeviceRequest], candidates: dict[str, list[Device]]) -> tuple[Result, ...] | None:
-    used: set[DeviceId] = set()
-    results: list[Result] = []
-    for request in requests:
-        free = [d for d in candidates[request.name] if d.id not in used]
-        want = len(free) if request.mode == "All" else request.count
-        if want < 1 or len(free) < want:
-            return None
-        for device in free[:want]:
-            used.add(device.id)
-            results.append(Result(request.name, device.driver, device.pool, device.name))
-    return tuple(results)
+    return {"driver": device.driver, "allowMultipleAllocations": device.allow_multiple, "attributes": attributes, "capacity": capacity}

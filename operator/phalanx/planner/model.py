@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -35,6 +36,8 @@ class Toleration:
     operator: Literal["Equal", "Exists"] = "Equal"
     value: str = ""
     effect: str = ""
+    seconds: int | None = None
+    """tolerationSeconds: only NoExecute eviction reads it; kept so a device result can carry it back."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,27 @@ class Node:
 
 
 @dataclass(frozen=True)
+class CapacityPolicy:
+    """A device capacity as consumable capacity reads it (DRAConsumableCapacity): exact values, with its requestPolicy."""
+
+    value: Decimal
+    default: Decimal | None = None
+    valid_values: tuple[Decimal, ...] = ()
+    """Sorted ascending, as the API requires."""
+    minimum: Decimal | None = None
+    maximum: Decimal | None = None
+    step: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class CounterUse:
+    """A device's consumesCounters entry: what it takes from one shared counter set of its pool."""
+
+    counter_set: str
+    counters: Mapping[str, Decimal] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True)
 class Device:
     driver: str
     pool: str
@@ -132,6 +156,16 @@ class Device:
     capacity: Mapping[str, int] = field(default_factory=frozen_map)
     generation: int = 0
     """The pool generation it was published in: a new generation may change its attributes."""
+    taints: tuple[Taint, ...] = ()
+    """Its own taints and those DeviceTaintRules add (except Phalanx's own rules, which only speak to kube-scheduler)."""
+    consumes: tuple[CounterUse, ...] = ()
+    allow_multiple: bool = False
+    """allowMultipleAllocations: shared between claims up to its capacity."""
+    capacities: Mapping[str, CapacityPolicy] = field(default_factory=frozen_map)
+    """Capacity by its name as published (not qualified): what `capacity.requests` names."""
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+    binds_to_node: bool = False
 
     @property
     def id(self) -> DeviceId:
@@ -147,11 +181,18 @@ class DeviceClass:
 
 @dataclass(frozen=True)
 class DeviceRequest:
+    """A request (`exactly`), or one with `firstAvailable` subrequests tried in order (then `device_class` is empty)."""
+
     name: str
     device_class: str
     mode: Literal["ExactCount", "All"] = "ExactCount"
     count: int = 1
     selectors: tuple[str, ...] = ()
+    admin_access: bool = False
+    tolerations: tuple[Toleration, ...] = ()
+    capacity: Mapping[str, Decimal] = field(default_factory=frozen_map)
+    """capacity.requests by capacity name, exact."""
+    subrequests: tuple[DeviceRequest, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +200,8 @@ class MatchAttribute:
     attribute: str
     requests: tuple[str, ...] = ()
     """Empty means every request of the claim."""
+    distinct: bool = False
+    """distinctAttribute: every device takes a different value, instead of one shared value."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +215,10 @@ class Claim:
     allocated: tuple[DeviceId, ...] | None = None
     allocated_node: str | None = None
     """For an allocation pinned to one node: that node (None: allocated anywhere, or not allocated)."""
+    reserved_for: int = 0
+    """Consumers already in `status.reservedFor`."""
+    unmodelled: tuple[str, ...] = ()
+    """Fields of the claim the planner cannot honour (it then makes no plan), each naming the field."""
 
     @property
     def key(self) -> ClaimKey:
@@ -214,7 +261,14 @@ class Snapshot:
     classes: Mapping[str, DeviceClass] = field(default_factory=frozen_map)
     claims: Mapping[ClaimKey, Claim] = field(default_factory=frozen_map)
     held: frozenset[DeviceId] = frozenset()
-    """Devices allocated to any claim, or reserved by an allocation Phalanx has in flight."""
+    """Devices allocated to any claim, or reserved by an allocation Phalanx has in flight; not shares (`shared`)
+    nor admin access, which take no device from others."""
+    shared: Mapping[DeviceId, Mapping[str, Decimal]] = field(default_factory=frozen_map)
+    """Devices allocated as shares (results with a shareID): the capacity all shares consume, by capacity name."""
+    counters: Mapping[tuple[str, str], Mapping[str, Mapping[str, Decimal]]] = field(default_factory=frozen_map)
+    """(driver, pool) -> counter set -> counter -> the value its sharedCounters publish."""
+    extended: Mapping[str, str] = field(default_factory=frozen_map)
+    """Extended resource name -> the DeviceClass that provides it (DRAExtendedResource)."""
     pods: tuple[Pod, ...] = ()
     """Every non-terminal pod bound or pinned to a node; gated members are not here."""
 

@@ -27,10 +27,13 @@ from typing import Any
 
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
-from phalanx.planner.devices import DeviceMatcher, Result, allocate
-from phalanx.planner.model import Claim, ClaimKey, Device, DeviceId, Group, Member, Node, Snapshot
+from phalanx.planner.allocator import MAX_RESULTS, Ledger, Result, Undo, allocate, pool_order
+from phalanx.planner.devices import DeviceMatcher
+from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, SelectorTerm, Snapshot
 
 DEFAULT_BUDGET = 20_000
+MAX_RESERVED_FOR = 256
+"""ResourceClaimReservedForMaxSize: the most consumers one claim may list."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,10 @@ class ClaimPlan:
     node: str
     results: tuple[Result, ...]
     config: tuple[Mapping[str, Any], ...] = ()
+    pinned: bool = True
+    """The allocation's nodeSelector names `node` alone (a node-local device, or one that binds to its node)."""
+    node_selector: Mapping[str, Any] | None = None
+    """Otherwise: the nodeSelector the network-attached devices' slices share, None when they reach every node."""
 
 
 @dataclass(frozen=True)
@@ -94,8 +101,9 @@ class _State:
     """The tentative plan during search; every change is undone on backtrack."""
 
     free: dict[str, Counter[str]]
-    taken: set[DeviceId]
+    ledger: Ledger
     claims: dict[ClaimKey, ClaimPlan] = field(default_factory=dict)
+    undos: dict[ClaimKey, Undo] = field(default_factory=dict)
     placed: list[tuple[Member, str]] = field(default_factory=list)
     used_nodes: dict[str, int] = field(default_factory=dict)
     tally: podrules.Tally | None = None
@@ -113,6 +121,7 @@ class _Planner:
         shapes: dict[tuple[Any, ...], int] = {}
         self._shape_id = {m.uid: shapes.setdefault(_shape(m), len(shapes)) for m in group.members}
         self._local: dict[str, list[Device]] = {}
+        self.device_by_id = {d.id: d for d in snapshot.devices}
         self._network: list[Device] = []
         for device in snapshot.devices:
             if device.node_name is not None:
@@ -141,7 +150,7 @@ class _Planner:
             network = [
                 d for d in self._network if d.all_nodes or (d.node_selector is not None and nodefilter.matches_terms(node, d.node_selector))
             ]
-            found = self._reach[node.name] = self._local.get(node.name, []) + network
+            found = self._reach[node.name] = pool_order(self._local.get(node.name, []) + network)
         return found
 
     def blocked(self, member: Member, node: Node) -> str | None:
@@ -163,7 +172,7 @@ class _Planner:
 
     def initial_state(self) -> _State:
         free = {n.name: Counter({k: v - n.requested.get(k, 0) for k, v in n.allocatable.items()}) for n in self.snapshot.nodes}
-        return _State(free=free, taken=set(self.snapshot.held), tally=self.rules.tally() if self.rules.active else None)
+        return _State(free=free, ledger=Ledger(self.snapshot), tally=self.rules.tally() if self.rules.active else None)
 
     def try_place(self, state: _State, member: Member, node: Node) -> list[ClaimPlan] | None:
         """Place `member` on `node` in `state` if it fits; returns the new claim plans (to undo), else None."""
@@ -175,26 +184,35 @@ class _Planner:
         if any(free.get(k, 0) < v for k, v in needs.items() if v > 0):
             return None
         new: list[ClaimPlan] = []
-        new_taken: set[DeviceId] = set()
+        undos: list[Undo] = []
+
+        def give_back() -> None:
+            for undo in reversed(undos):
+                undo()
+
         for claim_name in member.claims:
             claim = self.snapshot.claims.get((member.namespace, claim_name))
             if claim is None:
+                give_back()
                 return None
-            planned = state.claims.get(claim.key)
+            planned = next((p for p in new if p.name == claim_name), None) or state.claims.get(claim.key)
             if planned is not None or claim.allocated is not None:
-                pinned = planned.node if planned is not None else claim.allocated_node
+                pinned = (planned.node if planned.pinned else None) if planned is not None else claim.allocated_node
                 if pinned is not None and pinned != node.name:
+                    give_back()
                     return None
                 continue
-            results = allocate(claim, self.reachable(node), state.taken | new_taken, self.snapshot.classes, self.matcher)
-            if results is None:
+            got = allocate(claim, self.reachable(node), state.ledger, self.snapshot.classes, self.matcher)
+            if got is None:
+                give_back()
                 return None
-            new_taken.update(r.device_id for r in results)
-            new.append(_claim_plan(claim, node.name, results, self.snapshot))
+            results, undo = got
+            undos.append(undo)
+            new.append(_claim_plan(claim, node, results, self.snapshot, self.device_by_id))
         free.subtract(needs)
-        state.taken.update(new_taken)
-        for plan in new:
+        for plan, undo in zip(new, undos, strict=True):
             state.claims[(plan.namespace, plan.name)] = plan
+            state.undos[(plan.namespace, plan.name)] = undo
         state.placed.append((member, node.name))
         state.used_nodes[node.name] = state.used_nodes.get(node.name, 0) + 1
         if state.tally is not None:
@@ -205,9 +223,9 @@ class _Planner:
         needs = Counter(member.requests)
         needs["pods"] += 1
         state.free[node.name].update(needs)
-        for plan in new:
+        for plan in reversed(new):
             del state.claims[(plan.namespace, plan.name)]
-            state.taken.difference_update(r.device_id for r in plan.results)
+            state.undos.pop((plan.namespace, plan.name))()
         state.placed.pop()
         state.used_nodes[node.name] -= 1
         if not state.used_nodes[node.name]:
@@ -305,16 +323,99 @@ def _shape(member: Member) -> tuple[Any, ...]:
     )
 
 
-def _claim_plan(claim: Claim, node: str, results: tuple[Result, ...], snapshot: Snapshot) -> ClaimPlan:
-    """Config as the scheduler copies it: the classes' first (FromClass), then the claim's own (FromClaim)."""
-    config: list[Mapping[str, Any]] = []
+def _claim_plan(claim: Claim, node: Node, results: tuple[Result, ...], snapshot: Snapshot, devices: Mapping[Any, Device]) -> ClaimPlan:
+    """The allocation as the scheduler writes it: config, then the nodeSelector its devices imply."""
+    pinned, selector = _allocation_selector([devices[r.device_id] for r in results])
+    return ClaimPlan(claim.namespace, claim.name, claim.uid, node.name, results, _config(claim, results, snapshot), pinned, selector)
+
+
+def _config(claim: Claim, results: tuple[Result, ...], snapshot: Snapshot) -> tuple[Mapping[str, Any], ...]:
+    """Config as the scheduler copies it: each class's config once (FromClass, naming every request of that class), then
+    the claim's own (FromClaim) that concern a request allocated; a list naming every request becomes empty (all)."""
+    allocated = {r.request for r in results}
+    chosen: list[tuple[str, str, str]] = []  # (request, full name, class)
     for request in claim.requests:
-        device_class = snapshot.classes[request.device_class]
-        for entry in device_class.config:
-            config.append({"source": "FromClass", "requests": [request.name], **entry})
+        if request.subrequests:
+            sub = next((s for s in request.subrequests if f"{request.name}/{s.name}" in allocated), None)
+            if sub is not None:
+                chosen.append((request.name, f"{request.name}/{sub.name}", sub.device_class))
+        else:
+            chosen.append((request.name, request.name, request.device_class))
+    entries: list[dict[str, Any]] = []
+    by_class: dict[str, list[dict[str, Any]]] = {}
+    for _, full, class_name in chosen:
+        if class_name in by_class:
+            for entry in by_class[class_name]:
+                entry["requests"].append(full)
+            continue
+        device_class = snapshot.classes.get(class_name)
+        by_class[class_name] = [{"source": "FromClass", "requests": [full], **entry} for entry in (device_class.config if device_class else ())]
+        entries.extend(by_class[class_name])
+    full_names = {full for _, full, _ in chosen}
     for entry in claim.config:
-        config.append({"source": "FromClaim", **entry})
-    return ClaimPlan(claim.namespace, claim.name, claim.uid, node, results, tuple(config))
+        names = list(entry.get("requests") or ())
+        if not names or any(n in full_names or n in {r for r, _, _ in chosen} for n in names):
+            entries.append({**entry, "source": "FromClaim", "requests": names})
+    for entry in entries:
+        names = set(entry["requests"])
+        if names and all(r in names or full in names for r, full, _ in chosen):
+            entry["requests"] = []
+    return tuple({k: v for k, v in e.items() if k != "requests" or v} for e in entries)
+
+
+def _allocation_selector(devices: list[Device]) -> tuple[bool, Mapping[str, Any] | None]:
+    """(pinned, nodeSelector): pinned to the node if any device is node-local or binds to its node; else the merged
+    requirements of the devices' slice selectors; None when every device reaches every node."""
+    fields: list[dict[str, Any]] = []
+    expressions: list[dict[str, Any]] = []
+    for device in devices:
+        if device.node_name is not None or device.binds_to_node:
+            return True, None
+        terms: tuple[SelectorTerm, ...] = device.node_selector or ()
+        for requirement in terms[0].requirements if len(terms) == 1 else ():
+            wire: dict[str, Any] = {"key": requirement.key, "operator": requirement.operator}
+            if requirement.values:
+                wire["values"] = list(requirement.values)
+            target = fields if requirement.field else expressions
+            if wire not in target:
+                target.append(wire)
+    if not fields and not expressions:
+        return False, None
+    term: dict[str, Any] = {}
+    if expressions:
+        term["matchExpressions"] = expressions
+    if fields:
+        term["matchFields"] = fields
+    return False, {"nodeSelectorTerms": [term]}
+
+
+def _unmodelled(snapshot: Snapshot, group: Group) -> tuple[str, ...]:
+    """What the planner cannot honour, or what kube-scheduler would refuse outright, named by field."""
+    reasons: list[str] = []
+    users: Counter[ClaimKey] = Counter((m.namespace, c) for m in group.members for c in m.claims)
+    for key in sorted(users):
+        claim = snapshot.claims.get(key)
+        if claim is None:
+            continue
+        reasons.extend(f"claim {claim.name}: {r}" for r in claim.unmodelled)
+        if claim.allocated is None and _min_results(claim) > MAX_RESULTS:
+            reasons.append(f"claim {claim.name}: spec.devices.requests ask for {_min_results(claim)} devices, more than the {MAX_RESULTS} one claim may hold")
+        if claim.reserved_for + users[key] > MAX_RESERVED_FOR:
+            reasons.append(
+                f"claim {claim.name}: status.reservedFor would list {claim.reserved_for + users[key]} pods, more than {MAX_RESERVED_FOR}"
+            )
+    for member in group.members:
+        for resource in sorted(r for r in member.requests if r in snapshot.extended):
+            if not any(resource in n.allocatable for n in snapshot.nodes):
+                reasons.append(
+                    f"pod {member.name}: resources.requests[{resource}] is served by DeviceClass {snapshot.extended[resource]} "
+                    "(extendedResourceName, DRAExtendedResource), which Phalanx does not allocate"
+                )
+    return tuple(dict.fromkeys(reasons))
+
+
+def _min_results(claim: Claim) -> int:
+    return sum(min((s.count if s.mode == "ExactCount" else 1) for s in r.subrequests) if r.subrequests else (r.count if r.mode == "ExactCount" else 1) for r in claim.requests)
 
 
 def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None, budget: int = DEFAULT_BUDGET) -> Fits | Short:
@@ -325,8 +426,9 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
     if len(members) < group.min_count:
         return Short(group.min_count, len(members), 0)
     planner = _Planner(snapshot, group, matcher, budget)
-    if planner.rules.unmodelled:
-        return Short(group.min_count, len(members), 0, unmodelled=planner.rules.unmodelled)
+    unmodelled = planner.rules.unmodelled + _unmodelled(snapshot, group)
+    if unmodelled:
+        return Short(group.min_count, len(members), 0, unmodelled=unmodelled)
     best = 0
     short: Short | None = None
     probe: _State | None = None
@@ -382,6 +484,8 @@ def _device_shortages(planner: _Planner, members: Sequence[Member], usable: Sequ
             if claim is None or claim.allocated is not None or not planner._alone.get(member.uid, False):
                 continue
             for request in claim.requests:
+                if request.admin_access or request.subrequests:
+                    continue  # takes no device from others / may fall back to another class: no lower bound
                 need[request.device_class] += request.count if request.mode == "ExactCount" else 1
         per_member.append(need)
     wanted: Counter[str] = Counter()

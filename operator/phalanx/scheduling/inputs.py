@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from phalanx.api import keys
 from phalanx.planner import quantity
 from phalanx.planner.model import (
+    CapacityPolicy,
     Claim,
+    CounterUse,
     Device,
     DeviceClass,
     DeviceId,
@@ -101,38 +104,127 @@ def _attribute(value: Mapping[str, Any]) -> Any:
     return None
 
 
-def devices(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
-    """Devices of the newest generation of each pool, and only of pools whose slices are all published."""
+def _pools(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
+    """The slices of the newest generation of each pool, sorted by name as the allocator reads them; only of pools
+    whose slices are all published."""
     pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for s in slices:
         spec = s["spec"]
-        pools.setdefault((spec["driver"], spec["pool"]["name"]), []).append(spec)
-    out: list[Device] = []
-    for (driver, pool), specs in pools.items():
-        newest = max(s["pool"].get("generation", 0) for s in specs)
-        current = [s for s in specs if s["pool"].get("generation", 0) == newest]
-        if len(current) < max(s["pool"].get("resourceSliceCount", 1) for s in current):
+        pools.setdefault((spec["driver"], spec["pool"]["name"]), []).append(s)
+    out: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for key, objs in pools.items():
+        newest = max(o["spec"]["pool"].get("generation", 0) for o in objs)
+        current = [o for o in objs if o["spec"]["pool"].get("generation", 0) == newest]
+        if len(current) < max(o["spec"]["pool"].get("resourceSliceCount", 1) for o in current):
             continue
-        for spec in current:
-            selector = node_selector_terms(spec.get("nodeSelector")) if spec.get("nodeSelector") else None
+        out[key] = sorted(current, key=lambda o: o["metadata"].get("name", ""))
+    return out
+
+
+def _exact(value: Any) -> Decimal:
+    return quantity.parse(value)
+
+
+def _capacity(value: Mapping[str, Any]) -> CapacityPolicy:
+    policy = value.get("requestPolicy") or {}
+    valid_range = policy.get("validRange") or {}
+    return CapacityPolicy(
+        value=_exact(value["value"]),
+        default=_exact(policy["default"]) if policy.get("default") is not None else None,
+        valid_values=tuple(_exact(v) for v in policy.get("validValues") or ()),
+        minimum=_exact(valid_range["min"]) if valid_range.get("min") is not None else None,
+        maximum=_exact(valid_range["max"]) if valid_range.get("max") is not None else None,
+        step=_exact(valid_range["step"]) if valid_range.get("step") is not None else None,
+    )
+
+
+def _taints(raw: Iterable[Mapping[str, Any]]) -> tuple[Taint, ...]:
+    return tuple(Taint(t["key"], t.get("value", ""), t.get("effect", "")) for t in raw)
+
+
+def rule_taints(rules: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, str], Taint]]:
+    """DeviceTaintRules as (selector, taint), except Phalanx's own: those keep devices from kube-scheduler only,
+    and the planner already counts those devices as held (or, for the group a preemption freed them for, as free)."""
+    out = []
+    for rule in rules:
+        if (rule["metadata"].get("labels") or {}).get(keys.MANAGED_BY_LABEL) == keys.MANAGER_NAME:
+            continue
+        spec = rule.get("spec") or {}
+        taint = spec.get("taint") or {}
+        out.append((spec.get("deviceSelector") or {}, Taint(taint.get("key", ""), taint.get("value", ""), taint.get("effect", ""))))
+    return out
+
+
+def devices(slices: Iterable[Mapping[str, Any]], taint_rules: Iterable[Mapping[str, Any]] = ()) -> list[Device]:
+    """Devices of the newest generation of each complete pool, with the taints their slices and DeviceTaintRules give."""
+    rules = rule_taints(taint_rules)
+    out: list[Device] = []
+    for (driver, pool), objs in _pools(slices).items():
+        for obj in objs:
+            spec = obj["spec"]
+            per_device = bool(spec.get("perDeviceNodeSelection"))
             for d in spec.get("devices") or []:
+                where = d if per_device else spec
+                selector = node_selector_terms(where.get("nodeSelector")) if where.get("nodeSelector") else None
                 attributes = {(k if "/" in k else f"{driver}/{k}"): _attribute(v) for k, v in (d.get("attributes") or {}).items()}
                 capacity = {
                     (k if "/" in k else f"{driver}/{k}"): quantity.amount("", v["value"]) for k, v in (d.get("capacity") or {}).items()
                 }
+                taints = _taints(d.get("taints") or ()) + tuple(
+                    t
+                    for sel, t in rules
+                    if sel.get("driver", driver) == driver and sel.get("pool", pool) == pool and sel.get("device", d["name"]) == d["name"]
+                )
                 out.append(
                     Device(
                         driver=driver,
                         pool=pool,
                         name=d["name"],
-                        node_name=spec.get("nodeName"),
+                        node_name=where.get("nodeName"),
                         node_selector=selector,
-                        all_nodes=bool(spec.get("allNodes")),
+                        all_nodes=bool(where.get("allNodes")),
                         attributes=frozen_map(attributes),
                         capacity=frozen_map(capacity),
-                        generation=newest,
+                        generation=spec["pool"].get("generation", 0),
+                        taints=taints,
+                        consumes=tuple(
+                            CounterUse(c["counterSet"], frozen_map({n: _exact(v["value"]) for n, v in (c.get("counters") or {}).items()}))
+                            for c in d.get("consumesCounters") or ()
+                        ),
+                        allow_multiple=bool(d.get("allowMultipleAllocations")),
+                        capacities=frozen_map({n: _capacity(v) for n, v in (d.get("capacity") or {}).items()}),
+                        binding_conditions=tuple(d.get("bindingConditions") or ()),
+                        binding_failure_conditions=tuple(d.get("bindingFailureConditions") or ()),
+                        binds_to_node=bool(d.get("bindsToNode")),
                     )
                 )
+    return out
+
+
+def counters(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Mapping[str, Decimal]]]:
+    """The sharedCounters each complete pool publishes: (driver, pool) -> counter set -> counter -> value."""
+    out: dict[tuple[str, str], Mapping[str, Mapping[str, Decimal]]] = {}
+    for key, objs in _pools(slices).items():
+        sets = {
+            c["name"]: frozen_map({n: _exact(v["value"]) for n, v in (c.get("counters") or {}).items()})
+            for obj in objs
+            for c in obj["spec"].get("sharedCounters") or ()
+        }
+        if sets:
+            out[key] = frozen_map(sets)
+    return out
+
+
+def extended_resources(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Extended resource name -> DeviceClass: each class's extendedResourceName, and the implicit
+    `deviceclass.resource.kubernetes.io/<class>` every class answers to."""
+    out: dict[str, str] = {}
+    for obj in classes:
+        name = obj["metadata"]["name"]
+        out[f"deviceclass.resource.kubernetes.io/{name}"] = name
+        explicit = (obj.get("spec") or {}).get("extendedResourceName")
+        if explicit:
+            out[explicit] = name
     return out
 
 
@@ -158,6 +250,24 @@ def consuming_ids(obj: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
     return tuple((r["driver"], r["pool"], r["device"]) for r in results if not r.get("adminAccess"))
 
 
+def _results(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return ((((obj.get("status") or {}).get("allocation") or {}).get("devices")) or {}).get("results") or []
+
+
+def dedicated_ids(obj: Mapping[str, Any]) -> tuple[DeviceId, ...]:
+    """Devices an allocation takes whole: neither admin access nor a share (a result with a shareID)."""
+    return tuple((r["driver"], r["pool"], r["device"]) for r in _results(obj) if not r.get("adminAccess") and not r.get("shareID"))
+
+
+def shares(obj: Mapping[str, Any]) -> list[tuple[DeviceId, dict[str, Decimal]]]:
+    """The shares an allocation holds (results with a shareID, not admin access): device and capacity consumed."""
+    return [
+        ((r["driver"], r["pool"], r["device"]), {n: _exact(v) for n, v in (r.get("consumedCapacity") or {}).items()})
+        for r in _results(obj)
+        if r.get("shareID") and not r.get("adminAccess")
+    ]
+
+
 def allocated_ids(obj: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
     allocation = (obj.get("status") or {}).get("allocation")
     if not allocation:
@@ -173,35 +283,64 @@ def _pinned_node(allocation: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def _toleration(t: Mapping[str, Any]) -> Toleration:
+    seconds = t.get("tolerationSeconds")
+    return Toleration(t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""), t.get("effect", ""), None if seconds is None else int(seconds))
+
+
+_KNOWN_REQUEST = {"deviceClassName", "allocationMode", "count", "selectors", "adminAccess", "tolerations", "capacity"}
+
+
+def _request(name: str, body: Mapping[str, Any], where: str, unmodelled: list[str]) -> DeviceRequest:
+    """One `exactly` request or `firstAvailable` subrequest; fields it cannot honour are named in `unmodelled`."""
+    for key in sorted(set(body) - _KNOWN_REQUEST - {"name"}):
+        unmodelled.append(f"{where}.{key} is not modelled")
+    if any("cel" not in s for s in body.get("selectors") or []):
+        unmodelled.append(f"{where}.selectors: only CEL selectors are modelled")
+    return DeviceRequest(
+        name=name,
+        device_class=body.get("deviceClassName", ""),
+        mode=body.get("allocationMode", "ExactCount"),
+        count=int(body.get("count", 1)),
+        selectors=tuple(s["cel"]["expression"] for s in body.get("selectors") or [] if "cel" in s),
+        admin_access=bool(body.get("adminAccess")),
+        tolerations=tuple(_toleration(t) for t in body.get("tolerations") or ()),
+        capacity=frozen_map({n: _exact(v) for n, v in ((body.get("capacity") or {}).get("requests") or {}).items()}),
+    )
+
+
 def claim(obj: Mapping[str, Any]) -> Claim:
     devices_spec = (obj.get("spec") or {}).get("devices") or {}
     requests = []
-    for r in devices_spec.get("requests") or []:
-        exactly = r.get("exactly") or {}
-        requests.append(
-            DeviceRequest(
-                name=r["name"],
-                device_class=exactly.get("deviceClassName", ""),
-                mode=exactly.get("allocationMode", "ExactCount"),
-                count=int(exactly.get("count", 1)),
-                selectors=tuple(s["cel"]["expression"] for s in exactly.get("selectors") or [] if "cel" in s),
+    unmodelled: list[str] = []
+    for i, r in enumerate(devices_spec.get("requests") or []):
+        if r.get("firstAvailable"):
+            subs = tuple(
+                _request(s["name"], s, f"spec.devices.requests[{i}].firstAvailable[{j}]", unmodelled) for j, s in enumerate(r["firstAvailable"])
             )
-        )
-    constraints = tuple(
-        MatchAttribute(c["matchAttribute"], tuple(c.get("requests") or ()))
-        for c in devices_spec.get("constraints") or []
-        if c.get("matchAttribute")
-    )
+            requests.append(DeviceRequest(name=r["name"], device_class="", subrequests=subs))
+        else:
+            requests.append(_request(r["name"], r.get("exactly") or {}, f"spec.devices.requests[{i}].exactly", unmodelled))
+    constraints = []
+    for i, c in enumerate(devices_spec.get("constraints") or []):
+        if c.get("matchAttribute"):
+            constraints.append(MatchAttribute(c["matchAttribute"], tuple(c.get("requests") or ())))
+        elif c.get("distinctAttribute"):
+            constraints.append(MatchAttribute(c["distinctAttribute"], tuple(c.get("requests") or ()), distinct=True))
+        else:
+            unmodelled.append(f"spec.devices.constraints[{i}]: only matchAttribute and distinctAttribute are modelled")
     allocation = (obj.get("status") or {}).get("allocation")
     return Claim(
         namespace=obj["metadata"]["namespace"],
         name=obj["metadata"]["name"],
         uid=obj["metadata"]["uid"],
         requests=tuple(requests),
-        constraints=constraints,
+        constraints=tuple(constraints),
         config=tuple(frozen_map(c) for c in devices_spec.get("config") or []),
         allocated=allocated_ids(obj),
         allocated_node=_pinned_node(allocation),
+        reserved_for=len((obj.get("status") or {}).get("reservedFor") or ()),
+        unmodelled=tuple(unmodelled),
     )
 
 
@@ -306,10 +445,7 @@ def member(pod: Mapping[str, Any], claims: tuple[str, ...]) -> Member:
         name=pod["metadata"]["name"],
         uid=pod["metadata"]["uid"],
         requests=frozen_map(pod_requests(pod)),
-        tolerations=tuple(
-            Toleration(t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""), t.get("effect", ""))
-            for t in spec.get("tolerations") or []
-        ),
+        tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or []),
         node_selector=frozen_map(spec.get("nodeSelector")),
         affinity=node_selector_terms(affinity),
         claims=claims,
@@ -327,6 +463,7 @@ def build(
     slices: Iterable[Mapping[str, Any]],
     claims: Iterable[Mapping[str, Any]],
     classes: Iterable[Mapping[str, Any]],
+    taint_rules: Iterable[Mapping[str, Any]] = (),
 ) -> Snapshot:
     requested: dict[str, Counter[str]] = {}
     placed: list[Pod] = []
@@ -339,13 +476,24 @@ def build(
         counter.update(pod_requests(pod))
         counter["pods"] += 1
     claims = list(claims)
+    slices = list(slices)
+    classes = list(classes)
     claim_objs = [claim(c) for c in claims]
-    held = {d for c in claims for d in consuming_ids(c) or ()}
+    held = {d for c in claims for d in dedicated_ids(c)}
+    shared: dict[DeviceId, dict[str, Decimal]] = {}
+    for c in claims:
+        for device, consumed in shares(c):
+            total = shared.setdefault(device, {})
+            for name, value in consumed.items():
+                total[name] = total.get(name, Decimal(0)) + value
     return Snapshot(
         nodes=tuple(node(n, requested.get(n["metadata"]["name"], Counter())) for n in nodes),
-        devices=tuple(devices(slices)),
+        devices=tuple(devices(slices, taint_rules)),
         classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
         claims=frozen_map({c.key: c for c in claim_objs}),
         held=frozenset(held),
         pods=tuple(placed),
+        shared=frozen_map({d: frozen_map(c) for d, c in shared.items()}),
+        counters=frozen_map(counters(slices)),
+        extended=frozen_map(extended_resources(classes)),
     )

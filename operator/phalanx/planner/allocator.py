@@ -1,0 +1,369 @@
+"""Where one claim's devices are chosen, the way kube-scheduler's structured allocator chooses them.
+
+Phalanx writes allocations in kube-scheduler's place, so it must give the
+devices the scheduler would give: the same first-fit depth-first search
+(requests in order; for `firstAvailable`, subrequests in order until one
+works; devices in pool order, pools with binding conditions last), and the
+same rules for each candidate (1.37, the "incubating" allocator that the
+default features select):
+
+- a device in use is skipped, except by an `adminAccess` request, which
+  consumes nothing: its result never makes the device busy for others;
+- a device that consumes shared counters fits only while every counter of
+  its pool still has room (a partition in use blocks the whole device);
+- a device with `allowMultipleAllocations` is shared: each allocation
+  consumes capacity (rounded by the capacity's requestPolicy) and gets a
+  shareID, until the capacity is spent;
+- NoSchedule/NoExecute device taints exclude a device unless the request
+  tolerates them;
+- matchAttribute / distinctAttribute constraints, and at most 32 results.
+
+The `Ledger` is the plan's mutable view of what is in use (the cluster's and
+what the plan has allocated so far); every change it makes is undone by the
+callable it returns, so the placement search can backtrack.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from phalanx.planner.model import (
+    CapacityPolicy,
+    Claim,
+    Device,
+    DeviceClass,
+    DeviceId,
+    DeviceRequest,
+    MatchAttribute,
+    Snapshot,
+    Taint,
+    Toleration,
+    frozen_map,
+)
+
+if TYPE_CHECKING:
+    from phalanx.planner.devices import DeviceMatcher
+
+MAX_RESULTS = 32
+"""AllocationResultsMaxSize: the most devices one claim's allocation may hold."""
+
+Undo = Callable[[], None]
+_SHARE_NAMESPACE = uuid.UUID("8a0f6f53-4f0e-4d8f-9a57-2f3c1c5e6d10")
+
+
+@dataclass(frozen=True)
+class Result:
+    """One entry of `status.allocation.devices.results`, with every field the scheduler would write."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool = False
+    tolerations: tuple[Toleration, ...] = ()
+    share_id: str | None = None
+    consumed: Mapping[str, Decimal] = field(default_factory=frozen_map)
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+
+    @property
+    def device_id(self) -> DeviceId:
+        return (self.driver, self.pool, self.device)
+
+
+def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
+    for t in tolerations:
+        if t.effect and t.effect != taint.effect:
+            continue
+        if t.key and t.key != taint.key:
+            continue
+        if t.operator == "Exists" or (t.operator in ("", "Equal") and t.value == taint.value):
+            return True
+    return False
+
+
+def tainted(device: Device, tolerations: Iterable[Toleration]) -> bool:
+    """A NoSchedule or NoExecute taint the request does not tolerate; other effects (None) never exclude."""
+    return any(t.effect in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t) for t in device.taints)
+
+
+def _consumed_by(requested: Decimal | None, cap: CapacityPolicy) -> Decimal:
+    """What one allocation consumes of a capacity: the request rounded up by the policy, or the default, or all of it."""
+    if requested is None:
+        return cap.default if cap.default is not None else cap.value
+    if cap.minimum is not None:
+        if requested < cap.minimum:
+            return cap.minimum
+        if cap.step is None:
+            return requested
+        return cap.minimum + cap.step * math.ceil((requested - cap.minimum) / cap.step)
+    if cap.valid_values:
+        return next((v for v in cap.valid_values if requested <= v), requested)
+    return requested
+
+
+def _violates(consumed: Decimal, cap: CapacityPolicy) -> bool:
+    if cap.default is not None and consumed == cap.default:
+        return False
+    if cap.minimum is not None:
+        if cap.maximum is not None and consumed > cap.maximum:
+            return True
+        return cap.step is not None and (consumed - cap.minimum) % cap.step != 0
+    return bool(cap.valid_values) and consumed not in cap.valid_values
+
+
+def consumption(request: DeviceRequest, device: Device, in_use: Mapping[str, Decimal]) -> dict[str, Decimal] | None:
+    """What allocating `device` for `request` consumes of each of its capacities, or None if it does not fit."""
+    if any(name not in device.capacities for name in request.capacity):
+        return None
+    out: dict[str, Decimal] = {}
+    for name, cap in device.capacities.items():
+        consumed = _consumed_by(request.capacity.get(name), cap)
+        if consumed < 0 or _violates(consumed, cap) or in_use.get(name, Decimal(0)) + consumed > cap.value:
+            return None
+        out[name] = consumed
+    return out
+
+
+class Ledger:
+    """Devices in use, shared capacity consumed and counters consumed: the cluster's, plus the plan's so far."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.taken: set[DeviceId] = set(snapshot.held)
+        self.shares: dict[DeviceId, dict[str, Decimal]] = {d: dict(c) for d, c in snapshot.shared.items()}
+        self.counters = snapshot.counters
+        self.used: dict[tuple[str, str], dict[tuple[str, str], Decimal]] = {}
+        for device in snapshot.devices:
+            if device.consumes and (device.id in self.taken or device.id in self.shares):
+                self._charge(device, 1)
+
+    def _charge(self, device: Device, sign: int) -> None:
+        used = self.used.setdefault((device.driver, device.pool), {})
+        for use in device.consumes:
+            for name, value in use.counters.items():
+                key = (use.counter_set, name)
+                used[key] = used.get(key, Decimal(0)) + sign * value
+
+    def counters_fit(self, device: Device) -> bool:
+        """With `device` charged, every counter of its pool still within what the pool publishes."""
+        self._charge(device, 1)
+        used = self.used.get((device.driver, device.pool), {})
+        published = self.counters.get((device.driver, device.pool), {})
+        fits = all(value >= used.get((counter_set, name), 0) for counter_set, c in published.items() for name, value in c.items())
+        self._charge(device, -1)
+        return fits
+
+    def take(self, device: Device, consumed: Mapping[str, Decimal] | None, charge: bool) -> Undo:
+        """Mark `device` used: a share adds its consumption; otherwise the device is taken whole."""
+        if charge:
+            self._charge(device, 1)
+        if device.allow_multiple:
+            existed = device.id in self.shares
+            share = self.shares.setdefault(device.id, {})
+            for name, value in (consumed or {}).items():
+                share[name] = share.get(name, Decimal(0)) + value
+
+            def undo_share() -> None:
+                for name, value in (consumed or {}).items():
+                    share[name] -= value
+                if not existed:
+                    del self.shares[device.id]
+                if charge:
+                    self._charge(device, -1)
+
+            return undo_share
+        self.taken.add(device.id)
+
+        def undo_take() -> None:
+            self.taken.discard(device.id)
+            if charge:
+                self._charge(device, -1)
+
+        return undo_take
+
+
+def pool_order(devices: Iterable[Device]) -> list[Device]:
+    """The allocator's order: pools by (driver, pool), those with binding conditions last; within a pool as published."""
+    devices = list(devices)
+    binding = {(d.driver, d.pool) for d in devices if d.binding_conditions}
+    return sorted(devices, key=lambda d: ((d.driver, d.pool) in binding, d.driver, d.pool))
+
+
+def _applies(constraint: MatchAttribute, base: str, full: str) -> bool:
+    return not constraint.requests or base in constraint.requests or full in constraint.requests
+
+
+@dataclass
+class _Search:
+    claim: Claim
+    reachable: Sequence[Device]
+    ledger: Ledger
+    classes: Mapping[str, DeviceClass]
+    matcher: DeviceMatcher
+    results: list[Result] = field(default_factory=list)
+    undos: list[Undo] = field(default_factory=list)
+    mine: set[DeviceId] = field(default_factory=set)
+    """Devices this claim's allocation marked in use so far (admin access included)."""
+    values: list[list[Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.values = [[] for _ in self.claim.constraints]
+
+    def request(self, index: int) -> bool:
+        if index == len(self.claim.requests):
+            return True
+        request = self.claim.requests[index]
+        if request.subrequests:
+            return any(self.exact(index, sub, request.name, f"{request.name}/{sub.name}") for sub in request.subrequests)
+        return self.exact(index, request, request.name, request.name)
+
+    def selectable(self, device: Device, device_class: DeviceClass, request: DeviceRequest) -> bool:
+        return self.matcher.eligible(device, device_class, request)
+
+    def exact(self, index: int, request: DeviceRequest, base: str, full: str) -> bool:
+        device_class = self.classes.get(request.device_class)
+        if device_class is None:
+            return False
+        if request.mode == "All":
+            every = [
+                d
+                for d in self.reachable
+                if self.selectable(d, device_class, request) and consumption(request, d, {}) is not None  # static capacity only
+            ]
+            if not every or len(every) > MAX_RESULTS - len(self.results):
+                return False
+            mark = len(self.undos)
+            for device in every:
+                if not self.add(device, request, base, full):
+                    self.rewind(mark)
+                    return False
+            if self.request(index + 1):
+                return True
+            self.rewind(mark)
+            return False
+        return self.pick(index, request, device_class, base, full, request.count, 0)
+
+    def pick(self, index: int, request: DeviceRequest, device_class: DeviceClass, base: str, full: str, left: int, start: int) -> bool:
+        if left == 0:
+            return self.request(index + 1)
+        if left > MAX_RESULTS - len(self.results):
+            return False
+        for position in range(start, len(self.reachable)):
+            device = self.reachable[position]
+            if request.admin_access:
+                if device.id in self.mine and not device.allow_multiple:
+                    continue
+            elif device.id in self.ledger.taken or device.id in self.mine:
+                continue
+            if not self.selectable(device, device_class, request):
+                continue
+            mark = len(self.undos)
+            if not self.add(device, request, base, full):
+                continue
+            if self.pick(index, request, device_class, base, full, left - 1, position + 1):
+                return True
+            self.rewind(mark)
+        return False
+
+    def add(self, device: Device, request: DeviceRequest, base: str, full: str) -> bool:
+        """Take `device` for `request` if the in-use, counter, taint, constraint and capacity rules allow it."""
+        if request.admin_access:
+            if device.id in self.mine and not device.allow_multiple:
+                return False
+        elif device.id in self.ledger.taken or device.id in self.mine:
+            return False
+        shared_in_use = device.allow_multiple and device.id in self.ledger.shares
+        charge = bool(device.consumes) and not shared_in_use
+        if charge and not self.ledger.counters_fit(device):
+            return False
+        if tainted(device, request.tolerations):
+            return False
+        added = []
+        for i, constraint in enumerate(self.claim.constraints):
+            if not _applies(constraint, base, full):
+                continue
+            value = device.attributes.get(constraint.attribute)
+            seen = self.values[i]
+            if value is None or (seen and not constraint.distinct and value != seen[0]) or (constraint.distinct and value in seen):
+                for j in reversed(added):
+                    self.values[j].pop()
+                return False
+            seen.append(value)
+            added.append(i)
+        consumed = consumption(request, device, self.ledger.shares.get(device.id, {}))
+        if consumed is None:
+            for j in reversed(added):
+                self.values[j].pop()
+            return False
+        share = device.allow_multiple
+        # admin access takes nothing from others: once written, kube-scheduler does not count it as in use
+        undo_ledger = _nothing if request.admin_access else self.ledger.take(device, consumed if share else None, charge)
+        marked = not share
+        if marked:
+            self.mine.add(device.id)
+        self.results.append(
+            Result(
+                request=full,
+                driver=device.driver,
+                pool=device.pool,
+                device=device.name,
+                admin_access=request.admin_access,
+                tolerations=request.tolerations,
+                share_id=_share_id(self.claim, full, device, len(self.results)) if share else None,
+                consumed=frozen_map(consumed if share else {}),
+                binding_conditions=device.binding_conditions,
+                binding_failure_conditions=device.binding_failure_conditions,
+            )
+        )
+
+        def undo() -> None:
+            self.results.pop()
+            if marked:
+                self.mine.discard(device.id)
+            undo_ledger()
+            for j in reversed(added):
+                self.values[j].pop()
+
+        self.undos.append(undo)
+        return True
+
+    def rewind(self, mark: int) -> None:
+        while len(self.undos) > mark:
+            self.undos.pop()()
+
+
+def _nothing() -> None:
+    return None
+
+
+def _share_id(claim: Claim, request: str, device: Device, index: int) -> str:
+    """Upstream draws a random UUID; a name-based one keeps the planner pure and a resumed write identical."""
+    return str(uuid.uuid5(_SHARE_NAMESPACE, f"{claim.uid}/{request}/{index}/{'/'.join(device.id)}"))
+
+
+def allocate(
+    claim: Claim,
+    reachable: Sequence[Device],
+    ledger: Ledger,
+    classes: Mapping[str, DeviceClass],
+    matcher: DeviceMatcher,
+) -> tuple[tuple[Result, ...], Undo] | None:
+    """Devices for every request of `claim` from `reachable` (in pool order), charged to `ledger`; None if impossible.
+
+    Returns the results and the undo that gives back what they took from the ledger.
+    """
+    search = _Search(claim, reachable, ledger, classes, matcher)
+    if not search.request(0):
+        return None
+    undos = list(search.undos)
+
+    def undo() -> None:
+        for step in reversed(undos):
+            step()
+
+    return tuple(search.results), undo
