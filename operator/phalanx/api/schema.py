@@ -143,10 +143,20 @@ class Condition(Model):
 
 
 class DeviceResult(Model):
+    """One `status.allocation.devices.results` entry, exactly as kube-scheduler would write it."""
+
     request: str
     driver: str
     pool: str
     device: str
+    admin_access: bool | None = None
+    tolerations: list[dict[str, Any]] | None = Field(
+        default=None, json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    )
+    share_id: str | None = Field(default=None, alias="shareID")
+    consumed_capacity: dict[str, str] | None = None
+    binding_conditions: list[str] | None = None
+    binding_failure_conditions: list[str] | None = None
 
 
 class ClaimReservation(Model):
@@ -158,6 +168,12 @@ class ClaimReservation(Model):
         default_factory=list,
         description="status.allocation.devices.config as written (DeviceClass and claim config), so a resumed write is whole.",
         json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    )
+    pinned: bool = Field(default=True, description="status.allocation.nodeSelector names `node` alone.")
+    node_selector: dict[str, Any] | None = Field(
+        default=None,
+        description="Otherwise the nodeSelector written (network-attached devices); absent: the devices reach every node.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
 
 

@@ -349,7 +349,9 @@ def _config(claim: Claim, results: tuple[Result, ...], snapshot: Snapshot) -> tu
                 entry["requests"].append(full)
             continue
         device_class = snapshot.classes.get(class_name)
-        by_class[class_name] = [{"source": "FromClass", "requests": [full], **entry} for entry in (device_class.config if device_class else ())]
+        by_class[class_name] = [
+            {"source": "FromClass", "requests": [full], **entry} for entry in (device_class.config if device_class else ())
+        ]
         entries.extend(by_class[class_name])
     full_names = {full for _, full, _ in chosen}
     for entry in claim.config:
@@ -399,7 +401,9 @@ def _unmodelled(snapshot: Snapshot, group: Group) -> tuple[str, ...]:
             continue
         reasons.extend(f"claim {claim.name}: {r}" for r in claim.unmodelled)
         if claim.allocated is None and _min_results(claim) > MAX_RESULTS:
-            reasons.append(f"claim {claim.name}: spec.devices.requests ask for {_min_results(claim)} devices, more than the {MAX_RESULTS} one claim may hold")
+            reasons.append(
+                f"claim {claim.name}: spec.devices.requests ask for {_min_results(claim)} devices, more than the {MAX_RESULTS} one claim may hold"
+            )
         if claim.reserved_for + users[key] > MAX_RESERVED_FOR:
             reasons.append(
                 f"claim {claim.name}: status.reservedFor would list {claim.reserved_for + users[key]} pods, more than {MAX_RESERVED_FOR}"
@@ -415,7 +419,12 @@ def _unmodelled(snapshot: Snapshot, group: Group) -> tuple[str, ...]:
 
 
 def _min_results(claim: Claim) -> int:
-    return sum(min((s.count if s.mode == "ExactCount" else 1) for s in r.subrequests) if r.subrequests else (r.count if r.mode == "ExactCount" else 1) for r in claim.requests)
+    return sum(
+        min((s.count if s.mode == "ExactCount" else 1) for s in r.subrequests)
+        if r.subrequests
+        else (r.count if r.mode == "ExactCount" else 1)
+        for r in claim.requests
+    )
 
 
 def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None, budget: int = DEFAULT_BUDGET) -> Fits | Short:

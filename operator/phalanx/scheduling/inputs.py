@@ -285,7 +285,9 @@ def _pinned_node(allocation: Mapping[str, Any] | None) -> str | None:
 
 def _toleration(t: Mapping[str, Any]) -> Toleration:
     seconds = t.get("tolerationSeconds")
-    return Toleration(t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""), t.get("effect", ""), None if seconds is None else int(seconds))
+    return Toleration(
+        t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""), t.get("effect", ""), None if seconds is None else int(seconds)
+    )
 
 
 _KNOWN_REQUEST = {"deviceClassName", "allocationMode", "count", "selectors", "adminAccess", "tolerations", "capacity"}
@@ -316,7 +318,8 @@ def claim(obj: Mapping[str, Any]) -> Claim:
     for i, r in enumerate(devices_spec.get("requests") or []):
         if r.get("firstAvailable"):
             subs = tuple(
-                _request(s["name"], s, f"spec.devices.requests[{i}].firstAvailable[{j}]", unmodelled) for j, s in enumerate(r["firstAvailable"])
+                _request(s["name"], s, f"spec.devices.requests[{i}].firstAvailable[{j}]", unmodelled)
+                for j, s in enumerate(r["firstAvailable"])
             )
             requests.append(DeviceRequest(name=r["name"], device_class="", subrequests=subs))
         else:

@@ -25,16 +25,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from phalanx.api import keys, schema
 from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, claim_path, custom_path, pod_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits
-from phalanx.planner.model import DeviceId
+from phalanx.planner.allocator import Result
+from phalanx.planner.model import DeviceId, Toleration
 from phalanx.scheduling import conditions, metrics
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.inputs import consuming_ids, gated
+from phalanx.scheduling.inputs import allocated_ids, dedicated_ids, gated, shares
 
 logger = logging.getLogger(__name__)
 
@@ -65,23 +67,64 @@ def reservation_of(fits: Fits) -> schema.Reservation:
                 name=c.name,
                 uid=c.uid,
                 node=c.node,
-                results=[schema.DeviceResult(request=r.request, driver=r.driver, pool=r.pool, device=r.device) for r in c.results],
+                results=[_result(r) for r in c.results],
                 config=[dict(entry) for entry in c.config],
+                pinned=c.pinned,
+                node_selector=dict(c.node_selector) if c.node_selector is not None else None,
             )
             for c in fits.claims
         ],
     )
 
 
+def _toleration(t: Toleration) -> dict[str, Any]:
+    out: dict[str, Any] = {"operator": t.operator or "Equal"}
+    for name, value in (("key", t.key), ("value", t.value), ("effect", t.effect)):
+        if value:
+            out[name] = value
+    if t.seconds is not None:
+        out["tolerationSeconds"] = t.seconds
+    return out
+
+
+def _result(r: Result) -> schema.DeviceResult:
+    """Every field kube-scheduler's allocator sets on a result; absent ones stay absent."""
+    return schema.DeviceResult(
+        request=r.request,
+        driver=r.driver,
+        pool=r.pool,
+        device=r.device,
+        admin_access=True if r.admin_access else None,
+        tolerations=[_toleration(t) for t in r.tolerations] or None,
+        share_id=r.share_id,
+        consumed_capacity={n: _quantity(v) for n, v in r.consumed.items()} or None,
+        binding_conditions=list(r.binding_conditions) or None,
+        binding_failure_conditions=list(r.binding_failure_conditions) or None,
+    )
+
+
+def _quantity(value: Decimal) -> str:
+    """A canonical-enough quantity: whole numbers as integers, fractions in milli-units."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int(value * 1000)}m"
+
+
+def _takes_whole(r: schema.DeviceResult) -> bool:
+    return not r.admin_access and not r.share_id
+
+
 def allocation(claim: schema.ClaimReservation) -> dict[str, Any]:
-    """status.allocation as kube-scheduler writes it for a node-local allocation."""
+    """status.allocation as kube-scheduler writes it: pinned to the node, or the devices' shared nodeSelector, or none."""
     devices: dict[str, Any] = {"results": [r.wire() for r in claim.results]}
     if claim.config:
         devices["config"] = [dict(c) for c in claim.config]
-    return {
-        "devices": devices,
-        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [claim.node]}]}]},
-    }
+    out: dict[str, Any] = {"devices": devices}
+    if claim.pinned:
+        out["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [claim.node]}]}]}
+    elif claim.node_selector is not None:
+        out["nodeSelector"] = dict(claim.node_selector)
+    return out
 
 
 def pinned_affinity(pod: Mapping[str, Any], node: str) -> dict[str, Any]:
@@ -188,7 +231,7 @@ class Releaser:
         mine = {(r.driver, r.pool, r.device) for r in claim.results}
         for _ in range(5):
             obj = await self.kube.get(claim_path(namespace, claim.name))
-            held = set(consuming_ids(obj) or ()) if obj else set()
+            held = set(allocated_ids(obj) or ()) if obj else set()
             if obj is None or obj["metadata"]["uid"] != claim.uid or not held or not held <= mine:
                 return
             try:
@@ -235,10 +278,10 @@ class Releaser:
 
     async def _revalidate(self, namespace: str, reservation: schema.Reservation) -> None:
         """A recorded plan is finished only if every planned device is still free or already ours."""
-        planned = {(r.driver, r.pool, r.device): c.name for c in reservation.claims for r in c.results}
+        planned = {(r.driver, r.pool, r.device): c.name for c in reservation.claims for r in c.results if _takes_whole(r)}
         for obj in await self.kube.list_claims():
             name = obj["metadata"]["name"]
-            for device in consuming_ids(obj) or ():
+            for device in dedicated_ids(obj):
                 owner = planned.get(device)
                 if owner is not None and (obj["metadata"]["namespace"], name) != (namespace, owner):
                     raise ReleaseAborted(
@@ -250,7 +293,7 @@ class Releaser:
         if obj is None or obj["metadata"]["uid"] != claim.uid:
             raise ReleaseAborted(f"claim {claim.name} is gone")
         wanted = {(r.driver, r.pool, r.device) for r in claim.results}
-        current = consuming_ids(obj)
+        current = allocated_ids(obj)
         if current is not None:
             if set(current) == wanted:
                 return  # written before a restart
@@ -281,7 +324,7 @@ class Releaser:
 
     async def _await_observed(self, namespace: str, reservation: schema.Reservation) -> None:
         def seen() -> bool:
-            return all(consuming_ids(self.view.claims.get(namespace, c.name) or {}) for c in reservation.claims)
+            return all(allocated_ids(self.view.claims.get(namespace, c.name) or {}) for c in reservation.claims)
 
         if not await self.view.claims.wait_until(seen, self.observe_timeout):
             raise ReleaseAborted("our claim allocations did not show up in the watch in time")
@@ -299,10 +342,12 @@ class Releaser:
     async def _verify(self, namespace: str, reservation: schema.Reservation) -> None:
         """A fresh read of every claim: no device of ours may be held by anyone else."""
         ours = {(namespace, c.name) for c in reservation.claims}
-        mine: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results}
+        whole: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results if _takes_whole(r)}
+        mine: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results if not r.admin_access}
         intruders, shared = [], set()
         for obj in await self.kube.list_claims():
-            both = set(consuming_ids(obj) or ()) & mine
+            # a share beside a share is no conflict (the repair judges capacity); anything beside a whole device is
+            both = (set(dedicated_ids(obj)) & mine) | ({d for d, _ in shares(obj)} & whole)
             if both and (obj["metadata"]["namespace"], obj["metadata"]["name"]) not in ours:
                 intruders.append(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
                 shared |= both
