@@ -1,0 +1,228 @@
+"""DRA features on the local control plane: gangs get the devices kube-scheduler's allocator would give them.
+
+Slices: published here through the API for a driver of our own
+(`features.example.com`): node-local pools on the kwok workers and a
+network-attached pool, carrying counters, taints, shared capacity and binding
+conditions, which the session's dra-example-driver slices do not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import Cluster, wait_for
+
+from phalanx.api import keys
+
+DRIVER = "features.example.com"
+
+
+def _device(name: str, kind: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "attributes": {"kind": {"string": kind}}, **extra}
+
+
+def _slice(name: str, pool: str, devices: list[dict[str, Any]], **where: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {"driver": DRIVER, "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1}, "devices": devices, **where},
+    }
+
+
+SLICES = [
+    _slice("features-fa", "fa", [_device("fa-0", "fa")], nodeName="worker-1"),
+    _slice(
+        "features-part",
+        "part",
+        [
+            _device("whole", "part", consumesCounters=[{"counterSet": "gpu-0", "counters": {"memory": {"value": "8"}}}]),
+            _device("half-0", "part", consumesCounters=[{"counterSet": "gpu-0", "counters": {"memory": {"value": "4"}}}]),
+            _device("half-1", "part", consumesCounters=[{"counterSet": "gpu-0", "counters": {"memory": {"value": "4"}}}]),
+        ],
+        nodeName="worker-2",
+    ),
+    _slice(
+        "features-taint",
+        "taint",
+        [_device("broken", "taint", taints=[{"key": "example.com/broken", "effect": "NoSchedule"}])],
+        nodeName="worker-3",
+    ),
+    _slice(
+        "features-nic",
+        "nic",
+        [
+            _device(
+                "nic",
+                "nic",
+                allowMultipleAllocations=True,
+                capacity={"bw": {"value": "10", "requestPolicy": {"default": "1", "validRange": {"min": "1", "step": "1"}}}},
+            )
+        ],
+        allNodes=True,
+    ),
+    _slice(
+        "features-bind",
+        "bind",
+        [_device("slow", "bind", bindingConditions=["Attached"], bindingFailureConditions=["AttachFailed"], bindsToNode=True)],
+        allNodes=True,
+    ),
+]
+SLICES[1]["spec"]["sharedCounters"] = [{"name": "gpu-0", "counters": {"memory": {"value": "8"}}}]
+CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "features"},
+    "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+}
+
+
+@pytest.fixture(scope="module")
+def features(cluster: Cluster) -> Iterator[None]:
+    objects = {"apiVersion": "v1", "kind": "List", "items": [CLASS, *SLICES]}
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(objects))
+    try:
+        yield
+    finally:
+        cluster.kubectl("delete", "-f", "-", "--wait=false", stdin=json.dumps(objects), check=False)
+
+
+def _kind(kind: str) -> list[dict[str, Any]]:
+    return [{"cel": {"expression": f"device.attributes['{DRIVER}'].kind == '{kind}'"}}]
+
+
+def _exactly(kind: str, **extra: Any) -> dict[str, Any]:
+    return {"deviceClassName": "features", "selectors": _kind(kind), **extra}
+
+
+def _gang(cluster: Cluster, namespace: str, name: str, size: int, requests: list[dict[str, Any]]) -> None:
+    """A gang of `size` ranks, each with its own claim from a template holding `requests`."""
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": requests}}},
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "annotations": {keys.MIN_COUNT: str(size)}},
+        "spec": {
+            "parallelism": size,
+            "completions": size,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": name}],
+                    "containers": [
+                        {
+                            "name": "rank",
+                            "image": "busybox:1.36",
+                            "command": ["sleep", "3600"],
+                            "resources": {"requests": {"cpu": "50m"}, "claims": [{"name": "dev"}]},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [template, job]}))
+
+
+def _pods(cluster: Cluster, namespace: str, job: str) -> list[dict]:
+    return cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")["items"]
+
+
+def _bound(cluster: Cluster, namespace: str, job: str, size: int) -> list[dict]:
+    def probe() -> list[dict] | None:
+        pods = [p for p in _pods(cluster, namespace, job) if p["spec"].get("nodeName")]
+        return pods if len(pods) == size else None
+
+    return wait_for(probe, f"{size} pods of {job} bound", timeout=120)
+
+
+def _results(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
+    """The allocation results of the job's claims, ordered by pod name."""
+    claims = {c["metadata"]["name"]: c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
+    out = []
+    for pod in sorted(_pods(cluster, namespace, job), key=lambda p: p["metadata"]["name"]):
+        for status in pod["status"].get("resourceClaimStatuses") or []:
+            claim = claims[status["resourceClaimName"]]
+            out.extend(((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or [])
+    return out
+
+
+def _short(cluster: Cluster, namespace: str, job: str) -> str:
+    """The PodGroup condition's message once it says the group does not fit."""
+
+    def probe() -> str | None:
+        items = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"{keys.JOB_NAME_LABEL}={job}")["items"]
+        for cond in ((items[0].get("status") or {}).get("conditions") or []) if items else []:
+            if cond["type"] == keys.INITIALLY_SCHEDULED and cond["status"] == "False" and "fit" in cond.get("message", ""):
+                return cond["message"]
+        return None
+
+    return wait_for(probe, f"{job} reported as not fitting", timeout=90)
+
+
+def test_first_available_falls_back_to_the_second_subrequest(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:
+    first = [
+        {
+            "name": "dev",
+            "firstAvailable": [
+                {"name": "two", **_exactly("fa", count=2)},
+                {"name": "one", **_exactly("fa")},
+            ],
+        }
+    ]
+    _gang(cluster, namespace, "fa", 1, first)
+    pods = _bound(cluster, namespace, "fa", 1)
+    assert pods[0]["spec"]["nodeName"] == "worker-1"
+    assert [(r["request"], r["device"]) for r in _results(cluster, namespace, "fa")] == [("dev/one", "fa-0")]
+
+
+def test_a_half_partition_in_use_blocks_the_whole_device(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:
+    # the search tries `whole` first and backs off: with it, no second partition fits
+    _gang(cluster, namespace, "pair", 1, [{"name": "dev", "exactly": _exactly("part", count=2)}])
+    _bound(cluster, namespace, "pair", 1)
+    assert sorted(r["device"] for r in _results(cluster, namespace, "pair")) == ["half-0", "half-1"]
+    _gang(cluster, namespace, "more", 1, [{"name": "dev", "exactly": _exactly("part")}])
+    assert "0 of 1" in _short(cluster, namespace, "more"), "whole stays blocked while the halves are in use"
+
+
+def test_a_tainted_device_needs_a_toleration(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:
+    _gang(cluster, namespace, "plain", 1, [{"name": "dev", "exactly": _exactly("taint")}])
+    assert "0 of 1" in _short(cluster, namespace, "plain")
+    cluster.kubectl("delete", "job", "plain", "-n", namespace, "--wait=true")
+    toleration = {"key": "example.com/broken", "operator": "Exists", "effect": "NoSchedule"}
+    _gang(cluster, namespace, "tolerant", 1, [{"name": "dev", "exactly": _exactly("taint", tolerations=[toleration])}])
+    _bound(cluster, namespace, "tolerant", 1)
+    [result] = _results(cluster, namespace, "tolerant")
+    assert result["device"] == "broken" and result["tolerations"] == [toleration]
+
+
+def test_consumable_capacity_shares_one_device_up_to_its_capacity(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:
+    share = [{"name": "dev", "exactly": _exactly("nic", capacity={"requests": {"bw": "5"}})}]
+    _gang(cluster, namespace, "share", 2, share)
+    _bound(cluster, namespace, "share", 2)
+    results = _results(cluster, namespace, "share")
+    assert [(r["request"], r["device"], r["consumedCapacity"]) for r in results] == [("dev", "nic", {"bw": "5"})] * 2
+    assert len({r["shareID"] for r in results}) == 2
+    _gang(cluster, namespace, "third", 1, share)
+    assert "0 of 1" in _short(cluster, namespace, "third"), "10 of bandwidth is spent by two shares of 5"
+
+
+def test_binding_conditions_are_copied_into_the_allocation(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:
+    _gang(cluster, namespace, "bind", 1, [{"name": "dev", "exactly": _exactly("bind")}])
+
+    def allocated() -> list[dict[str, Any]] | None:
+        return _results(cluster, namespace, "bind") or None
+
+    [result] = wait_for(allocated, "the claim allocated", timeout=90)
+    assert result["device"] == "slow"
+    assert result["bindingConditions"] == ["Attached"] and result["bindingFailureConditions"] == ["AttachFailed"]
