@@ -71,7 +71,13 @@ SLICES = [
         allNodes=True,
     ),
 ]
-SLICES[1]["spec"]["sharedCounters"] = [{"name": "gpu-0", "counters": {"memory": {"value": "8"}}}]
+# a pool's counters are published in a slice of their own (1.37 allows sharedCounters or devices, not both)
+COUNTERS = _slice("features-part-counters", "part", [], nodeName="worker-2")
+COUNTERS["spec"]["sharedCounters"] = [{"name": "gpu-0", "counters": {"memory": {"value": "8"}}}]
+del COUNTERS["spec"]["devices"]
+SLICES.append(COUNTERS)
+for part in (SLICES[1], COUNTERS):
+    part["spec"]["pool"]["resourceSliceCount"] = 2
 CLASS = {
     "apiVersion": "resource.k8s.io/v1",
     "kind": "DeviceClass",

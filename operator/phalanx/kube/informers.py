@@ -33,8 +33,19 @@ def key_of(obj: dict[str, Any]) -> Key:
 class Informer:
     """One resource: lists through `kube` at `path`, watches through the generated client's `watch_fn`."""
 
-    def __init__(self, name: str, kube: Kube, path: str, watch_fn: Callable[..., Awaitable[Any]], on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        kube: Kube,
+        path: str,
+        watch_fn: Callable[..., Awaitable[Any]],
+        on_change: Callable[[], None],
+        *,
+        optional: bool = False,
+    ) -> None:
         self.name = name
+        self.optional = optional
+        """A resource the server may not serve (404): then it is synced and empty, and asked for again now and then."""
         self._kube = kube
         self._path = path
         self._watch_fn = watch_fn
@@ -73,7 +84,11 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except (ApiException, ApiError) as exc:
-                if exc.status != 410:
+                if exc.status == 404 and self.optional:
+                    self.store = {}
+                    self.synced.set()
+                    await asyncio.sleep(60)
+                elif exc.status != 410:
                     logger.warning("%s: watch failed (%s), listing again", self.name, exc.status)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 30)
@@ -129,8 +144,11 @@ class ClusterView:
         def podgroups(**kwargs: Any) -> Awaitable[Any]:
             return custom.list_cluster_custom_object(GROUP, VERSION, "podgroups", **kwargs)
 
-        def informer(name: str, path: str, watch_fn: Callable[..., Awaitable[Any]]) -> Informer:
-            return Informer(name, kube, path, watch_fn, touch)
+        def informer(name: str, path: str, watch_fn: Callable[..., Awaitable[Any]], optional: bool = False) -> Informer:
+            return Informer(name, kube, path, watch_fn, touch, optional=optional)
+
+        def taint_rules(**kwargs: Any) -> Awaitable[Any]:
+            return custom.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules", **kwargs)
 
         self.nodes = informer("nodes", "/api/v1/nodes", core.list_node)
         self.pods = informer("pods", "/api/v1/pods", core.list_pod_for_all_namespaces)
@@ -144,7 +162,19 @@ class ClusterView:
             "/apis/policy/v1/poddisruptionbudgets",
             client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces,
         )
-        self.informers = [self.nodes, self.pods, self.slices, self.claims, self.classes, self.priorities, self.podgroups, self.budgets]
+        # DeviceTaintRules taint devices for every allocator (GA in 1.37; a 1.34 server without the gate has none)
+        self.taint_rules = informer("devicetaintrules", "/apis/resource.k8s.io/v1/devicetaintrules", taint_rules, optional=True)
+        self.informers = [
+            self.nodes,
+            self.pods,
+            self.slices,
+            self.claims,
+            self.classes,
+            self.priorities,
+            self.podgroups,
+            self.budgets,
+            self.taint_rules,
+        ]
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

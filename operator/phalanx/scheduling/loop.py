@@ -309,7 +309,12 @@ class SchedulingLoop:
     def _snapshot(self, for_group: Mapping[str, Any] | None = None) -> Snapshot:
         """This cycle's cluster; devices a preemption freed for another group count as held."""
         snapshot = inputs.build(
-            self.view.nodes.items(), self.view.pods.items(), self.view.slices.items(), self.view.claims.items(), self.view.classes.items()
+            self.view.nodes.items(),
+            self.view.pods.items(),
+            self.view.slices.items(),
+            self.view.claims.items(),
+            self.view.classes.items(),
+            self.view.taint_rules.items(),
         )
         others = {
             d
