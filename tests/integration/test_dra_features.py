@@ -82,7 +82,7 @@ CLASS = {
     "apiVersion": "resource.k8s.io/v1",
     "kind": "DeviceClass",
     "metadata": {"name": "features"},
-    "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+    "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}], "extendedResourceName": "example.com/feature"},
 }
 
 
@@ -104,8 +104,11 @@ def _exactly(kind: str, **extra: Any) -> dict[str, Any]:
     return {"deviceClassName": "features", "selectors": _kind(kind), **extra}
 
 
-def _gang(cluster: Cluster, namespace: str, name: str, size: int, requests: list[dict[str, Any]]) -> None:
-    """A gang of `size` ranks, each with its own claim from a template holding `requests`."""
+def _gang(
+    cluster: Cluster, namespace: str, name: str, size: int, requests: list[dict[str, Any]], extended: dict[str, str] | None = None
+) -> None:
+    """A gang of `size` ranks, each with its own claim from a template holding `requests`; with `extended`, ranks ask
+    for those extended resources instead of a claim."""
     template = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -137,7 +140,12 @@ def _gang(cluster: Cluster, namespace: str, name: str, size: int, requests: list
             },
         },
     }
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [template, job]}))
+    if extended:
+        spec = job["spec"]["template"]["spec"]
+        del spec["resourceClaims"]
+        spec["containers"][0]["resources"] = {"requests": {"cpu": "50m", **extended}, "limits": extended}
+    items = [job] if extended else [template, job]
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
 def _pods(cluster: Cluster, namespace: str, job: str) -> list[dict]:
@@ -232,3 +240,33 @@ def test_binding_conditions_are_copied_into_the_allocation(cluster: Cluster, ope
     [result] = wait_for(allocated, "the claim allocated", timeout=90)
     assert result["device"] == "slow"
     assert result["bindingConditions"] == ["Attached"] and result["bindingFailureConditions"] == ["AttachFailed"]
+
+
+def test_an_admin_access_claim_consumes_nothing(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:
+    cluster.kubectl("label", "namespace", namespace, "resource.kubernetes.io/admin-access=true")
+    _gang(cluster, namespace, "user", 1, [{"name": "dev", "exactly": _exactly("fa")}])
+    _bound(cluster, namespace, "user", 1)
+    _gang(cluster, namespace, "monitor", 1, [{"name": "dev", "exactly": _exactly("fa", adminAccess=True)}])
+    _bound(cluster, namespace, "monitor", 1)
+    [used] = _results(cluster, namespace, "user")
+    [watched] = _results(cluster, namespace, "monitor")
+    assert (used["device"], watched["device"], watched["adminAccess"]) == ("fa-0", "fa-0", True)
+    assert "adminAccess" not in used
+    _gang(cluster, namespace, "second", 1, [{"name": "dev", "exactly": _exactly("fa")}])
+    assert "0 of 1" in _short(cluster, namespace, "second"), "the monitor took nothing, the user still holds fa-0"
+
+
+def test_an_extended_resource_pod_is_reported_exactly(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:
+    """Phalanx does not create the scheduler's extended-resource claim: the condition names the field and the class."""
+    _gang(cluster, namespace, "ext", 1, [], extended={"example.com/feature": "1"})
+
+    def message() -> str | None:
+        items = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"{keys.JOB_NAME_LABEL}={'ext'}")["items"]
+        for cond in ((items[0].get("status") or {}).get("conditions") or []) if items else []:
+            if cond["type"] == keys.INITIALLY_SCHEDULED and "not planned" in cond.get("message", ""):
+                return cond["message"]
+        return None
+
+    text = wait_for(message, "the extended resource named in the condition", timeout=90)
+    assert "resources.requests[example.com/feature]" in text and "DeviceClass features" in text
+    assert all(not p["spec"].get("nodeName") for p in _pods(cluster, namespace, "ext"))
