@@ -331,3 +331,13 @@ def test_an_extended_resource_served_by_a_device_class_is_named_not_short() -> N
     result = plan(snap, group)
     assert isinstance(result, Short) and result.unmodelled
     assert "resources.requests[example.com/gpu]" in result.message and "DeviceClass features" in result.message
+
+
+def test_a_pods_claims_are_searched_together_so_an_earlier_claim_backs_off() -> None:
+    """Claim c0 would take the only small device first-fit; c1 needs it: upstream backtracks c0 onto the big one."""
+    c0 = Claim("ml", "c0", "uid-c0", (one(),))
+    c1 = Claim("ml", "c1", "uid-c1", (one(device_class="small"),))
+    snap = snapshot([dev("a", size="small"), dev("b")])
+    snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({c0.key: c0, c1.key: c1})})
+    group = Group("ml", "g", 1, (Member("ml", "p", "uid-p", frozen_map({"cpu": 10}), claims=("c0", "c1")),))
+    assert results(plan(snap, group)) == [("r", "b"), ("r", "a")]

@@ -200,32 +200,35 @@ def _applies(constraint: MatchAttribute, base: str, full: str) -> bool:
 
 @dataclass
 class _Search:
-    claim: Claim
+    """One pod's unallocated claims, searched together as the scheduler does: claims in order, then requests."""
+
+    claims: Sequence[Claim]
     reachable: Sequence[Device]
     ledger: Ledger
     classes: Mapping[str, DeviceClass]
     matcher: DeviceMatcher
-    results: list[Result] = field(default_factory=list)
+    results: list[list[Result]] = field(default_factory=list)
     undos: list[Undo] = field(default_factory=list)
-    mine: set[DeviceId] = field(default_factory=set)
-    """Devices this claim's allocation marked in use so far (admin access included)."""
-    values: list[list[Any]] = field(default_factory=list)
+    marked: dict[DeviceId, set[int]] = field(default_factory=dict)
+    """Devices this search marked in use, by the claims (their index) it marked them for (admin access included)."""
+    values: list[list[list[Any]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.values = [[] for _ in self.claim.constraints]
+        self.results = [[] for _ in self.claims]
+        self.values = [[[] for _ in c.constraints] for c in self.claims]
 
-    def request(self, index: int) -> bool:
-        if index == len(self.claim.requests):
+    def request(self, ci: int, index: int) -> bool:
+        if ci == len(self.claims):
             return True
-        request = self.claim.requests[index]
+        claim = self.claims[ci]
+        if index == len(claim.requests):
+            return self.request(ci + 1, 0)
+        request = claim.requests[index]
         if request.subrequests:
-            return any(self.exact(index, sub, request.name, f"{request.name}/{sub.name}") for sub in request.subrequests)
-        return self.exact(index, request, request.name, request.name)
+            return any(self.exact(ci, index, sub, request.name, f"{request.name}/{sub.name}") for sub in request.subrequests)
+        return self.exact(ci, index, request, request.name, request.name)
 
-    def selectable(self, device: Device, device_class: DeviceClass, request: DeviceRequest) -> bool:
-        return self.matcher.eligible(device, device_class, request)
-
-    def exact(self, index: int, request: DeviceRequest, base: str, full: str) -> bool:
+    def exact(self, ci: int, index: int, request: DeviceRequest, base: str, full: str) -> bool:
         device_class = self.classes.get(request.device_class)
         if device_class is None:
             return False
@@ -233,49 +236,49 @@ class _Search:
             every = [
                 d
                 for d in self.reachable
-                if self.selectable(d, device_class, request) and consumption(request, d, {}) is not None  # static capacity only
+                if self.matcher.eligible(d, device_class, request) and consumption(request, d, {}) is not None  # static capacity only
             ]
-            if not every or len(every) > MAX_RESULTS - len(self.results):
+            if not every or len(every) > MAX_RESULTS - len(self.results[ci]):
                 return False
             mark = len(self.undos)
             for device in every:
-                if not self.add(device, request, base, full):
+                if not self.add(ci, device, request, base, full):
                     self.rewind(mark)
                     return False
-            if self.request(index + 1):
+            if self.request(ci, index + 1):
                 return True
             self.rewind(mark)
             return False
-        return self.pick(index, request, device_class, base, full, request.count, 0)
+        return self.pick(ci, index, request, device_class, base, full, request.count, 0)
 
-    def pick(self, index: int, request: DeviceRequest, device_class: DeviceClass, base: str, full: str, left: int, start: int) -> bool:
+    def pick(
+        self, ci: int, index: int, request: DeviceRequest, device_class: DeviceClass, base: str, full: str, left: int, start: int
+    ) -> bool:
         if left == 0:
-            return self.request(index + 1)
-        if left > MAX_RESULTS - len(self.results):
+            return self.request(ci, index + 1)
+        if left > MAX_RESULTS - len(self.results[ci]):
             return False
         for position in range(start, len(self.reachable)):
             device = self.reachable[position]
-            if request.admin_access:
-                if device.id in self.mine and not device.allow_multiple:
-                    continue
-            elif device.id in self.ledger.taken or device.id in self.mine:
-                continue
-            if not self.selectable(device, device_class, request):
+            if self.busy(ci, device, request) or not self.matcher.eligible(device, device_class, request):
                 continue
             mark = len(self.undos)
-            if not self.add(device, request, base, full):
+            if not self.add(ci, device, request, base, full):
                 continue
-            if self.pick(index, request, device_class, base, full, left - 1, position + 1):
+            if self.pick(ci, index, request, device_class, base, full, left - 1, position + 1):
                 return True
             self.rewind(mark)
         return False
 
-    def add(self, device: Device, request: DeviceRequest, base: str, full: str) -> bool:
-        """Take `device` for `request` if the in-use, counter, taint, constraint and capacity rules allow it."""
+    def busy(self, ci: int, device: Device, request: DeviceRequest) -> bool:
+        """In use: by others, or by this search; admin access only minds its own claim, and not on a shared device."""
         if request.admin_access:
-            if device.id in self.mine and not device.allow_multiple:
-                return False
-        elif device.id in self.ledger.taken or device.id in self.mine:
+            return not device.allow_multiple and ci in self.marked.get(device.id, ())
+        return device.id in self.ledger.taken or bool(self.marked.get(device.id))
+
+    def add(self, ci: int, device: Device, request: DeviceRequest, base: str, full: str) -> bool:
+        """Take `device` for `request` if the in-use, counter, taint, constraint and capacity rules allow it."""
+        if self.busy(ci, device, request):
             return False
         shared_in_use = device.allow_multiple and device.id in self.ledger.shares
         charge = bool(device.consumes) and not shared_in_use
@@ -283,30 +286,32 @@ class _Search:
             return False
         if tainted(device, request.tolerations):
             return False
+        claim = self.claims[ci]
+        values = self.values[ci]
         added = []
-        for i, constraint in enumerate(self.claim.constraints):
+        for i, constraint in enumerate(claim.constraints):
             if not _applies(constraint, base, full):
                 continue
             value = device.attributes.get(constraint.attribute)
-            seen = self.values[i]
+            seen = values[i]
             if value is None or (seen and not constraint.distinct and value != seen[0]) or (constraint.distinct and value in seen):
                 for j in reversed(added):
-                    self.values[j].pop()
+                    values[j].pop()
                 return False
             seen.append(value)
             added.append(i)
         consumed = consumption(request, device, self.ledger.shares.get(device.id, {}))
         if consumed is None:
             for j in reversed(added):
-                self.values[j].pop()
+                values[j].pop()
             return False
         share = device.allow_multiple
         # admin access takes nothing from others: once written, kube-scheduler does not count it as in use
         undo_ledger = _nothing if request.admin_access else self.ledger.take(device, consumed if share else None, charge)
-        marked = not share
-        if marked:
-            self.mine.add(device.id)
-        self.results.append(
+        if not share:
+            self.marked.setdefault(device.id, set()).add(ci)
+        results = self.results[ci]
+        results.append(
             Result(
                 request=full,
                 driver=device.driver,
@@ -314,7 +319,7 @@ class _Search:
                 device=device.name,
                 admin_access=request.admin_access,
                 tolerations=request.tolerations,
-                share_id=_share_id(self.claim, full, device, len(self.results)) if share else None,
+                share_id=_share_id(claim, full, device, len(results)) if share else None,
                 consumed=frozen_map(consumed if share else {}),
                 binding_conditions=device.binding_conditions,
                 binding_failure_conditions=device.binding_failure_conditions,
@@ -322,12 +327,12 @@ class _Search:
         )
 
         def undo() -> None:
-            self.results.pop()
-            if marked:
-                self.mine.discard(device.id)
+            results.pop()
+            if not share:
+                self.marked[device.id].discard(ci)
             undo_ledger()
             for j in reversed(added):
-                self.values[j].pop()
+                values[j].pop()
 
         self.undos.append(undo)
         return True
@@ -346,19 +351,18 @@ def _share_id(claim: Claim, request: str, device: Device, index: int) -> str:
     return str(uuid.uuid5(_SHARE_NAMESPACE, f"{claim.uid}/{request}/{index}/{'/'.join(device.id)}"))
 
 
-def allocate(
-    claim: Claim,
+def allocate_all(
+    claims: Sequence[Claim],
     reachable: Sequence[Device],
     ledger: Ledger,
     classes: Mapping[str, DeviceClass],
     matcher: DeviceMatcher,
-) -> tuple[tuple[Result, ...], Undo] | None:
-    """Devices for every request of `claim` from `reachable` (in pool order), charged to `ledger`; None if impossible.
-
-    Returns the results and the undo that gives back what they took from the ledger.
-    """
-    search = _Search(claim, reachable, ledger, classes, matcher)
-    if not search.request(0):
+) -> tuple[tuple[tuple[Result, ...], ...], Undo] | None:
+    """Devices for every request of every claim (one pod's unallocated claims, in the pod's order) from `reachable`
+    (in pool order), charged to `ledger`; None if impossible. Returns the results per claim and the undo that gives
+    back what they took from the ledger."""
+    search = _Search(claims, reachable, ledger, classes, matcher)
+    if not search.request(0, 0):
         return None
     undos = list(search.undos)
 
@@ -366,4 +370,16 @@ def allocate(
         for step in reversed(undos):
             step()
 
-    return tuple(search.results), undo
+    return tuple(tuple(r) for r in search.results), undo
+
+
+def allocate(
+    claim: Claim,
+    reachable: Sequence[Device],
+    ledger: Ledger,
+    classes: Mapping[str, DeviceClass],
+    matcher: DeviceMatcher,
+) -> tuple[tuple[Result, ...], Undo] | None:
+    """One claim: `allocate_all` of it alone."""
+    got = allocate_all((claim,), reachable, ledger, classes, matcher)
+    return None if got is None else (got[0][0], got[1])

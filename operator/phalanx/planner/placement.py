@@ -27,7 +27,7 @@ from typing import Any
 
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
-from phalanx.planner.allocator import MAX_RESULTS, Ledger, Result, Undo, allocate, pool_order
+from phalanx.planner.allocator import MAX_RESULTS, Ledger, Result, Undo, allocate_all, pool_order
 from phalanx.planner.devices import DeviceMatcher
 from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, SelectorTerm, Snapshot
 
@@ -183,36 +183,30 @@ class _Planner:
         needs["pods"] += 1
         if any(free.get(k, 0) < v for k, v in needs.items() if v > 0):
             return None
-        new: list[ClaimPlan] = []
-        undos: list[Undo] = []
-
-        def give_back() -> None:
-            for undo in reversed(undos):
-                undo()
-
+        pending: list[Claim] = []
         for claim_name in member.claims:
             claim = self.snapshot.claims.get((member.namespace, claim_name))
             if claim is None:
-                give_back()
                 return None
-            planned = next((p for p in new if p.name == claim_name), None) or state.claims.get(claim.key)
+            planned = state.claims.get(claim.key)
             if planned is not None or claim.allocated is not None:
                 pinned = (planned.node if planned.pinned else None) if planned is not None else claim.allocated_node
                 if pinned is not None and pinned != node.name:
-                    give_back()
                     return None
                 continue
-            got = allocate(claim, self.reachable(node), state.ledger, self.snapshot.classes, self.matcher)
+            if claim not in pending:
+                pending.append(claim)
+        new: list[ClaimPlan] = []
+        if pending:
+            got = allocate_all(pending, self.reachable(node), state.ledger, self.snapshot.classes, self.matcher)
             if got is None:
-                give_back()
                 return None
-            results, undo = got
-            undos.append(undo)
-            new.append(_claim_plan(claim, node, results, self.snapshot, self.device_by_id))
+            per_claim, undo = got
+            new = [_claim_plan(c, node, r, self.snapshot, self.device_by_id) for c, r in zip(pending, per_claim, strict=True)]
+            state.undos[(new[0].namespace, new[0].name)] = undo  # one undo gives back every claim of this member
         free.subtract(needs)
-        for plan, undo in zip(new, undos, strict=True):
+        for plan in new:
             state.claims[(plan.namespace, plan.name)] = plan
-            state.undos[(plan.namespace, plan.name)] = undo
         state.placed.append((member, node.name))
         state.used_nodes[node.name] = state.used_nodes.get(node.name, 0) + 1
         if state.tally is not None:
@@ -223,9 +217,10 @@ class _Planner:
         needs = Counter(member.requests)
         needs["pods"] += 1
         state.free[node.name].update(needs)
-        for plan in reversed(new):
+        for plan in new:
             del state.claims[(plan.namespace, plan.name)]
-            state.undos.pop((plan.namespace, plan.name))()
+        if new:
+            state.undos.pop((new[0].namespace, new[0].name))()
         state.placed.pop()
         state.used_nodes[node.name] -= 1
         if not state.used_nodes[node.name]:
