@@ -240,6 +240,24 @@ def test_binding_conditions_are_copied_into_the_allocation(cluster: Cluster, ope
     [result] = wait_for(allocated, "the claim allocated", timeout=90)
     assert result["device"] == "slow"
     assert result["bindingConditions"] == ["Attached"] and result["bindingFailureConditions"] == ["AttachFailed"]
+    claims = cluster.get("resourceclaims", "-n", namespace)["items"]
+    assert all(c["status"]["allocation"].get("allocationTimestamp") for c in claims), "kube-scheduler's binding timeout counts from it"
+    assert not [p for p in _pods(cluster, namespace, "bind") if p["spec"].get("nodeName")], "kube-scheduler waits for Attached"
+    [claim] = claims
+    attached = {"type": "Attached", "status": "True", "reason": "Test", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    status = {"status": {"devices": [{"driver": DRIVER, "pool": "bind", "device": "slow", "conditions": [attached]}]}}
+    cluster.kubectl(
+        "patch",
+        "resourceclaim",
+        claim["metadata"]["name"],
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(status),
+    )
+    _bound(cluster, namespace, "bind", 1)
 
 
 def test_an_admin_access_claim_consumes_nothing(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:

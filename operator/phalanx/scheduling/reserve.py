@@ -313,7 +313,8 @@ class Releaser:
                 claim_path(namespace, claim.name, status=True),
                 {
                     "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                    "status": {"allocation": allocation(claim), "reservedFor": users},
+                    # the binding-conditions timeout of kube-scheduler counts from allocationTimestamp, which it sets
+                    "status": {"allocation": {**allocation(claim), "allocationTimestamp": conditions.now()}, "reservedFor": users},
                 },
             )
         except Conflict:
