@@ -254,7 +254,9 @@ def stop_cluster(cluster: LocalCluster) -> None:
     name = cluster.spec.name
     pid = operatorproc.stop_background(cluster)
     if pid is not None:
-        _say(f"stopped the operator (pid {pid}); its webhook configurations were deleted")
+        left = operatorproc.webhook_configurations(cluster) if cluster.answers() else []
+        withdrawn = f"its webhook configurations were left behind: {', '.join(left)}" if left else "its webhook configurations are gone"
+        _say(f"stopped the operator (pid {pid}); {withdrawn}")
     if not cluster.cluster_dir.exists():
         _say(f"cluster {name} is not up; nothing else to stop")
         return

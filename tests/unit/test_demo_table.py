@@ -47,5 +47,5 @@ def test_keep_accepts_only_true_or_1(value: str, keep: bool) -> None:
 
 @pytest.mark.parametrize("value", ["yes", "2", "keep"])
 def test_keep_refuses_anything_else(value: str) -> None:
-    with pytest.raises(SystemExit, match="KEEP=.* is not understood"):
+    with pytest.raises(SystemExit, match=r"KEEP=.* is not understood"):
         keep_flag(value)

@@ -46,9 +46,7 @@ def test_run_without_a_kubeconfig_exits_at_once_with_the_fix(tmp_path: Path, mon
 
 
 @pytest.mark.parametrize("command", [["cluster", "kubeconfig"], ["cluster", "kubectl", "get", "pods"], ["cluster", "logs"]])
-def test_cluster_commands_say_the_cluster_is_not_up(
-    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
+def test_cluster_commands_say_the_cluster_is_not_up(command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setenv("PHALANX_CACHE", str(tmp_path))
     assert cli.main([*command, "--name", "nowhere"] if command[1] != "kubectl" else [*command[:2], "--name", "nowhere", *command[2:]]) == 1
     captured = capsys.readouterr()

@@ -23,6 +23,7 @@ from pathlib import Path
 from phalanx.localcluster.cluster import LocalCluster
 
 NAMESPACE = "phalanx-system"
+WEBHOOK_CONFIGURATION = "jobs.scheduling.phalanx.dev"
 _PROBE_JOB = {
     "apiVersion": "batch/v1",
     "kind": "Job",
@@ -122,6 +123,12 @@ def _wait_admitting(cluster: LocalCluster, operator: OperatorProcess, timeout: f
         if time.monotonic() > deadline:
             raise TimeoutError(f"operator not admitting Jobs after {timeout}s: {proc.stderr}\n{operator.logs()}")
         time.sleep(0.5)
+
+
+def webhook_configurations(cluster: LocalCluster) -> list[str]:
+    """Phalanx's webhook configurations present in the cluster, as kind/name."""
+    proc = cluster.kubectl("get", "mutatingwebhookconfigurations,validatingwebhookconfigurations", "-o", "name")
+    return [line for line in proc.stdout.split() if line.endswith(f"/{WEBHOOK_CONFIGURATION}")]
 
 
 def state_file(cluster: LocalCluster) -> Path:
