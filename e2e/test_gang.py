@@ -22,9 +22,9 @@ def _pod_group(cluster: Cluster, namespace: str, job: str) -> dict | None:
     return items[0] if items else None
 
 
-def _condition(pod_group: dict | None) -> dict:
+def _condition(pod_group: dict | None, type_: str = SCHEDULED) -> dict:
     for cond in ((pod_group or {}).get("status") or {}).get("conditions") or []:
-        if cond["type"] == SCHEDULED:
+        if cond["type"] == type_:
             return cond
     return {}
 
@@ -88,6 +88,11 @@ def _example_2(cluster: Cluster, namespace: str) -> None:
     # going; what must never happen is a member bound before the whole group is reserved and pinned.
     assert all(bound == 0 or (reserved, pinned) == (RANKS, RANKS) for bound, reserved, pinned in observations), observations
     assert wait_for(lambda: _condition(_pod_group(cluster, namespace, "train-b")).get("reason") == "Scheduled", "train-b Scheduled")
+    gated = wait_for(
+        lambda: (c := _condition(_pod_group(cluster, namespace, "train-b"), "PodsGated")).get("status") == "False" and c,
+        "train-b PodsGated=False once released",
+    )
+    assert gated["reason"] == "GatesLifted", gated
     for claim in cluster.get("resourceclaims", "-n", namespace)["items"]:
         if claim["metadata"]["name"].startswith("train-b"):
             assert claim["status"]["reservedFor"][0]["name"].startswith("train-b")

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import kopf
 import prometheus_client
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
+from phalanx import preflight
 from phalanx.api.intent import Mode
 from phalanx.jobs import controller, webhook_config, webhooks
 from phalanx.kube import tls
@@ -22,6 +23,7 @@ from phalanx.kube.informers import ClusterView
 from phalanx.scheduling.loop import SchedulingLoop
 
 __all__ = ["controller", "webhooks"]  # imported for their Kopf handlers, registered on import
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,16 +59,22 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     settings.peering.standalone = True
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
-    api = await _api_client()
+    api = await preflight.api_client()
     memo.kube = Kube(api)
     dropped = await _job_scheduling_dropped(api)
     memo.config = cfg = OperatorConfig(**{**cfg.__dict__, "job_scheduling_dropped": dropped})
     cert = tls.load(cfg.tls_dir) if cfg.tls_dir else tls.generate(Path(tempfile.mkdtemp(prefix="phalanx-tls-")), cfg.cert_hosts())
-    settings.admission.server = kopf.WebhookServer(
-        addr=cfg.webhook_listen, port=cfg.webhook_port, certfile=str(cert.cert_file), pkeyfile=str(cert.key_file)
+    bodies = webhook_config.configurations(cfg.endpoint(), cert.ca_pem, cfg.namespace)
+    on_serving = None
+    if cfg.webhook_service:
+        for kind, body in bodies.items():
+            await memo.kube.apply_webhook_configuration(kind, body)
+    else:
+        memo.webhooks = webhook_config.SelfManaged(memo.kube, bodies)
+        on_serving = memo.webhooks.publish
+    settings.admission.server = _PublishingServer(
+        on_serving=on_serving, addr=cfg.webhook_listen, port=cfg.webhook_port, certfile=str(cert.cert_file), pkeyfile=str(cert.key_file)
     )
-    for kind, body in webhook_config.configurations(cfg.endpoint(), cert.ca_pem, cfg.namespace).items():
-        await memo.kube.apply_webhook_configuration(kind, body)
     if cfg.metrics_port:
         prometheus_client.start_http_server(cfg.metrics_port)
     memo.view = ClusterView(memo.kube)
@@ -79,6 +87,21 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     )
 
 
+class _PublishingServer(kopf.WebhookServer):
+    """Kopf's webhook server that calls `on_serving` each time it starts listening, before anything is routed to it."""
+
+    def __init__(self, *, on_serving: Callable[[], Awaitable[None]] | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._on_serving = on_serving
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        async for client_config in super().__call__(fn):
+            if self._on_serving is not None:
+                await self._on_serving()
+                logger.info("webhook server listening; webhook configurations %s written", webhook_config.CONFIGURATION_NAME)
+            yield client_config
+
+
 @kopf.on.cleanup()
 async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
     task = getattr(memo, "loop_task", None)
@@ -88,18 +111,16 @@ async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
     view = getattr(memo, "view", None)
     if view is not None:
         await view.stop()
+    webhooks = getattr(memo, "webhooks", None)
+    if webhooks is not None and webhooks.published:
+        await webhooks.withdraw()
+        logger.info(
+            "webhook configurations %s deleted: gang Jobs are admitted ungated until an operator runs again",
+            webhook_config.CONFIGURATION_NAME,
+        )
     kube = getattr(memo, "kube", None)
     if kube is not None:
         await kube.api.close()
-
-
-async def _api_client() -> client.ApiClient:
-    configuration = client.Configuration()
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        await config.load_kube_config(client_configuration=configuration)
-    return client.ApiClient(configuration)
 
 
 async def _job_scheduling_dropped(api: client.ApiClient) -> bool | None:
@@ -114,5 +135,7 @@ async def _job_scheduling_dropped(api: client.ApiClient) -> bool | None:
 
 
 def run(cfg: OperatorConfig) -> None:
+    """Check the kubeconfig, the API server and the CRDs (PreflightError says what is wrong), then run Kopf until stopped."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(preflight.run())
     kopf.run(clusterwide=True, standalone=True, memo=kopf.Memo(config=cfg), liveness_endpoint=cfg.liveness)

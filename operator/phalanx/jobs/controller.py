@@ -70,12 +70,7 @@ async def reconcile(kube: Kube, job: dict[str, Any], source: objects.GangSource,
 
 async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.GangSource, pod_group: dict[str, Any], logger: Any) -> None:
     """The PodsGated condition is this controller's; PodGroupInitiallyScheduled belongs to the release loop."""
-    generation = pod_group["metadata"].get("generation")
-    if source.gated:
-        message = f"pods are held by {keys.SCHEDULING_GATE} until the group can be placed"
-        wanted = conditions.condition(keys.GATED, True, "Gated", message, generation)
-    else:
-        wanted = conditions.condition(keys.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(gate=keys.SCHEDULING_GATE), generation)
+    wanted = gating_condition(source.gated, pod_group)
     existing = (pod_group.get("status") or {}).get("conditions") or []
     merged = conditions.merged(existing, wanted)
     if merged is None:
@@ -85,6 +80,20 @@ async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.Ga
     if not source.gated:
         logger.warning(f"gang Job {source.namespace}/{source.name} was admitted without its scheduling gate")
         await kube.event(job_ref, type_="Warning", reason="GangNotEnforced", message=NOT_GATED_MESSAGE.format(gate=keys.SCHEDULING_GATE))
+
+
+def gating_condition(gated: bool, pod_group: dict[str, Any]) -> dict[str, Any]:
+    """PodsGated: True while the group waits behind the gate, False once the loop released it whole (or when the
+    template was never gated). Level-triggered: a group torn down and admitted again is gated again."""
+    generation = pod_group["metadata"].get("generation")
+    if not gated:
+        return conditions.condition(keys.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(gate=keys.SCHEDULING_GATE), generation)
+    scheduled = next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c.get("type") == keys.INITIALLY_SCHEDULED), {})
+    if scheduled.get("status") == "True" or scheduled.get("reason") == "Released":
+        message = f"the whole group was placed and {keys.SCHEDULING_GATE} lifted from its members; later members are released as they fit"
+        return conditions.condition(keys.GATED, False, "GatesLifted", message, generation)
+    message = f"pods are held by {keys.SCHEDULING_GATE} until the group can be placed"
+    return conditions.condition(keys.GATED, True, "Gated", message, generation)
 
 
 def _policy_text(source: objects.GangSource) -> str:

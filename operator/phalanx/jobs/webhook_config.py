@@ -13,15 +13,22 @@ own, so that the blast radius is as small as the API allows:
   operator can always be repaired;
 * `failurePolicy: Fail` for the Jobs that remain: a gang Job admitted without
   its gate would run pod by pod, which is the failure Phalanx exists to prevent.
+
+Who writes them is a seam: in cluster (a Service) the operator writes them at
+start-up and they stay; run outside the cluster (a URL, the local control
+plane) `SelfManaged` writes them only once the server serves and deletes them
+on a clean shutdown (see its docstring for the trade-off).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api.keys import GROUP
+from phalanx.kube.client import Kube, NotFound
 
 MUTATE_ID = "job-gang-mutate"
 VALIDATE_ID = "job-gang-validate"
@@ -127,3 +134,34 @@ def configurations(endpoint: Endpoint, ca_pem: bytes, operator_namespace: str) -
             "webhooks": [webhook("jobs-validate", VALIDATE_ID)],
         },
     }
+
+
+class SelfManaged:
+    """Local (URL) mode: the operator owns its configurations' whole lifetime.
+
+    It writes them only once its webhook server serves, and deletes them on a
+    clean shutdown, so a stopped operator never leaves the API server calling a
+    dead port ("connection refused") for every gang Job. The trade-off against
+    `failurePolicy: Fail`: while no operator runs, gang Jobs are admitted
+    without their gate (they run pod by pod, as on a cluster without Phalanx,
+    and get a GangNotEnforced event once an operator is back) instead of being
+    refused. A crashed operator (SIGKILL) removes nothing: its configurations
+    keep refusing gang Jobs until it is started again or they are deleted.
+    In-cluster mode (a Service) keeps `Fail` semantics and never withdraws.
+    """
+
+    def __init__(self, kube: Kube, bodies: dict[str, dict[str, Any]]) -> None:
+        self.kube = kube
+        self.bodies = bodies
+        self.published = False
+
+    async def publish(self) -> None:
+        for kind, body in self.bodies.items():
+            await self.kube.apply_webhook_configuration(kind, body)
+        self.published = True
+
+    async def withdraw(self) -> None:
+        for kind, body in self.bodies.items():
+            with contextlib.suppress(NotFound):
+                await self.kube.delete(f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s/{body['metadata']['name']}")
+        self.published = False

@@ -130,6 +130,12 @@ class LocalCluster:
     def exists(self) -> bool:
         return self.kubeconfig.exists()
 
+    def answers(self) -> bool:
+        """The API server of an existing cluster is up and ready (its state may outlive its processes)."""
+        if not self.exists():
+            return False
+        return self.kubectl("get", "--raw", "/readyz", "--request-timeout=5s", check=False).returncode == 0
+
     def up(self) -> None:
         env = self._env()
         started = time.monotonic()

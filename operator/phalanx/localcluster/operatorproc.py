@@ -8,6 +8,7 @@ admission chain (server-side dry run) comes back gated.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 from phalanx.localcluster.cluster import LocalCluster
 
 NAMESPACE = "phalanx-system"
+WEBHOOK_CONFIGURATION = "jobs.scheduling.phalanx.dev"
 _PROBE_JOB = {
     "apiVersion": "batch/v1",
     "kind": "Job",
@@ -47,6 +49,7 @@ class OperatorProcess:
     process: subprocess.Popen[bytes]
     log: Path
     metrics_port: int
+    webhook_port: int = 0
 
     def logs(self) -> str:
         return self.log.read_text()
@@ -67,10 +70,14 @@ def install(cluster: LocalCluster, repo: Path) -> None:
     cluster.kubectl("apply", "-f", str(repo / "manifests" / "namespace.yaml"), "-f", str(repo / "manifests" / "rbac.yaml"))
 
 
-def start(cluster: LocalCluster, repo: Path, *, extra_args: tuple[str, ...] = (), timeout: float = 60) -> OperatorProcess:
+def start(
+    cluster: LocalCluster, repo: Path, *, extra_args: tuple[str, ...] = (), timeout: float = 60, log: Path | None = None
+) -> OperatorProcess:
+    """Install, start and wait until the operator admits Jobs; it logs to `log` (a fresh temporary file by default)."""
     install(cluster, repo)
     kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, "phalanx")
-    log = Path(tempfile.mkstemp(prefix=f"phalanx-operator-{cluster.spec.name}-", suffix=".log")[1])
+    if log is None:
+        log = Path(tempfile.mkstemp(prefix=f"phalanx-operator-{cluster.spec.name}-", suffix=".log")[1])
     webhook_port, metrics_port, liveness_port = free_ports(3)
     args = [
         sys.executable,
@@ -95,7 +102,7 @@ def start(cluster: LocalCluster, repo: Path, *, extra_args: tuple[str, ...] = ()
         process = subprocess.Popen(
             args, env=dict(os.environ, KUBECONFIG=str(kubeconfig)), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    handle = OperatorProcess(process, log, metrics_port)
+    handle = OperatorProcess(process, log, metrics_port, webhook_port)
     try:
         _wait_admitting(cluster, handle, timeout)
     except BaseException:
@@ -116,3 +123,66 @@ def _wait_admitting(cluster: LocalCluster, operator: OperatorProcess, timeout: f
         if time.monotonic() > deadline:
             raise TimeoutError(f"operator not admitting Jobs after {timeout}s: {proc.stderr}\n{operator.logs()}")
         time.sleep(0.5)
+
+
+def webhook_configurations(cluster: LocalCluster) -> list[str]:
+    """Phalanx's webhook configurations present in the cluster, as kind/name."""
+    proc = cluster.kubectl("get", "mutatingwebhookconfigurations,validatingwebhookconfigurations", "-o", "name")
+    return [line for line in proc.stdout.split() if line.endswith(f"/{WEBHOOK_CONFIGURATION}")]
+
+
+def state_file(cluster: LocalCluster) -> Path:
+    return cluster.cluster_dir / "operator.json"
+
+
+def start_background(cluster: LocalCluster, repo: Path, *, timeout: float = 60) -> OperatorProcess:
+    """The operator of `./task up`: it outlives this process, logs to the cluster's operator.log, and is found again
+    through operator.json (pid, ports) by `stop_background`, `background` and `./task logs`."""
+    handle = start(cluster, repo, timeout=timeout, log=cluster.cluster_dir / "operator.log")
+    state = {"pid": handle.process.pid, "log": str(handle.log), "metrics_port": handle.metrics_port, "webhook_port": handle.webhook_port}
+    state_file(cluster).write_text(json.dumps(state))
+    return handle
+
+
+def background(cluster: LocalCluster) -> dict | None:
+    """The recorded background operator if it is still alive (a pid reused by another program does not count)."""
+    path = state_file(cluster)
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    return state if _is_operator(state["pid"]) else None
+
+
+def stop_background(cluster: LocalCluster, timeout: float = 30) -> int | None:
+    """SIGTERM the background operator's process group (a clean shutdown deletes its webhook configurations),
+    SIGKILL after `timeout`; return the pid it had, or None when none was running."""
+    state = background(cluster)
+    state_file(cluster).unlink(missing_ok=True)
+    if state is None:
+        return None
+    pid = state["pid"]
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _is_operator(pid):
+        if time.monotonic() > deadline:
+            os.killpg(pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout
+        _reap(pid)
+        time.sleep(0.2)
+    return pid
+
+
+def _is_operator(pid: int) -> bool:
+    """A live (not zombie) `phalanx run` process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return stat[0] != "Z" and b"phalanx" in argv and b"run" in argv
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status when this process started the operator; another's child is reaped by its parent."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)

@@ -366,8 +366,8 @@ class SchedulingLoop:
         metrics.ATTEMPT_DURATION.labels(result="scheduled").observe(time.monotonic() - started)
         nodes = sorted({p.node for p in reservation.placements})
         message = (
-            f"released {len(reservation.placements)} members on {len(nodes)} node(s) ({', '.join(nodes)}) "
-            f"with {sum(len(c.results) for c in reservation.claims)} device(s) reserved; "
+            f"all {len(reservation.placements)} members placed on {len(nodes)} node(s) ({', '.join(nodes)}) "
+            f"with {sum(len(c.results) for c in reservation.claims)} device(s) reserved and their gates lifted; "
             f"waiting up to {self.bind_deadline:.0f}s for minCount {min_count} to be bound"
         )
         await self._set(pod_group, False, "Released", message)
@@ -462,7 +462,12 @@ class SchedulingLoop:
     async def _resume(self, pod_group: dict[str, Any], reservation: schema.Reservation, pods: list[dict[str, Any]]) -> bool:
         try:
             released = await self.releaser.complete(pod_group, reservation, resumed=True)
-            await self._set(pod_group, False, "Released", f"released {len(released.placements)} members, finishing a recorded reservation")
+            await self._set(
+                pod_group,
+                False,
+                "Released",
+                f"{len(released.placements)} members placed and their gates lifted, finishing a recorded reservation",
+            )
             return True
         except ReleaseAborted as exc:
             await self._set(pod_group, False, "Pending", f"unfinished reservation undone, will plan again: {exc}")
