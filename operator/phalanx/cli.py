@@ -217,7 +217,7 @@ def _cluster_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def start_cluster(cluster: LocalCluster, *, operator: bool, repo: Path) -> bool:
+def start_cluster(cluster: LocalCluster, *, operator: bool, repo: Path, export: bool = True) -> bool:
     """Start the cluster unless it is up (saying so), then the operator unless it runs; True when the cluster was started here."""
     name = cluster.spec.name
     started = False
@@ -241,7 +241,8 @@ def start_cluster(cluster: LocalCluster, *, operator: bool, repo: Path) -> bool:
                 f"(pid {handle.process.pid}; webhooks https://127.0.0.1:{handle.webhook_port}; metrics "
                 f"http://127.0.0.1:{handle.metrics_port}/metrics); log {handle.log} (`./task logs`)"
             )
-    print(f"export KUBECONFIG={cluster.kubeconfig}")
+    if export:
+        print(f"export KUBECONFIG={cluster.kubeconfig}")
     return started
 
 
@@ -313,7 +314,7 @@ def _demo(args: argparse.Namespace) -> int:
     cluster = LocalCluster(ClusterSpec(name=args.name))
     started = False
     if args.start:
-        started = start_cluster(cluster, operator=True, repo=args.repo)
+        started = start_cluster(cluster, operator=True, repo=args.repo, export=keep)
     elif not cluster.exists():
         raise NotUp(not_up_message(args.name))
     if args.scenario != "deadlock" and operatorproc.background(cluster) is None:

@@ -95,3 +95,17 @@ def test_a_clean_shutdown_withdraws_the_webhook_configurations(bare: LocalCluste
     created = bare.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(GANG_JOB), check=False)
     assert created.returncode == 0, created.stderr
     assert "connection refused" not in created.stderr
+
+
+def test_cluster_up_on_a_cluster_that_is_up_says_so_and_keeps_it(bare: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from phalanx import cli
+
+    bare.kubectl("create", "configmap", "still-here", "-n", "default")
+    try:
+        assert cli.main(["cluster", "up", "--name", bare.spec.name, "--no-operator"]) == 0
+        captured = capsys.readouterr()
+        assert f"cluster {bare.spec.name} is already up; left as it is" in captured.err
+        assert captured.out.strip() == f"export KUBECONFIG={bare.kubeconfig}"
+        assert bare.kubectl("get", "configmap", "still-here", "-n", "default", check=False).returncode == 0, "not recreated"
+    finally:
+        bare.kubectl("delete", "configmap", "still-here", "-n", "default", check=False)

@@ -24,6 +24,8 @@ from phalanx.localcluster.cluster import LocalCluster
 
 NAMESPACE = "phalanx-system"
 WEBHOOK_CONFIGURATION = "jobs.scheduling.phalanx.dev"
+# The ServiceAccount token of the operator `./task up` leaves running; `./task up` after `./task down` makes a new one.
+BACKGROUND_TOKEN = "720h"
 _PROBE_JOB = {
     "apiVersion": "batch/v1",
     "kind": "Job",
@@ -71,11 +73,17 @@ def install(cluster: LocalCluster, repo: Path) -> None:
 
 
 def start(
-    cluster: LocalCluster, repo: Path, *, extra_args: tuple[str, ...] = (), timeout: float = 60, log: Path | None = None
+    cluster: LocalCluster,
+    repo: Path,
+    *,
+    extra_args: tuple[str, ...] = (),
+    timeout: float = 60,
+    log: Path | None = None,
+    token_duration: str = "24h",
 ) -> OperatorProcess:
     """Install, start and wait until the operator admits Jobs; it logs to `log` (a fresh temporary file by default)."""
     install(cluster, repo)
-    kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, "phalanx")
+    kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, "phalanx", duration=token_duration)
     if log is None:
         log = Path(tempfile.mkstemp(prefix=f"phalanx-operator-{cluster.spec.name}-", suffix=".log")[1])
     webhook_port, metrics_port, liveness_port = free_ports(3)
@@ -138,7 +146,7 @@ def state_file(cluster: LocalCluster) -> Path:
 def start_background(cluster: LocalCluster, repo: Path, *, timeout: float = 60) -> OperatorProcess:
     """The operator of `./task up`: it outlives this process, logs to the cluster's operator.log, and is found again
     through operator.json (pid, ports) by `stop_background`, `background` and `./task logs`."""
-    handle = start(cluster, repo, timeout=timeout, log=cluster.cluster_dir / "operator.log")
+    handle = start(cluster, repo, timeout=timeout, log=cluster.cluster_dir / "operator.log", token_duration=BACKGROUND_TOKEN)
     state = {"pid": handle.process.pid, "log": str(handle.log), "metrics_port": handle.metrics_port, "webhook_port": handle.webhook_port}
     state_file(cluster).write_text(json.dumps(state))
     return handle
