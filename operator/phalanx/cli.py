@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from phalanx import explain
 from phalanx.api import crdgen
 from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
 from phalanx.localcluster.cluster import MAX_DRIVER_WORKERS
@@ -83,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     crds = commands.add_parser("crds", help="write the CRD YAML generated from the API models")
     crds.add_argument("--out", type=Path, default=Path("crds"))
     crds.set_defaults(func=_crds)
+
+    explain.add_parser(commands)
 
     run_demo = commands.add_parser("demo", help="run the article's scenarios and print its table")
     run_demo.add_argument("scenario", choices=["deadlock", "all"])
