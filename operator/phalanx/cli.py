@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from phalanx import explain
+from phalanx import explain, scrape
 from phalanx.api import crdgen
 from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
 from phalanx.localcluster.cluster import MAX_DRIVER_WORKERS
@@ -86,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     crds.set_defaults(func=_crds)
 
     explain.add_parser(commands)
+    scrape.add_parser(commands)
 
     run_demo = commands.add_parser("demo", help="run the article's scenarios and print its table")
     run_demo.add_argument("scenario", choices=["deadlock", "all"])

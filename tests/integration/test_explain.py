@@ -73,9 +73,20 @@ def _table_rows(lines: list[str], title: str) -> list[str]:
     return lines[start:end]
 
 
+def _scrape(operator: Operator) -> str:
+    assert operator.handle is not None
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.handle.metrics_port}/metrics") as response:
+        return response.read().decode()
+
+
+def _gauge(operator: Operator) -> float:
+    family = next(f for f in text_string_to_metric_families(_scrape(operator)) if f.name == "phalanx_incomplete_group_devices")
+    return family.samples[0].value
+
+
 @pytest.fixture
 def cordoned(cluster: Cluster) -> Iterator[None]:
-    """Yields a way to cordon every worker; uncordons them after the test whatever happened."""
+    """Every worker uncordoned after the test, whatever happened (the test cordons them)."""
     yield None
     for node in WORKERS:
         cluster.kubectl("uncordon", node, check=False)
@@ -224,6 +235,9 @@ def test_disrupted_gang(cluster: Cluster, operator: Operator, namespace: str, co
         f"  AGE  Warning  BelowMinCount  podgroup/PG  {below}",
     ]
     data = json.loads(_explain(cluster, namespace, "research", "-o", "json"))
+    assert data["devices_below_min_count"] == 3
+    if operator.handle is not None:  # the operator's gauge counts the same 3 devices
+        wait_for(lambda: _gauge(operator) == 3, "phalanx_incomplete_group_devices 3")
     assert data["losses"] == [{"member": lost, "cause": "failed: container rank exited 1"}], data["losses"]
 
 
@@ -231,8 +245,7 @@ def test_metrics_the_dashboard_and_alerts_use_exist(cluster: Cluster, operator: 
     """Runs after the gangs above (same operator): every metric an alert or a panel queries is exposed."""
     if operator.handle is None:
         pytest.skip("no local operator process to scrape")
-    with urllib.request.urlopen(f"http://127.0.0.1:{operator.handle.metrics_port}/metrics") as response:
-        exposed = {f.name for f in text_string_to_metric_families(response.read().decode())}
+    exposed = {f.name for f in text_string_to_metric_families(_scrape(operator))}
     rules = yaml.safe_load((ROOT / "manifests/monitoring/prometheusrule.yaml").read_text())
     dashboard = json.loads((ROOT / "manifests/monitoring/grafana-dashboard.json").read_text())
     exprs = [r["expr"] for g in rules["spec"]["groups"] for r in g["rules"]]
@@ -241,3 +254,15 @@ def test_metrics_the_dashboard_and_alerts_use_exist(cluster: Cluster, operator: 
     assert used, exprs
     missing = sorted(used - exposed)
     assert not missing, f"queried but not exposed: {missing}"
+
+    # ./task metrics: the same values, found through the port the operator recorded beside the cluster
+    assert cluster.local is not None
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "phalanx"), "metrics", "--name", cluster.local.spec.name], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    printed = dict(line.rsplit(" ", 1) for line in proc.stdout.splitlines())
+    assert int(printed['phalanx_podgroup_schedule_attempts_total{profile="phalanx",result="scheduled"}']) >= 3, printed
+    assert int(printed['phalanx_podgroup_schedule_attempts_total{profile="phalanx",result="unschedulable"}']) >= 1, printed
+    wait_for(lambda: _gauge(operator) == 0, "no devices held by gangs below minCount once every gang is gone")
+    assert int(printed["phalanx_reserved_devices_total"]) >= 12, printed

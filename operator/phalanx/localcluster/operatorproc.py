@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from phalanx import scrape
 from phalanx.localcluster.cluster import LocalCluster
 
 NAMESPACE = "phalanx-system"
@@ -47,11 +48,14 @@ class OperatorProcess:
     process: subprocess.Popen[bytes]
     log: Path
     metrics_port: int
+    port_file: Path | None = None
 
     def logs(self) -> str:
         return self.log.read_text()
 
     def stop(self) -> None:
+        if self.port_file is not None:
+            self.port_file.unlink(missing_ok=True)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -95,12 +99,13 @@ def start(cluster: LocalCluster, repo: Path, *, extra_args: tuple[str, ...] = ()
         process = subprocess.Popen(
             args, env=dict(os.environ, KUBECONFIG=str(kubeconfig)), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    handle = OperatorProcess(process, log, metrics_port)
+    handle = OperatorProcess(process, log, metrics_port, scrape.port_file(cluster.cluster_dir))
     try:
         _wait_admitting(cluster, handle, timeout)
     except BaseException:
         handle.stop()
         raise
+    handle.port_file.write_text(f"{metrics_port}\n")  # for `phalanx metrics` (./task metrics)
     return handle
 
 
