@@ -64,7 +64,7 @@ def _running(cluster: Cluster, namespace: str, job: str, count: int) -> list[dic
         pods = [p for p in _pods(cluster, namespace, job) if p["spec"].get("nodeName") and p["status"].get("phase") == "Running"]
         return pods if len(pods) == count else None
 
-    return wait_for(probe, f"{job}: {count} members running", timeout=120)
+    return wait_for(probe, f"{job}: {count} members running", timeout=300)
 
 
 def _table_rows(lines: list[str], title: str) -> list[str]:
@@ -262,7 +262,7 @@ def test_metrics_the_dashboard_and_alerts_use_exist(cluster: Cluster, operator: 
     )
     assert proc.returncode == 0, proc.stderr
     printed = dict(line.rsplit(" ", 1) for line in proc.stdout.splitlines())
-    assert int(printed['phalanx_podgroup_schedule_attempts_total{profile="phalanx",result="scheduled"}']) >= 3, printed
+    assert int(printed['phalanx_podgroup_schedule_attempts_total{profile="phalanx",result="scheduled"}']) >= 2, printed  # first, research
     assert int(printed['phalanx_podgroup_schedule_attempts_total{profile="phalanx",result="unschedulable"}']) >= 1, printed
     wait_for(lambda: _gauge(operator) == 0, "no devices held by gangs below minCount once every gang is gone")
-    assert int(printed["phalanx_reserved_devices_total"]) >= 12, printed
+    assert int(printed["phalanx_reserved_devices_total"]) >= 8, printed

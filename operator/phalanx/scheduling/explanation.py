@@ -173,6 +173,12 @@ def _member_order(pod: Mapping[str, Any]) -> tuple[int, str, str]:
     return (int(index) if index.isdigit() else 1 << 30, meta.get("creationTimestamp", ""), meta["name"])
 
 
+def _condition_order(condition: Mapping[str, Any]) -> tuple[int, str]:
+    """A gang's life in order (gated, scheduled, disrupted), whoever wrote its condition first."""
+    known = (keys.GATED, keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
+    return (known.index(condition["type"]) if condition["type"] in known else len(known), condition["type"])
+
+
 def _condition(pod_group: Mapping[str, Any], type_: str) -> JSON | None:
     return next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
 
@@ -350,7 +356,7 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
     )
     conditions = tuple(
         ConditionRow(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
-        for c in (pod_group.get("status") or {}).get("conditions") or []
+        for c in sorted((pod_group.get("status") or {}).get("conditions") or [], key=_condition_order)
     )
     return Explanation(
         namespace=namespace,
