@@ -14,13 +14,13 @@ from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
 from phalanx.localcluster.cluster import MAX_DRIVER_WORKERS
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "phalanx") -> int:
+    args = _parser(prog).parse_args(argv)
     return args.func(args)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="phalanx", description=__doc__)
+def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     cluster = commands.add_parser("cluster", help="the local control plane (etcd, apiserver, scheduler, kwok nodes)")

@@ -80,4 +80,4 @@ def kubectl_plugin() -> int:
     """`kubectl phalanx ...`: kubectl runs the executable `kubectl-phalanx` on PATH with the words after `phalanx`."""
     from phalanx.cli import main
 
-    return main(sys.argv[1:])
+    return main(sys.argv[1:], prog="kubectl phalanx")

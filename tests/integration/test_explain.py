@@ -30,10 +30,11 @@ WORKERS = ("worker-1", "worker-2", "worker-3")
 
 
 def _explain(cluster: Cluster, namespace: str, job: str, *extra: str) -> str:
-    """Run the installed kubectl plugin executable, as `kubectl phalanx explain` would."""
-    plugin = Path(sys.executable).parent / "kubectl-phalanx"
-    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
-    proc = subprocess.run([str(plugin), "explain", job, "-n", namespace, *extra], env=env, capture_output=True, text=True)
+    """`kubectl phalanx explain`: kubectl finds the `kubectl-phalanx` executable the install put beside python on PATH."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), PATH=path)
+    args = [cluster.kubectl_binary, "phalanx", "explain", job, "-n", namespace, *extra]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -179,6 +180,14 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
     ]
     data = json.loads(_explain(cluster, namespace, "first", "-o", "json"))
     assert data["state"] == "Running" and data["bound"] == 4, data
+
+    # a Job that is not a gang here: a clear error naming the fix, not a traceback
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), PATH=path)
+    wrong = subprocess.run(
+        [cluster.kubectl_binary, "phalanx", "explain", "first", "-n", "default"], env=env, capture_output=True, text=True
+    )
+    assert wrong.returncode == 1 and "error: no PodGroup for Job 'first' in namespace 'default'" in wrong.stderr, wrong.stderr
     claims = {c["metadata"]["name"]: c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
     for pod in first:
         row = next(m for m in data["member_rows"] if m["name"] == pod["metadata"]["name"])
