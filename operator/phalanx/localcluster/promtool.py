@@ -19,7 +19,9 @@ def binary() -> Path:
     if not path.exists():
         out.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            ["go", "install", "-trimpath", "-ldflags", "-s -w", f"{MODULE}/cmd/promtool@{VERSION}"],
+            # remove_all_sd: Prometheus' own build tag that leaves out the service-discovery plugins (cloud SDKs),
+            # which checking rules never uses; the build is minutes shorter.
+            ["go", "install", "-trimpath", "-tags", "remove_all_sd", "-ldflags", "-s -w", f"{MODULE}/cmd/promtool@{VERSION}"],
             env=dict(os.environ, GOBIN=str(out)),
             check=True,
         )
