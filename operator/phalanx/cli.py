@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from phalanx import explain, scrape
 from phalanx.api import crdgen
 from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
 from phalanx.localcluster.cluster import MAX_DRIVER_WORKERS
@@ -22,9 +23,9 @@ class NotUp(Exception):
     """A command that needs the local cluster found none."""
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "phalanx") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(_kubectl_passthrough(argv))
+    args = _parser(prog).parse_args(_kubectl_passthrough(argv))
     try:
         return args.func(args)
     except NotUp as exc:
@@ -47,8 +48,8 @@ def _kubectl_passthrough(argv: list[str]) -> list[str]:
     return ["cluster", "kubectl", *ours, "--", *rest]
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="phalanx", description=__doc__)
+def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     cluster = commands.add_parser("cluster", help="the local control plane (etcd, apiserver, scheduler, kwok nodes) and its operator")
@@ -126,6 +127,9 @@ def _parser() -> argparse.ArgumentParser:
     crds = commands.add_parser("crds", help="write the CRD YAML generated from the API models")
     crds.add_argument("--out", type=Path, default=Path("crds"), help="directory to write into (default crds)")
     crds.set_defaults(func=_crds)
+
+    explain.add_parser(commands)
+    scrape.add_parser(commands)
 
     run_demo = commands.add_parser("demo", help="run the article's scenarios on the local cluster and print what it shows")
     run_demo.add_argument(

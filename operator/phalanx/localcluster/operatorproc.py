@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from phalanx import scrape
 from phalanx.localcluster.cluster import LocalCluster
 
 NAMESPACE = "phalanx-system"
@@ -52,11 +53,14 @@ class OperatorProcess:
     log: Path
     metrics_port: int
     webhook_port: int = 0
+    port_file: Path | None = None
 
     def logs(self) -> str:
         return self.log.read_text()
 
     def stop(self) -> None:
+        if self.port_file is not None:
+            self.port_file.unlink(missing_ok=True)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -110,12 +114,13 @@ def start(
         process = subprocess.Popen(
             args, env=dict(os.environ, KUBECONFIG=str(kubeconfig)), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    handle = OperatorProcess(process, log, metrics_port, webhook_port)
+    handle = OperatorProcess(process, log, metrics_port, webhook_port, scrape.port_file(cluster.cluster_dir))
     try:
         _wait_admitting(cluster, handle, timeout)
     except BaseException:
         handle.stop()
         raise
+    handle.port_file.write_text(f"{metrics_port}\n")  # for `phalanx metrics` (./task metrics)
     return handle
 
 
@@ -166,6 +171,7 @@ def stop_background(cluster: LocalCluster, timeout: float = 30) -> int | None:
     SIGKILL after `timeout`; return the pid it had, or None when none was running."""
     state = background(cluster)
     state_file(cluster).unlink(missing_ok=True)
+    scrape.port_file(cluster.cluster_dir).unlink(missing_ok=True)
     if state is None:
         return None
     pid = state["pid"]

@@ -10,12 +10,13 @@ pod affinity, topology spreading and host ports are judged against.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from phalanx.api import keys
+from phalanx.api import keys, schema
 from phalanx.planner import quantity
 from phalanx.planner.model import (
     CapacityPolicy,
@@ -25,6 +26,7 @@ from phalanx.planner.model import (
     DeviceClass,
     DeviceId,
     DeviceRequest,
+    Group,
     HostPort,
     MatchAttribute,
     Member,
@@ -117,7 +119,7 @@ def _pools(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[Ma
         current = [o for o in objs if o["spec"]["pool"].get("generation", 0) == newest]
         if len(current) < max(o["spec"]["pool"].get("resourceSliceCount", 1) for o in current):
             continue
-        out[key] = sorted(current, key=lambda o: o["metadata"].get("name", ""))
+        out[key] = sorted(current, key=lambda o: (o.get("metadata") or {}).get("name", ""))
     return out
 
 
@@ -499,4 +501,89 @@ def build(
         shared=frozen_map({d: frozen_map(c) for d, c in shared.items()}),
         counters=frozen_map(counters(slices)),
         extended=frozen_map(extended_resources(classes)),
+    )
+
+
+# A PodGroup's inputs: the same for the scheduling loop (informers' stores, each cycle) and `phalanx explain`
+# (one list of each kind), so what explain says is what the loop decides.
+
+
+def owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == kind and ref.get("controller"):
+            return ref["uid"]
+    return None
+
+
+def min_count(pod_group: Mapping[str, Any]) -> int:
+    gang_policy = pod_group["spec"]["schedulingPolicy"].get("gang")
+    return int(gang_policy["minCount"]) if gang_policy else 1
+
+
+def priority(pod_group: Mapping[str, Any], priority_class: Callable[[str], Mapping[str, Any] | None]) -> int:
+    """The group's priority: its own, else its PriorityClass's value (looked up by name), else 0."""
+    name = pod_group["spec"].get("priorityClassName")
+    value = pod_group["spec"].get("priority")
+    if value is None and name:
+        value = (priority_class(name) or {}).get("value", 0)
+    return int(value or 0)
+
+
+def nomination(pod_group: Mapping[str, Any]) -> schema.Nomination | None:
+    raw = (pod_group.get("status") or {}).get("nomination")
+    return schema.Nomination.model_validate(raw) if raw else None
+
+
+def reservation(pod_group: Mapping[str, Any]) -> schema.Reservation | None:
+    raw = (pod_group.get("status") or {}).get("reservation")
+    return schema.Reservation.model_validate(raw) if raw else None
+
+
+def nominated_devices(record: schema.Nomination) -> list[DeviceId]:
+    return [tuple(d.split("/", 2)) for d in record.devices]  # type: ignore[misc]
+
+
+def pods_by_group(podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """PodGroup uid -> every pod of its Job, terminal and terminating ones included (losses are found among them)."""
+    every: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for pod in pods:
+        job_uid = (pod["metadata"].get("labels") or {}).get(keys.JOB_UID_LABEL)
+        if job_uid:
+            every[job_uid].append(pod)  # type: ignore[arg-type]
+    return {g["metadata"]["uid"]: every.get(owner_uid(g, "Job") or "", []) for g in podgroups}
+
+
+def claims_ready(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[str, Any] | None]) -> bool:
+    """Every claim of the pod exists (`claim` looks one up by namespace and name)."""
+    names = claim_names(pod)
+    return names is not None and all(claim(pod["metadata"]["namespace"], n) for n in names)
+
+
+def snapshot(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    slices: Iterable[Mapping[str, Any]],
+    claims: Iterable[Mapping[str, Any]],
+    classes: Iterable[Mapping[str, Any]],
+    podgroups: Iterable[Mapping[str, Any]],
+    for_group: Mapping[str, Any] | None = None,
+    taint_rules: Iterable[Mapping[str, Any]] = (),
+) -> Snapshot:
+    """The cluster as `for_group` is planned on: devices a preemption freed for another group count as held."""
+    built = build(nodes, pods, slices, claims, classes, taint_rules)
+    others = {
+        d
+        for g in podgroups
+        if (nominated := nomination(g)) is not None and (for_group is None or g["metadata"]["uid"] != for_group["metadata"]["uid"])
+        for d in nominated_devices(nominated)
+    }
+    return replace(built, held=built.held | others) if others else built
+
+
+def group(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], quorum: int) -> Group:
+    """The planner's group: these pods as members, `quorum` of them needed together."""
+    topology = (pod_group["spec"].get("schedulingConstraints") or {}).get("topology") or []
+    members = tuple(member(p, claim_names(p) or ()) for p in pods)
+    return Group(
+        pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], quorum, members, topology[0]["key"] if topology else None
     )

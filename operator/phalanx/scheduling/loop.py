@@ -27,9 +27,7 @@ import datetime
 import logging
 import math
 import time
-from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from phalanx.api import keys, schema
@@ -37,9 +35,9 @@ from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Snapshot
-from phalanx.scheduling import conditions, disruption, inputs, metrics, repair, teardown, victims
+from phalanx.scheduling import conditions, disruption, inputs, metrics, quorum, repair, teardown, victims
 from phalanx.scheduling.holes import NOMINATED, Holes
-from phalanx.scheduling.nomination import Preemptor, nominated_devices
+from phalanx.scheduling.nomination import Preemptor
 from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser
 
 logger = logging.getLogger(__name__)
@@ -48,13 +46,6 @@ TORN_DOWN = "GangTornDown"
 DISRUPTED = "GangDisrupted"
 LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
 DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
-
-
-def _owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
-    for ref in obj["metadata"].get("ownerReferences") or []:
-        if ref.get("kind") == kind and ref.get("controller"):
-            return ref["uid"]
-    return None
 
 
 def _condition(pod_group: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
@@ -81,16 +72,6 @@ def _since(timestamp: str | None) -> float:
     return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
 
 
-def _nomination(pod_group: Mapping[str, Any]) -> schema.Nomination | None:
-    raw = (pod_group.get("status") or {}).get("nomination")
-    return schema.Nomination.model_validate(raw) if raw else None
-
-
-def _reservation(pod_group: Mapping[str, Any]) -> schema.Reservation | None:
-    raw = (pod_group.get("status") or {}).get("reservation")
-    return schema.Reservation.model_validate(raw) if raw else None
-
-
 def _live(pod: Mapping[str, Any]) -> bool:
     return not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
 
@@ -101,11 +82,6 @@ def _cause_label(cause: str) -> str:
         if label.lower() in cause.lower():
             return label.lower()
     return "other"
-
-
-def _min_count(pod_group: Mapping[str, Any]) -> int:
-    gang_policy = pod_group["spec"]["schedulingPolicy"].get("gang")
-    return int(gang_policy["minCount"]) if gang_policy else 1
 
 
 class SchedulingLoop:
@@ -128,6 +104,8 @@ class SchedulingLoop:
         """(device, claim uid) of double allocations already counted: a conflict takes cycles to end, it counts once."""
         self._evicting: dict[str, float] = {}
         """Pod uid -> not before: an eviction already sent is not sent again until then."""
+        self._quorum_at: dict[str, float] = {}
+        """PodGroup uid -> when this loop first saw its quorum waiting (monotonic), until the group is released."""
 
     async def run(self) -> None:
         while True:
@@ -148,27 +126,23 @@ class SchedulingLoop:
         return max(0.05, min([self.period, *due]))
 
     async def cycle(self) -> None:
-        every: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for pod in self.view.pods.items():
-            job_uid = (pod["metadata"].get("labels") or {}).get(keys.JOB_UID_LABEL)
-            if job_uid:
-                every[job_uid].append(pod)
-        self._pods_of = {g["metadata"]["uid"]: every.get(_owner_uid(g, "Job") or "", []) for g in self.view.podgroups.items()}
+        self._pods_of = inputs.pods_by_group(self.view.podgroups.items(), self.view.pods.items())
         groups = [(g, sorted(filter(_live, self._pods_of[g["metadata"]["uid"]]), key=_name)) for g in self.view.podgroups.items()]
-        groups = [(g, pods) for g, pods in groups if _owner_uid(g, "Job") and not g["metadata"].get("deletionTimestamp")]
+        groups = [(g, pods) for g, pods in groups if inputs.owner_uid(g, "Job") and not g["metadata"].get("deletionTimestamp")]
         self._forget({g["metadata"]["uid"] for g, _ in groups})
         try:
             for rules in (self.holes, self.preemptor.nominated):
                 if rules.served is None:
                     await rules.load()  # the rules a previous run left behind
             await self._repair({g["metadata"]["uid"]: pods for g, pods in groups})
-            nominated = {d for g, _ in groups if (n := _nomination(g)) is not None for d in nominated_devices(n)}
+            nominated = {d for g, _ in groups if (n := inputs.nomination(g)) is not None for d in inputs.nominated_devices(n)}
             await self.preemptor.nominated.uncover([d for d in self.preemptor.nominated.covered if d not in nominated])
         except asyncio.CancelledError:
             raise
         except Exception:
             metrics.ERRORS.labels(stage="repair").inc()
             logger.exception("double-allocation repair failed; retrying next cycle")
+        metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
         for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
             uid = pod_group["metadata"]["uid"]
             if self._backoff.get(uid, (0.0, 0.0))[0] > time.monotonic():
@@ -195,6 +169,8 @@ class SchedulingLoop:
             del self._mine[uid]
         for uid in [u for u in self._backoff if u not in live]:
             del self._backoff[uid]
+        for uid in [u for u in self._quorum_at if u not in live]:
+            del self._quorum_at[uid]
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
         """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
@@ -204,18 +180,14 @@ class SchedulingLoop:
         return delay
 
     def _priority(self, pod_group: Mapping[str, Any]) -> int:
-        name = pod_group["spec"].get("priorityClassName")
-        priority = pod_group["spec"].get("priority")
-        if priority is None and name:
-            priority = (self.view.priorities.get("", name) or {}).get("value", 0)
-        return int(priority or 0)
+        return inputs.priority(pod_group, lambda name: self.view.priorities.get("", name))
 
     def _order(self, pod_group: Mapping[str, Any]) -> tuple[int, str, str]:
         return (-self._priority(pod_group), pod_group["metadata"].get("creationTimestamp", ""), pod_group["metadata"]["name"])
 
     async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         """False when an attempt was undone: the group then backs off before the next one."""
-        reservation = _reservation(pod_group)
+        reservation = inputs.reservation(pod_group)
         if reservation is not None and reservation.state == "Reserving":
             return await self._resume(pod_group, reservation, pods)
         bound = [p for p in pods if p["spec"].get("nodeName")]
@@ -225,7 +197,7 @@ class SchedulingLoop:
             await self._release_each(pod_group, waiting)
             return True
         scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
-        min_count = _min_count(pod_group)
+        min_count = inputs.min_count(pod_group)
         if scheduled is not None and scheduled["status"] == "True":
             if reservation is not None:
                 lost = disruption.losses(reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self._node_names())
@@ -244,6 +216,7 @@ class SchedulingLoop:
                 pod_group, False, "Pending", f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims"
             )
             return True
+        self._quorum_at.setdefault(pod_group["metadata"]["uid"], time.monotonic())
         return await self._attempt(pod_group, ready, min_count)
 
     async def _await_binding(
@@ -277,7 +250,7 @@ class SchedulingLoop:
         Not when the Job itself is going: its pods are deleted with it, and nothing is lost."""
         job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
         owner = await self.kube.get(f"/apis/batch/v1/namespaces/{_ns(pod_group)}/jobs/{job}") if job else None
-        if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != _owner_uid(pod_group, "Job"):
+        if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != inputs.owner_uid(pod_group, "Job"):
             return True
         why = f"member {', '.join(str(loss) for loss in lost)} lost; disruptionMode all takes the whole group down"
         await self._condition(pod_group, keys.DISRUPTION_TARGET, True, DISRUPTED, why)
@@ -303,42 +276,22 @@ class SchedulingLoop:
         await self._condition(pod_group, keys.DISRUPTION_TARGET, True, "BelowMinCount", message, warn=True)
 
     def _claims_ready(self, pod: Mapping[str, Any]) -> bool:
-        names = inputs.claim_names(pod)
-        return names is not None and all(self.view.claims.get(pod["metadata"]["namespace"], n) for n in names)
+        return inputs.claims_ready(pod, self.view.claims.get)
 
     def _snapshot(self, for_group: Mapping[str, Any] | None = None) -> Snapshot:
         """This cycle's cluster; devices a preemption freed for another group count as held."""
-        snapshot = inputs.build(
-            self.view.nodes.items(),
-            self.view.pods.items(),
-            self.view.slices.items(),
-            self.view.claims.items(),
-            self.view.classes.items(),
-            self.view.taint_rules.items(),
-        )
-        others = {
-            d
-            for g in self.view.podgroups.items()
-            if (nominated := _nomination(g)) is not None and (for_group is None or g["metadata"]["uid"] != for_group["metadata"]["uid"])
-            for d in nominated_devices(nominated)
-        }
-        return replace(snapshot, held=snapshot.held | others) if others else snapshot
-
-    def _group(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]], min_count: int) -> Group:
-        topology = (pod_group["spec"].get("schedulingConstraints") or {}).get("topology") or []
-        members = tuple(inputs.member(p, inputs.claim_names(p) or ()) for p in pods)
-        return Group(
-            pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], min_count, members, topology[0]["key"] if topology else None
-        )
+        view = self.view
+        items = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.podgroups)
+        return inputs.snapshot(*(i.items() for i in items), for_group=for_group, taint_rules=view.taint_rules.items())
 
     async def _attempt(self, pod_group: dict[str, Any], ready: list[dict[str, Any]], min_count: int) -> bool:
         started = time.monotonic()
         snapshot = self._snapshot(pod_group)
         decided = time.monotonic()
-        group = self._group(pod_group, ready, min_count)
+        group = inputs.group(pod_group, ready, min_count)
         result = plan(snapshot, group, self.matcher)
         metrics.ALGORITHM_DURATION.observe(time.monotonic() - decided)
-        nomination = _nomination(pod_group)
+        nomination = inputs.nomination(pod_group)
         if not isinstance(result, Fits):
             if nomination is not None:
                 return await self._preempting(pod_group, nomination, result.message)
@@ -346,24 +299,27 @@ class SchedulingLoop:
             if isinstance(verdict, Preemption) and verdict.victims:
                 await self._preempt(pod_group, verdict)
                 return True
-            metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable").inc()
-            metrics.ATTEMPT_DURATION.labels(result="unschedulable").observe(time.monotonic() - started)
+            metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable", profile=metrics.PROFILE).inc()
+            metrics.ATTEMPT_DURATION.labels(result="unschedulable", profile=metrics.PROFILE).observe(time.monotonic() - started)
             why_not = f"; preemption: {verdict.reason}" if isinstance(verdict, NoVictims) else ""
             await self._set(pod_group, False, "Unschedulable", result.message + why_not, warn=True)
             return True
         try:
             reservation = await self.releaser.release(pod_group, result)
         except ReleaseAborted as exc:
-            metrics.SCHEDULE_ATTEMPTS.labels(result="aborted").inc()
+            metrics.SCHEDULE_ATTEMPTS.labels(result="aborted", profile=metrics.PROFILE).inc()
             await self._set(pod_group, False, "Pending", f"reservation undone, will plan again: {exc}")
             await self._event(pod_group, "Warning", "ReservationRolledBack", f"reservation undone, will plan again: {exc}")
             return False
         except GatesRefused as exc:
-            metrics.SCHEDULE_ATTEMPTS.labels(result="aborted").inc()
+            metrics.SCHEDULE_ATTEMPTS.labels(result="aborted", profile=metrics.PROFILE).inc()
             await self._tear_down(pod_group, self._current(pod_group, ready), exc.reservation, str(exc))
             return False
-        metrics.SCHEDULE_ATTEMPTS.labels(result="scheduled").inc()
-        metrics.ATTEMPT_DURATION.labels(result="scheduled").observe(time.monotonic() - started)
+        metrics.SCHEDULE_ATTEMPTS.labels(result="scheduled", profile=metrics.PROFILE).inc()
+        metrics.ATTEMPT_DURATION.labels(result="scheduled", profile=metrics.PROFILE).observe(time.monotonic() - started)
+        metrics.QUORUM_TO_RELEASE.observe(time.monotonic() - self._quorum_at.pop(pod_group["metadata"]["uid"], started))
+        metrics.RESERVATIONS.inc()
+        metrics.RESERVED_DEVICES.inc(sum(len(c.results) for c in reservation.claims))
         nodes = sorted({p.node for p in reservation.placements})
         message = (
             f"all {len(reservation.placements)} members placed on {len(nodes)} node(s) ({', '.join(nodes)}) "
@@ -379,23 +335,23 @@ class SchedulingLoop:
 
     def _plan_preemption(self, pod_group: dict[str, Any], snapshot: Snapshot, group: Group) -> Preemption | NoVictims:
         """Victims of lower priority whose going lets the whole group fit; pure, on this cycle's snapshot."""
-        if pod_group["spec"].get("preemptionPolicy") == "Never" or any(
-            p["spec"].get("preemptionPolicy") == "Never"
-            for p in self.view.pods.items()
-            if p["metadata"]["uid"] in {m.uid for m in group.members}
-        ):
-            return NoVictims("preemptionPolicy is Never")
-        group_of = {p["metadata"]["uid"]: g for g in self.view.podgroups.items() for p in self._pods_of.get(g["metadata"]["uid"], [])}
-        candidates = victims.victims(
-            self.view.pods.items(),
-            self.view.claims.items(),
-            group_of,
-            self.view.budgets.items(),
-            skip=frozenset({pod_group["metadata"]["uid"]}),
+        view = self.view
+        candidates = victims.for_preemptor(
+            pod_group,
+            (m.uid for m in group.members),
+            view.pods.items(),
+            view.claims.items(),
+            view.podgroups.items(),
+            self._pods_of,
+            view.budgets.items(),
         )
+        if candidates is None:
+            return NoVictims("preemptionPolicy is Never")
         started = time.monotonic()
         verdict = plan_preemption(snapshot, group, candidates, self._priority(pod_group), self.matcher)
-        metrics.PREEMPTION_DURATION.observe(time.monotonic() - started)
+        result = "Success" if isinstance(verdict, Preemption) and verdict.victims else "Unschedulable"
+        metrics.PREEMPTION_DURATION.labels(preemptor="podgroup", result=result).observe(time.monotonic() - started)
+        metrics.PREEMPTION_ATTEMPTS.labels(result=result).inc()
         return verdict
 
     async def _preempt(self, pod_group: dict[str, Any], preemption: Preemption) -> None:
@@ -404,7 +360,7 @@ class SchedulingLoop:
             f"preempted by gang {_ns(pod_group)}/{_name(pod_group)} (priority {self._priority(pod_group)}), which needs the room they hold"
         )
         await self.preemptor.start(pod_group, preemption, why)
-        metrics.SCHEDULE_ATTEMPTS.labels(result="preempting").inc()
+        metrics.SCHEDULE_ATTEMPTS.labels(result="waiting_on_preemption", profile=metrics.PROFILE).inc()
         message = f"preempting {names} ({len(preemption.pods)} pods) to place the whole group"
         await self._set(pod_group, False, "Preempting", message)
         await self._event(pod_group, "Normal", "Preempting", message)
@@ -443,13 +399,13 @@ class SchedulingLoop:
         for pod in waiting:
             if not self._claims_ready(pod):
                 continue
-            result = plan(self._snapshot(), self._group(pod_group, [pod], 1), self.matcher)
+            result = plan(self._snapshot(), inputs.group(pod_group, [pod], 1), self.matcher)
             if isinstance(result, Fits):
                 try:
                     joined.append(await self.releaser.release_member(pod_group, result))
                 except (ReleaseAborted, GatesRefused) as exc:
                     logger.warning("%s/%s: member %s not released: %s", _ns(pod_group), _name(pod_group), _name(pod), exc)
-        record = _reservation(pod_group)
+        record = inputs.reservation(pod_group)
         if joined and record is not None:
             grown = record.model_copy(
                 update={
@@ -532,10 +488,11 @@ class SchedulingLoop:
                     metrics.CONFLICTS.labels(stage="after-release").inc()
                 gang = reserved.get(repair.key(later))
                 if gang is not None:
-                    record = _reservation(gang)
+                    record = inputs.reservation(gang)
                     if record is not None and record.state == "Released":
                         why = f"device {device} was allocated to {kept_by} before this gang's reservation; ours yields"
-                        await self._tear_down(gang, members_of.get(gang["metadata"]["uid"], []), record, why)
+                        if await self._tear_down(gang, members_of.get(gang["metadata"]["uid"], []), record, why):
+                            metrics.REPAIRS.labels(action="teardown").inc()
                     continue
                 await self._evict_holders(later, f"device {device} is held by {kept_by}, which allocated it first")
 
@@ -551,6 +508,8 @@ class SchedulingLoop:
                 continue
             logger.warning("evicting %s/%s: %s", namespace, _name(pod), why)
             gone = await teardown.evict(self.kube, pod, reason=DOUBLE_ALLOCATED, message=f"claim {_name(claim)}: {why}")
+            if gone:
+                metrics.REPAIRS.labels(action="eviction").inc()
             self._evicting[uid] = now + (30.0 if gone else 5.0)
 
     async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int) -> None:
@@ -589,7 +548,7 @@ class SchedulingLoop:
         ref = {"apiVersion": schema.API_VERSION, "kind": "PodGroup", "metadata": pod_group["metadata"]}
         await self.kube.event(ref, type_=type_, reason=reason, message=message)
         job_name = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
-        job_uid = _owner_uid(pod_group, "Job")
+        job_uid = inputs.owner_uid(pod_group, "Job")
         if job_name and job_uid:
             job_ref = {
                 "apiVersion": "batch/v1",

@@ -26,17 +26,13 @@ from phalanx.api import schema
 from phalanx.kube.client import Kube, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Preemption
-from phalanx.planner.model import DeviceId
 from phalanx.scheduling import conditions, metrics, teardown
 from phalanx.scheduling.holes import Holes
+from phalanx.scheduling.inputs import nominated_devices
 
 logger = logging.getLogger(__name__)
 
 PREEMPTED = "PreemptedByGang"
-
-
-def nominated_devices(nomination: schema.Nomination) -> list[DeviceId]:
-    return [tuple(d.split("/", 2)) for d in nomination.devices]  # type: ignore[misc]
 
 
 class Preemptor:
@@ -55,6 +51,7 @@ class Preemptor:
         await self.record(pod_group, nomination)
         await self.nominated.cover(nominated_devices(nomination), why)
         metrics.PREEMPTION_VICTIMS.observe(len(nomination.victims))
+        metrics.PREEMPTION_DISRUPTIONS.labels(preemptor="podgroup").observe(len(preemption.victims))
         await self.evict(nomination, why)
         return nomination
 

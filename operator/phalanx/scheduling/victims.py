@@ -69,6 +69,26 @@ def victims(
     return out
 
 
+def for_preemptor(
+    pod_group: Mapping[str, Any],
+    member_uids: Iterable[str],
+    pods: Iterable[Mapping[str, Any]],
+    claims: Iterable[Mapping[str, Any]],
+    podgroups: Iterable[Mapping[str, Any]],
+    pods_of: Mapping[str, Iterable[Mapping[str, Any]]],
+    budgets: Iterable[Mapping[str, Any]],
+) -> list[Victim] | None:
+    """The victims `pod_group` may take, or None when it, or one of its members, has preemptionPolicy Never."""
+    pods = list(pods)
+    uids = set(member_uids)
+    if pod_group["spec"].get("preemptionPolicy") == "Never" or any(
+        p["spec"].get("preemptionPolicy") == "Never" for p in pods if p["metadata"]["uid"] in uids
+    ):
+        return None
+    group_of = {p["metadata"]["uid"]: g for g in podgroups for p in pods_of.get(g["metadata"]["uid"], [])}
+    return victims(pods, claims, group_of, budgets, skip=frozenset({pod_group["metadata"]["uid"]}))
+
+
 def _victim_pod(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], Mapping[str, Any]], unit: set[str]) -> VictimPod:
     namespace = pod["metadata"]["namespace"]
     devices = []

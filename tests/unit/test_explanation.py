@@ -1,0 +1,122 @@
+"""`phalanx explain`'s analysis on API-shaped objects: the preemption dry run names the victims the loop would take."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from phalanx.api import keys
+from phalanx.scheduling import explanation
+
+NOW = datetime.datetime(2026, 8, 26, 12, 0, tzinfo=datetime.UTC)
+DRIVER = "gpu.example.com"
+
+
+def _node(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {"allocatable": {"cpu": "4", "pods": "110"}},
+    }
+
+
+def _slice(node: str) -> dict[str, Any]:
+    return {
+        "spec": {
+            "driver": DRIVER,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node,
+            "devices": [{"name": "gpu-0"}],
+        }
+    }
+
+
+def _claim(name: str, device: str | None) -> dict[str, Any]:
+    claim: dict[str, Any] = {
+        "metadata": {"namespace": "ml", "name": name, "uid": f"{name}-uid"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu", "count": 1}}]}},
+        "status": {},
+    }
+    if device:
+        claim["status"] = {
+            "allocation": {"devices": {"results": [{"driver": DRIVER, "pool": device, "device": "gpu-0", "request": "gpu"}]}}
+        }
+    return claim
+
+
+def _pod(name: str, *, node: str | None, job_uid: str, priority: int, gated: bool = False) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ml",
+            "name": name,
+            "uid": f"{name}-uid",
+            "labels": {keys.JOB_UID_LABEL: job_uid},
+            "creationTimestamp": "2026-08-26T11:00:00Z",
+        },
+        "spec": {
+            "nodeName": node,
+            "priority": priority,
+            "schedulingGates": [{"name": keys.SCHEDULING_GATE}] if gated else [],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}],
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}],
+        },
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def _group(name: str, job_uid: str, *, priority: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ml",
+            "name": f"{name}-pg",
+            "uid": f"{name}-pg-uid",
+            "labels": {keys.JOB_NAME_LABEL: name},
+            "ownerReferences": [{"kind": "Job", "controller": True, "uid": job_uid, "name": name}],
+        },
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}, "priority": priority, "disruptionMode": {"all": {}}},
+        "status": {"conditions": [{"type": keys.INITIALLY_SCHEDULED, "status": "False", "reason": "Unschedulable", "message": "m"}]},
+    }
+
+
+def _objects() -> explanation.Objects:
+    return explanation.Objects(
+        nodes=(_node("n1"),),
+        slices=(_slice("n1"),),
+        classes=({"metadata": {"name": "gpu"}, "spec": {}},),
+        claims=(_claim("low-0-gpu", "n1"), _claim("urgent-0-gpu", None)),
+        pods=(
+            _pod("low-0", node="n1", job_uid="low-job", priority=10),
+            _pod("urgent-0", node=None, job_uid="urgent-job", priority=1000, gated=True),
+        ),
+        podgroups=(_group("low", "low-job", priority=10), _group("urgent", "urgent-job", priority=1000)),
+    )
+
+
+def test_a_pending_gang_shows_what_is_short_where_and_the_victims_preemption_would_take() -> None:
+    objects = _objects()
+    result = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "urgent"), NOW)
+    assert result.state == "Pending" and result.plan is not None and result.plan.fit == 0
+    assert [(s.resource, s.needed, s.free) for s in result.plan.shortages] == [("gpu", 1, 0)]
+    assert [(n.name, n.devices_free, n.devices, n.excluded_by) for n in result.plan.nodes] == [("n1", 0, 1, None)]
+    assert result.preemption == explanation.PreemptionView(False, (explanation.VictimRow("group ml/low-pg", 10, ("low-0",)),))
+    lines = explanation.text(result).splitlines()
+    assert "Preemption:  would evict 1 pod(s) in 1 unit(s) (dry run; the operator does it next cycle)" in lines
+    assert "  group ml/low-pg  10        low-0" in lines
+
+
+def test_no_victims_below_the_gangs_priority_says_so() -> None:
+    objects = _objects()
+    urgent = explanation.find_pod_group(objects, "ml", "urgent")
+    urgent = {**urgent, "spec": {**urgent["spec"], "priority": 5}}
+    result = explanation.explain(objects, urgent, NOW)
+    assert result.preemption is not None and result.preemption.reason is not None
+    assert result.preemption.reason.startswith("no lower-priority victims: 1 running, the lowest at priority 10"), result.preemption
+
+
+def test_an_unknown_job_names_the_fix() -> None:
+    try:
+        explanation.find_pod_group(_objects(), "ml", "nope")
+    except explanation.NotFoundError as exc:
+        assert "no PodGroup for Job 'nope' in namespace 'ml'" in str(exc) and "-n" in str(exc)
+    else:
+        raise AssertionError("an unknown Job must be an error")
