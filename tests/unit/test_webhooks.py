@@ -53,6 +53,10 @@ GANG_JOB = {
     "metadata": {"name": "train", "namespace": "ml", "annotations": {"scheduling.phalanx.dev/min-count": "4", "team": "a"}},
     "spec": {"parallelism": 4, "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
 }
+GATED_GANG = {
+    "metadata": GANG_JOB["metadata"],
+    "spec": {"parallelism": 4, "template": {"spec": {"schedulingGates": [{"name": "scheduling.phalanx.dev/gang"}]}}},
+}
 PLAIN_JOB = {"metadata": {"name": "etl", "namespace": "ml", "annotations": {"team": "a"}}, "spec": {"parallelism": 4}}
 
 
@@ -89,6 +93,35 @@ def _changed(job: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> d
             GANG_JOB,
             True,
             id="gang-removed",
+        ),
+        pytest.param("UPDATE", _changed(GANG_JOB, lambda j: j["spec"].update(completions=2)), GANG_JOB, True, id="gang-completions"),
+        pytest.param(
+            "UPDATE",
+            _changed(GATED_GANG, lambda j: j["spec"]["template"]["spec"].pop("schedulingGates")),
+            GATED_GANG,
+            True,
+            id="gate-removed",
+        ),
+        pytest.param(
+            "UPDATE",
+            _changed(GATED_GANG, lambda j: j["spec"]["template"]["spec"].update(schedulingGates=[{"name": "example.com/other"}])),
+            GATED_GANG,
+            True,
+            id="gate-replaced",
+        ),
+        pytest.param(
+            "UPDATE",
+            _changed(GATED_GANG, lambda j: j["spec"]["template"]["spec"]["schedulingGates"].append({"name": "example.com/other"})),
+            GATED_GANG,
+            False,
+            id="gate-kept",
+        ),
+        pytest.param(
+            "UPDATE",
+            _changed(PLAIN_JOB, lambda j: j["spec"].update(template={"spec": {"schedulingGates": [{"name": "example.com/x"}]}})),
+            PLAIN_JOB,
+            False,
+            id="plain-gates",
         ),
         pytest.param(
             "UPDATE",

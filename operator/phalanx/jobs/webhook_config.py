@@ -21,7 +21,7 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api.keys import GROUP
+from phalanx.api.keys import GROUP, SCHEDULING_GATE
 
 MUTATE_ID = "job-gang-mutate"
 VALIDATE_ID = "job-gang-validate"
@@ -40,19 +40,31 @@ def _parallelism(obj: str) -> str:
     return f"(has({obj}.spec.parallelism) ? {obj}.spec.parallelism : 1)"
 
 
+def _completions(obj: str) -> str:
+    return f"(has({obj}.spec.completions) ? {obj}.spec.completions : -1)"
+
+
+def _gated(obj: str) -> str:
+    return (
+        f"(has({obj}.spec.template.spec.schedulingGates) && "
+        f"{obj}.spec.template.spec.schedulingGates.exists(g, g.name == '{SCHEDULING_GATE}'))"
+    )
+
+
 _NEW, _OLD = _gang_annotations("object"), _gang_annotations("oldObject")
 MATCH_CONDITION = (
     "request.operation == 'CREATE' ? "
     f"(size({_NEW}) > 0 || has(object.spec.scheduling)) : "
     "(!has(object.metadata.deletionTimestamp) && ("
     f"!({_NEW}.all(a, a in {_OLD}) && {_OLD}.all(a, a in {_NEW})) || "
-    f"(size({_OLD}) > 0 && {_parallelism('object')} != {_parallelism('oldObject')}) || "
+    f"(size({_OLD}) > 0 && ({_parallelism('object')} != {_parallelism('oldObject')} || "
+    f"{_completions('object')} != {_completions('oldObject')} || {_gated('object')} != {_gated('oldObject')})) || "
     "has(object.spec.scheduling) != has(oldObject.spec.scheduling) || "
     "(has(object.spec.scheduling) && object.spec.scheduling != oldObject.spec.scheduling)))"
 )
-"""Only gang Jobs being created, and updates that touch gang settings or the parallelism
-of a gang Job, reach the webhooks. Anything else, including the garbage collector
-removing finalizers from a Job being deleted, never waits for Phalanx."""
+"""Only gang Jobs being created, and updates that touch gang settings, the size of a gang
+Job or its template's gate, reach the webhooks. Anything else, including the garbage
+collector removing finalizers from a Job being deleted, never waits for Phalanx."""
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 This is the edge where Kubernetes' shapes meet the core's dataclasses; the
 translation follows what kube-scheduler counts: requests of every
-non-terminal pod bound to a node (plus those Phalanx pinned and released but
-the scheduler has not bound yet), only the newest complete generation of a
+non-terminal pod bound to a node (plus those Phalanx pinned, as its
+reservations record, and released but the scheduler has not bound yet), only the newest complete generation of a
 ResourceSlice pool, and every device some claim holds. The same pods are what
 pod affinity, topology spreading and host ports are judged against.
 """
@@ -47,13 +47,26 @@ def gated(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == keys.SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or [])
 
 
-def placed_on(pod: Mapping[str, Any]) -> str | None:
-    """The node a pod occupies: bound, or pinned by Phalanx and released."""
+def pins(pod_groups: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Pod uid -> node, for every pod Phalanx pinned: the placements its reservations record.
+
+    The `scheduling.phalanx.dev/node` annotation alone proves nothing (anyone who
+    may patch a pod can write it), so only a recorded pin counts."""
+    return {
+        p["uid"]: p["node"]
+        for g in pod_groups
+        for p in (((g.get("status") or {}).get("reservation") or {}).get("placements") or [])
+        if p.get("uid") and p.get("node")
+    }
+
+
+def placed_on(pod: Mapping[str, Any], pinned: Mapping[str, str] | None = None) -> str | None:
+    """The node a pod occupies: bound, or pinned by Phalanx (`pinned`, from `pins`) and released."""
     node = pod["spec"].get("nodeName")
     if node:
         return node
     if not gated(pod):
-        return (pod["metadata"].get("annotations") or {}).get(keys.PINNED_NODE)
+        return (pinned or {}).get(pod["metadata"]["uid"])
     return None
 
 
@@ -327,11 +340,12 @@ def build(
     slices: Iterable[Mapping[str, Any]],
     claims: Iterable[Mapping[str, Any]],
     classes: Iterable[Mapping[str, Any]],
+    pinned: Mapping[str, str] | None = None,
 ) -> Snapshot:
     requested: dict[str, Counter[str]] = {}
     placed: list[Pod] = []
     for pod in pods:
-        where = placed_on(pod)
+        where = placed_on(pod, pinned)
         if where is None or terminal(pod):
             continue
         placed.append(existing(pod, where))
