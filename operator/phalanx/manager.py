@@ -65,8 +65,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     settings.admission.server = kopf.WebhookServer(
         addr=cfg.webhook_listen, port=cfg.webhook_port, certfile=str(cert.cert_file), pkeyfile=str(cert.key_file)
     )
-    for kind, body in webhook_config.configurations(cfg.endpoint(), cert.ca_pem, cfg.namespace).items():
-        await memo.kube.apply_webhook_configuration(kind, body)
+    await webhook_config.publish(memo.kube, cfg.endpoint(), cert.ca_pem, cfg.namespace)
     if cfg.metrics_port:
         prometheus_client.start_http_server(cfg.metrics_port)
     memo.view = ClusterView(memo.kube)

@@ -2,7 +2,8 @@
 
 Kopf serves the webhooks, but its managed configurations only know `url`
 client configs and cannot scope by namespace or by content. Phalanx builds its
-own, so that the blast radius is as small as the API allows:
+own (shipped static in `manifests/webhooks.yaml` for a cluster, written by the
+operator in the local mode), so that the blast radius is as small as the API allows:
 
 * only `batch/v1` Jobs, CREATE and UPDATE (never pods, never status);
 * a CEL `matchCondition` sends only gang Jobs being created and updates that
@@ -21,7 +22,10 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from phalanx.api.keys import GROUP, SCHEDULING_GATE
+from phalanx.kube.client import Kube
 
 MUTATE_ID = "job-gang-mutate"
 VALIDATE_ID = "job-gang-validate"
@@ -76,8 +80,12 @@ class Endpoint:
     service_name: str | None = None
     service_port: int = 443
 
-    def client_config(self, handler_id: str, ca_pem: bytes) -> dict[str, Any]:
-        config: dict[str, Any] = {"caBundle": base64.b64encode(ca_pem).decode()}
+    @property
+    def local(self) -> bool:
+        return self.url is not None
+
+    def client_config(self, handler_id: str, ca_pem: bytes | None) -> dict[str, Any]:
+        config: dict[str, Any] = {"caBundle": base64.b64encode(ca_pem).decode()} if ca_pem is not None else {}
         if self.url is not None:
             config["url"] = f"{self.url.rstrip('/')}/{handler_id}"
         else:
@@ -90,8 +98,8 @@ class Endpoint:
         return config
 
 
-def configurations(endpoint: Endpoint, ca_pem: bytes, operator_namespace: str) -> dict[str, dict[str, Any]]:
-    """Kind -> configuration object, ready to create or patch."""
+def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace: str) -> dict[str, dict[str, Any]]:
+    """Kind -> configuration object, ready to create or patch (without a caBundle: the one `manifests/` ships)."""
 
     def webhook(name: str, handler_id: str) -> dict[str, Any]:
         return {
@@ -139,3 +147,49 @@ def configurations(endpoint: Endpoint, ca_pem: bytes, operator_namespace: str) -
             "webhooks": [webhook("jobs-validate", VALIDATE_ID)],
         },
     }
+
+
+IN_CLUSTER = Endpoint(service_namespace="phalanx-system", service_name="phalanx-webhook")
+"""The Service `manifests/` deploys."""
+
+_MANIFEST_HEADER = """\
+# The webhook configurations for the in-cluster deployment: static, so the
+# operator needs no right to create or rewrite admission configuration; it
+# only sets each webhook's caBundle at start-up. Generated from
+# operator/phalanx/jobs/webhook_config.py (`./task webhooks`; a unit test fails on drift).
+"""
+
+
+def manifest() -> str:
+    """`manifests/webhooks.yaml`."""
+    docs = list(configurations(IN_CLUSTER, None, IN_CLUSTER.service_namespace or "").values())
+    return _MANIFEST_HEADER + yaml.safe_dump_all(docs, sort_keys=False, width=1000)
+
+
+def ca_bundle_patch(configuration: dict[str, Any], ca_pem: bytes) -> list[dict[str, Any]]:
+    """A JSON patch that sets each webhook's caBundle and nothing else, refused if the webhooks are not the ones expected."""
+    patch: list[dict[str, Any]] = []
+    for i, hook in enumerate(configuration["webhooks"]):
+        patch.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook["name"]})
+        patch.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": base64.b64encode(ca_pem).decode()})
+    return patch
+
+
+async def publish(kube: Kube, endpoint: Endpoint, ca_pem: bytes, operator_namespace: str) -> None:
+    """Put the webhooks in the path of Job admission.
+
+    In a cluster the configurations are static (installed from `manifests/`);
+    the operator only sets their caBundle, by name, so it needs no right to
+    create or rewrite admission configuration. The local mode (URL webhooks on
+    loopback, a port chosen per run) writes whole configurations of its own.
+    """
+    for kind, body in configurations(endpoint, ca_pem, operator_namespace).items():
+        if endpoint.local:
+            await kube.apply_webhook_configuration(kind, body)
+        else:
+            path = f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s/{body['metadata']['name']}"
+            await kube.json_patch(path, ca_bundle_patch(body, ca_pem))
+
+
+if __name__ == "__main__":
+    print(manifest(), end="")
