@@ -61,7 +61,9 @@ def _generated(job: dict) -> dict:
 
 
 def _named(job: dict, name: str) -> dict:
+    """NonIndexed: an Indexed Job's pod hostnames (`<name>-<index>`) limit its name to fewer characters, upstream."""
     job["metadata"]["name"] = name
+    job["spec"]["completionMode"] = "NonIndexed"
     return job
 
 
