@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from phalanx.api.keys import GROUP, SCHEDULING_GATE
-from phalanx.kube.client import Kube
+from phalanx.kube.client import Invalid, Kube, NotFound
 
 MUTATE_ID = "job-gang-mutate"
 VALIDATE_ID = "job-gang-validate"
@@ -187,8 +187,15 @@ async def publish(kube: Kube, endpoint: Endpoint, ca_pem: bytes, operator_namesp
         if endpoint.local:
             await kube.apply_webhook_configuration(kind, body)
         else:
-            path = f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s/{body['metadata']['name']}"
-            await kube.json_patch(path, ca_bundle_patch(body, ca_pem))
+            name = body["metadata"]["name"]
+            try:
+                await kube.json_patch(f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s/{name}", ca_bundle_patch(body, ca_pem))
+            except NotFound:
+                raise RuntimeError(f"{kind} {name} is not installed: apply manifests/ (kubectl apply -k manifests/)") from None
+            except Invalid as exc:
+                raise RuntimeError(
+                    f"{kind} {name} does not hold the webhooks this operator serves ({exc}): apply manifests/webhooks.yaml of this version"
+                ) from None
 
 
 if __name__ == "__main__":
