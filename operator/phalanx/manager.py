@@ -67,8 +67,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     bodies = webhook_config.configurations(cfg.endpoint(), cert.ca_pem, cfg.namespace)
     on_serving = None
     if cfg.webhook_service:
-        for kind, body in bodies.items():
-            await memo.kube.apply_webhook_configuration(kind, body)
+        await webhook_config.publish(memo.kube, cfg.endpoint(), cert.ca_pem, cfg.namespace)
     else:
         memo.webhooks = webhook_config.SelfManaged(memo.kube, bodies)
         on_serving = memo.webhooks.publish

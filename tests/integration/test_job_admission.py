@@ -102,7 +102,7 @@ BAD_CREATES = [
     ),
     (
         gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 0}}}),
-        f"{ANN}min-count]: Invalid value: 0: must be greater than or equal to 1; a gang needs at least one pod",
+        "spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 0: must be greater than or equal to 1; a gang needs at least one pod",
     ),
     (
         gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 4}, "basic": {}}}),
@@ -110,11 +110,11 @@ BAD_CREATES = [
     ),
     (
         gang_job(scheduling={"disruptionMode": {"all": {}}}),
-        f'{ANN}disruption-mode]: Invalid value: "all": the disruptionMode `all` is not supported with the basic scheduling policy; use the `gang` policy or the `single` mode',
+        'spec.scheduling.disruptionMode: Invalid value: "all": the disruptionMode `all` is not supported with the basic scheduling policy; use the `gang` policy or the `single` mode',
     ),
     (
         gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 9}}}),
-        f"{ANN}min-count]: Invalid value: 9: must not be greater than parallelism (4); lower it to at most 4 or raise spec.parallelism",
+        "spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 9: must not be greater than parallelism (4); lower it to at most 4 or raise spec.parallelism",
     ),
 ]
 

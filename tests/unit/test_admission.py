@@ -95,13 +95,37 @@ BAD = [
         4,
         f"{ANN}min-count]: Invalid value: 3: contradicts spec.scheduling.schedulingPolicy.gang.minCount (4)",
     ),
-    ({}, {"schedulingPolicy": {"gang": {"minCount": 0}}}, 4, f"{ANN}min-count]: Invalid value: 0: must be greater than or equal to 1"),
+    (
+        {},
+        {"schedulingPolicy": {"gang": {"minCount": 0}}},
+        4,
+        "spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 0: must be greater than or equal to 1",
+    ),
+    (
+        {},
+        {"schedulingPolicy": {"gang": {"minCount": 9}}},
+        4,
+        "spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 9: must not be greater than parallelism (4)",
+    ),
+    (
+        {keys.POLICY: "gang", keys.TOPOLOGY_KEY: "rack"},
+        {"schedulingPolicy": {"gang": {"minCount": 0}}},
+        4,
+        "spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 0",
+    ),
+    (
+        {keys.MIN_COUNT: "9" * 5000},
+        None,
+        4,
+        f'{ANN}min-count]: Invalid value: "{"9" * 63}... (5002 characters): must be at most 2147483647',
+    ),
+    ({keys.MIN_COUNT: "2147483648"}, None, 4, f'{ANN}min-count]: Invalid value: "2147483648": must be at most 2147483647'),
     ({}, {"schedulingPolicy": {"gang": {}, "basic": {}}}, 4, "spec.scheduling.schedulingPolicy: Invalid value: "),
     (
         {},
         {"disruptionMode": {"all": {}}},
         4,
-        f'{ANN}disruption-mode]: Invalid value: "all": the disruptionMode `all` is not supported with the basic',
+        'spec.scheduling.disruptionMode: Invalid value: "all": the disruptionMode `all` is not supported with the basic',
     ),
 ]
 
@@ -128,7 +152,101 @@ def test_only_min_count_may_change() -> None:
         admission.validate_job(old, job())
 
 
-def test_parallelism_cannot_drop_below_min_count() -> None:
-    old = job({keys.POLICY: "gang", keys.MIN_COUNT: "4", keys.DISRUPTION_MODE: "all"})
-    with pytest.raises(intent.GangSpecError, match=r"must not be greater than parallelism \(2\)"):
-        admission.validate_job(job({keys.POLICY: "gang", keys.MIN_COUNT: "4", keys.DISRUPTION_MODE: "all"}, parallelism=2), old)
+def sized(annotations: dict[str, str], parallelism: int | None, completions: int | None) -> dict:
+    j = job(annotations, parallelism=parallelism)
+    if completions is not None:
+        j["spec"]["completions"] = completions
+    return j
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "completions", "min_count", "refusal"),
+    [
+        (4, 4, "4", None),
+        (4, None, "4", None),
+        (4, 2, "2", None),
+        (
+            4,
+            2,
+            "3",
+            "min-count]: Invalid value: 3: must not be greater than completions (2); lower it to at most 2 or raise spec.completions",
+        ),
+        (
+            2,
+            8,
+            "3",
+            "min-count]: Invalid value: 3: must not be greater than parallelism (2); lower it to at most 2 or raise spec.parallelism",
+        ),
+    ],
+)
+def test_min_count_fits_what_the_job_can_run_at_once(parallelism, completions, min_count, refusal) -> None:
+    """A gang larger than min(parallelism, completions) would stay gated forever."""
+    j = sized({keys.MIN_COUNT: min_count}, parallelism, completions)
+    if refusal is None:
+        mutate(j)
+        admission.validate_job(j, None)
+        return
+    with pytest.raises(intent.GangSpecError) as refused:
+        mutate(j)
+    assert str(refused.value) == f"{ANN}{refusal}"
+
+
+def test_unset_min_count_is_the_most_the_job_can_run_at_once() -> None:
+    gang = intent.GangIntent(policy="gang")
+    assert gang.min_count_for(4, None) == 4
+    assert gang.min_count_for(4, 2) == 2, "completions 2 never run 4 pods at once"
+    assert gang.min_count_for(None, None) == 1
+    assert gang.min_count_for(0, None) == 1
+
+
+def test_scaling_below_min_count_names_the_size_the_user_changed() -> None:
+    old = sized({keys.POLICY: "gang", keys.MIN_COUNT: "4", keys.DISRUPTION_MODE: "all"}, 4, 4)
+    smaller = sized({keys.POLICY: "gang", keys.MIN_COUNT: "4", keys.DISRUPTION_MODE: "all"}, 2, 4)
+    expected = "spec.parallelism: Invalid value: 2: must not be less than the gang's minCount (4); keep it at 4 or more, or lower the minCount first"
+    for check in (lambda: mutate(smaller, old), lambda: admission.validate_job(smaller, old)):
+        with pytest.raises(intent.GangSpecError) as refused:
+            check()
+        assert str(refused.value) == expected
+
+
+def test_generate_name_jobs_are_gated_without_a_template_label() -> None:
+    j = job({keys.MIN_COUNT: "4"})
+    del j["metadata"]["name"]
+    j["metadata"]["generateName"] = "train-"
+    template = mutate(j).patch["spec"]["template"]
+    assert template == {"spec": {"schedulingGates": [{"name": keys.SCHEDULING_GATE}]}}, "the name is not known yet: no `-pgt-0` label"
+
+
+@pytest.mark.parametrize("length", [57, 58, 63])
+def test_long_names_get_a_valid_template_label(length: int) -> None:
+    j = job({keys.MIN_COUNT: "4"})
+    j["metadata"]["name"] = name = "j" * (length - 1) + "a"
+    label = mutate(j).patch["spec"]["template"]["metadata"]["labels"][keys.TEMPLATE_LABEL]
+    assert len(label) <= 63 and label.endswith("-pgt-0")
+    if length <= 57:
+        assert label == f"{name}-pgt-0", "upstream's name while it fits"
+    else:
+        other = job({keys.MIN_COUNT: "4"})
+        other["metadata"]["name"] = "j" * (length - 1) + "b"
+        assert mutate(other).patch["spec"]["template"]["metadata"]["labels"][keys.TEMPLATE_LABEL] != label, "the hash keeps cut names apart"
+
+
+GATED = [{"name": keys.SCHEDULING_GATE}]
+
+
+def gang_with_gates(gates: list[dict]) -> dict:
+    j = job({keys.POLICY: "gang", keys.MIN_COUNT: "4", keys.DISRUPTION_MODE: "all"})
+    j["spec"]["template"]["spec"]["schedulingGates"] = gates
+    return j
+
+
+def test_the_gate_stays_for_the_jobs_whole_life() -> None:
+    old = gang_with_gates(GATED)
+    with pytest.raises(intent.GangSpecError) as refused:
+        admission.validate_job(gang_with_gates([]), old)
+    assert str(refused.value) == (
+        "spec.template.spec.schedulingGates: Invalid value: []: the scheduling gate scheduling.phalanx.dev/gang must stay on "
+        "a gang Job's pod template for the Job's whole life; keep it: Phalanx lifts it from each pod once the whole gang can be placed"
+    )
+    admission.validate_job(gang_with_gates([*GATED, {"name": "example.com/other"}]), old)
+    admission.validate_job(gang_with_gates([]), gang_with_gates([])), "a Job admitted without the gate is only reported"

@@ -51,6 +51,7 @@ def _pod(name: str, *, node: str | None, job_uid: str, priority: int, gated: boo
             "name": name,
             "uid": f"{name}-uid",
             "labels": {keys.JOB_UID_LABEL: job_uid},
+            "ownerReferences": [{"kind": "Job", "controller": True, "uid": job_uid, "name": job_uid}],
             "creationTimestamp": "2026-08-26T11:00:00Z",
         },
         "spec": {

@@ -99,13 +99,15 @@ def test_the_snapshot_records_every_placed_non_terminal_pod() -> None:
         _pod("released", None, pinned="n1"),
         _pod("done", "n1", phase="Succeeded"),
         _pod("waiting", None, gated=True, pinned="n1"),
+        _pod("forged", None, pinned="n1"),
     ]
-    snapshot = inputs.build(nodes, pods, [], [], [])
+    recorded = [{"status": {"reservation": {"placements": [{"name": "released", "uid": "u-released", "node": "n1"}]}}}]
+    snapshot = inputs.build(nodes, pods, [], [], [], pinned=inputs.pins(recorded))
     assert [(p.name, p.node, p.terminating) for p in snapshot.pods] == [
         ("bound", "n1", False),
         ("leaving", "n1", True),
         ("released", "n1", False),
-    ]
+    ], "a pin annotation counts only on a pod a reservation records: `forged` wrote its own"
     bound: Pod = snapshot.pods[0]
     assert dict(bound.labels) == {"app": "bound"}
     assert bound.host_ports == (HostPort(9000), HostPort(53, "UDP"))

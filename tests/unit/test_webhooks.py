@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import cel
 import pytest
+import yaml
 
 from phalanx.jobs import webhook_config
 
@@ -53,6 +55,10 @@ GANG_JOB = {
     "metadata": {"name": "train", "namespace": "ml", "annotations": {"scheduling.phalanx.dev/min-count": "4", "team": "a"}},
     "spec": {"parallelism": 4, "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
 }
+GATED_GANG = {
+    "metadata": GANG_JOB["metadata"],
+    "spec": {"parallelism": 4, "template": {"spec": {"schedulingGates": [{"name": "scheduling.phalanx.dev/gang"}]}}},
+}
 PLAIN_JOB = {"metadata": {"name": "etl", "namespace": "ml", "annotations": {"team": "a"}}, "spec": {"parallelism": 4}}
 
 
@@ -90,6 +96,35 @@ def _changed(job: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> d
             True,
             id="gang-removed",
         ),
+        pytest.param("UPDATE", _changed(GANG_JOB, lambda j: j["spec"].update(completions=2)), GANG_JOB, True, id="gang-completions"),
+        pytest.param(
+            "UPDATE",
+            _changed(GATED_GANG, lambda j: j["spec"]["template"]["spec"].pop("schedulingGates")),
+            GATED_GANG,
+            True,
+            id="gate-removed",
+        ),
+        pytest.param(
+            "UPDATE",
+            _changed(GATED_GANG, lambda j: j["spec"]["template"]["spec"].update(schedulingGates=[{"name": "example.com/other"}])),
+            GATED_GANG,
+            True,
+            id="gate-replaced",
+        ),
+        pytest.param(
+            "UPDATE",
+            _changed(GATED_GANG, lambda j: j["spec"]["template"]["spec"]["schedulingGates"].append({"name": "example.com/other"})),
+            GATED_GANG,
+            False,
+            id="gate-kept",
+        ),
+        pytest.param(
+            "UPDATE",
+            _changed(PLAIN_JOB, lambda j: j["spec"].update(template={"spec": {"schedulingGates": [{"name": "example.com/x"}]}})),
+            PLAIN_JOB,
+            False,
+            id="plain-gates",
+        ),
         pytest.param(
             "UPDATE",
             _changed(GANG_JOB, lambda j: j["metadata"].update(finalizers=["batch.kubernetes.io/job-tracking"])),
@@ -117,3 +152,24 @@ def test_match_condition_sends_only_gang_changes(operation: str, new: dict, old:
     """Evaluated as the API server would: whatever is not sent never waits for Phalanx, even when it is down."""
     verdict = cel.compile(webhook_config.MATCH_CONDITION).execute({"request": {"operation": operation}, "object": new, "oldObject": old})
     assert verdict is sent
+
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_the_shipped_configurations_are_the_generated_ones() -> None:
+    """manifests/webhooks.yaml is what the code would write: `./task webhooks` regenerates it."""
+    assert (ROOT / "manifests" / "webhooks.yaml").read_text() == webhook_config.manifest()
+    shipped = list(yaml.safe_load_all((ROOT / "manifests" / "webhooks.yaml").read_text()))
+    assert all("caBundle" not in hook["clientConfig"] for doc in shipped for hook in doc["webhooks"]), "the operator sets it"
+    kustomization = yaml.safe_load((ROOT / "manifests" / "kustomization.yaml").read_text())
+    assert {"webhooks.yaml", "admission-policy.yaml", "rbac.yaml"} <= set(kustomization["resources"])
+
+
+def test_in_cluster_the_operator_patches_only_the_ca_bundle() -> None:
+    (mutating, _) = webhook_config.configurations(webhook_config.IN_CLUSTER, b"CA", "phalanx-system").values()
+    patch = webhook_config.ca_bundle_patch(mutating, b"CA")
+    assert patch == [
+        {"op": "test", "path": "/webhooks/0/name", "value": "jobs-mutate.scheduling.phalanx.dev"},
+        {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
+    ]

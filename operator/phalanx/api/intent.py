@@ -25,6 +25,8 @@ Mode = Literal["single", "all"]
 POLICIES: tuple[Policy, ...] = ("gang", "basic")
 MODES: tuple[Mode, ...] = ("single", "all")
 INT32_MAX = 2**31 - 1
+_SHOWN = 64
+"""A value longer than this is cut in messages (a min-count of thousands of digits is echoed, not pasted back)."""
 
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -38,7 +40,10 @@ class FieldError:
     fix: str
 
     def __str__(self) -> str:
-        return f"{self.path}: Invalid value: {json.dumps(self.value, sort_keys=True)}: {self.detail}; {self.fix}"
+        shown = json.dumps(self.value, sort_keys=True)
+        if len(shown) > _SHOWN:
+            shown = f"{shown[:_SHOWN]}... ({len(shown)} characters)"
+        return f"{self.path}: Invalid value: {shown}: {self.detail}; {self.fix}"
 
 
 class GangSpecError(ValueError):
@@ -47,6 +52,16 @@ class GangSpecError(ValueError):
     def __init__(self, errors: list[FieldError]) -> None:
         self.errors = errors
         super().__init__("; ".join(str(e) for e in errors))
+
+
+SPEC = "spec.scheduling"
+SPEC_PATHS = {
+    "policy": f"{SPEC}.schedulingPolicy",
+    "min_count": f"{SPEC}.schedulingPolicy.gang.minCount",
+    "disruption_mode": f"{SPEC}.disruptionMode",
+    "topology_key": f"{SPEC}.schedulingConstraints.topology[0].key",
+}
+"""Where each setting is when the user wrote upstream's spelling."""
 
 
 @dataclass(frozen=True)
@@ -74,13 +89,32 @@ class GangIntent:
             return self
         return replace(self, disruption_mode=gang_default if self.policy == "gang" else "single")
 
-    def min_count_for(self, parallelism: int | None) -> int:
-        """Unset minCount means every pod the Job runs at once, as upstream."""
-        return self.min_count if self.min_count is not None else max(1, parallelism or 1)
+    def min_count_for(self, parallelism: int | None, completions: int | None = None) -> int:
+        """Unset minCount means every pod the Job runs at once: upstream's parallelism, but never more than the completions."""
+        if self.min_count is not None:
+            return self.min_count
+        return max(1, capacity(parallelism, completions)[0])
+
+
+def capacity(parallelism: int | None, completions: int | None) -> tuple[int, str]:
+    """How many pods the Job can ever run at once, and the field that sets the limit."""
+    p = 1 if parallelism is None else parallelism
+    if completions is not None and completions < p:
+        return completions, "completions"
+    return p, "parallelism"
 
 
 def annotation_path(key: str) -> str:
     return f"metadata.annotations[{key}]"
+
+
+ANNOTATION_PATHS = {
+    "policy": annotation_path(POLICY),
+    "min_count": annotation_path(MIN_COUNT),
+    "disruption_mode": annotation_path(DISRUPTION_MODE),
+    "topology_key": annotation_path(TOPOLOGY_KEY),
+}
+"""Where each setting is in the portable spelling."""
 
 
 def from_annotations(annotations: dict[str, str] | None) -> GangIntent | None:
@@ -99,10 +133,13 @@ def from_annotations(annotations: dict[str, str] | None) -> GangIntent | None:
     min_count = None
     if MIN_COUNT in annotations:
         raw = annotations[MIN_COUNT]
-        if not re.fullmatch(r"[0-9]+", raw.strip()) or int(raw) > INT32_MAX:
+        digits = raw.strip()
+        if not re.fullmatch(r"[0-9]+", digits):
             errors.append(FieldError(annotation_path(MIN_COUNT), raw, "must be a whole number", 'write the gang size as digits, e.g. "4"'))
+        elif len(digits.lstrip("0")) > len(str(INT32_MAX)) or int(digits) > INT32_MAX:
+            errors.append(FieldError(annotation_path(MIN_COUNT), raw, f"must be at most {INT32_MAX}", 'write the gang size, e.g. "4"'))
         else:
-            min_count = int(raw)
+            min_count = int(digits)
     mode = annotations.get(DISRUPTION_MODE)
     if mode is not None and mode not in MODES:
         errors.append(FieldError(annotation_path(DISRUPTION_MODE), mode, "unknown disruption mode", "use `all` or `single`"))
@@ -154,15 +191,11 @@ def from_job_scheduling(scheduling: dict[str, Any]) -> GangIntent:
     return GangIntent(policy=policy, min_count=min_count, disruption_mode=mode, topology_key=key)
 
 
-def validate(intent: GangIntent, parallelism: int | None) -> None:
-    """Rules for one Job on create (and for the new state on update)."""
-    paths = {
-        "min_count": annotation_path(MIN_COUNT),
-        "disruption_mode": annotation_path(DISRUPTION_MODE),
-        "topology_key": annotation_path(TOPOLOGY_KEY),
-    }
+def validate(intent: GangIntent, parallelism: int | None, completions: int | None = None, paths: dict[str, str] = ANNOTATION_PATHS) -> None:
+    """Rules for one Job on create (and for the new state on update); `paths` name each setting as the user wrote it."""
     errors: list[FieldError] = []
     if intent.min_count is not None:
+        limit, limited_by = capacity(parallelism, completions)
         if intent.policy == "basic":
             errors.append(
                 FieldError(
@@ -176,14 +209,13 @@ def validate(intent: GangIntent, parallelism: int | None) -> None:
             errors.append(
                 FieldError(paths["min_count"], intent.min_count, "must be greater than or equal to 1", "a gang needs at least one pod")
             )
-        elif intent.min_count > (parallelism if parallelism is not None else 1):
-            p = parallelism if parallelism is not None else 1
+        elif intent.min_count > limit:
             errors.append(
                 FieldError(
                     paths["min_count"],
                     intent.min_count,
-                    f"must not be greater than parallelism ({p})",
-                    f"lower it to at most {p} or raise spec.parallelism",
+                    f"must not be greater than {limited_by} ({limit})",
+                    f"lower it to at most {limit} or raise spec.{limited_by}",
                 )
             )
     if intent.policy == "basic" and intent.disruption_mode == "all":
@@ -205,7 +237,23 @@ def validate(intent: GangIntent, parallelism: int | None) -> None:
         raise GangSpecError(errors)
 
 
-def validate_update(old: GangIntent | None, new: GangIntent | None) -> None:
+def validate_scale(min_count: int, parallelism: int | None, completions: int | None) -> None:
+    """A gang Job scaled below its minCount would never form again: the field the user changed is named."""
+    limit, limited_by = capacity(parallelism, completions)
+    if min_count > limit:
+        raise GangSpecError(
+            [
+                FieldError(
+                    f"spec.{limited_by}",
+                    limit,
+                    f"must not be less than the gang's minCount ({min_count})",
+                    f"keep it at {min_count} or more, or lower the minCount first",
+                )
+            ]
+        )
+
+
+def validate_update(old: GangIntent | None, new: GangIntent | None, paths: dict[str, str] = ANNOTATION_PATHS) -> None:
     """Everything is immutable except minCount, as upstream."""
     if old == new:
         return
@@ -213,7 +261,7 @@ def validate_update(old: GangIntent | None, new: GangIntent | None) -> None:
         raise GangSpecError(
             [
                 FieldError(
-                    annotation_path(POLICY),
+                    paths["policy"],
                     new.policy if new else None,
                     "gang scheduling cannot be added to or removed from an existing Job",
                     "delete and recreate the Job",
@@ -221,8 +269,8 @@ def validate_update(old: GangIntent | None, new: GangIntent | None) -> None:
             ]
         )
     errors = [
-        FieldError(annotation_path(key), getattr(new, attr), "field is immutable", "delete and recreate the Job to change it")
-        for key, attr in ((POLICY, "policy"), (DISRUPTION_MODE, "disruption_mode"), (TOPOLOGY_KEY, "topology_key"))
+        FieldError(paths[attr], getattr(new, attr), "field is immutable", "delete and recreate the Job to change it")
+        for attr in ("policy", "disruption_mode", "topology_key")
         if getattr(old, attr) != getattr(new, attr)
     ]
     if errors:

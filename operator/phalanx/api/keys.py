@@ -21,7 +21,7 @@ SCHEDULING_GATE = f"{GROUP}/gang"
 """The gate on every gang pod; only Phalanx lifts it, once the whole group is reserved."""
 
 TEMPLATE_LABEL = f"{GROUP}/pod-group-template"
-"""On pods: the PodGroup template they belong to (the Job's name is all admission knows)."""
+"""On pods: the PodGroup template they belong to (the Job's name is all admission knows; absent with generateName)."""
 
 PINNED_NODE = f"{GROUP}/node"
 """On pods Phalanx pinned: the node, so a pinned but not yet bound pod is counted there."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 _SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _MAX_NAME = 253
+_MAX_LABEL = 63
+_TEMPLATE_SUFFIX = "-pgt-0"
 
 
 def _fnv32a(data: str) -> int:
@@ -35,7 +37,12 @@ def workload_name(job_name: str, job_uid: str) -> str:
 
 
 def template_name(job_name: str) -> str:
-    return f"{job_name}-pgt-0"
+    """Upstream's `<job>-pgt-0` while it fits a label value (63); a longer Job name is cut and a hash of it keeps it unique."""
+    name = f"{job_name}{_TEMPLATE_SUFFIX}"
+    if len(name) <= _MAX_LABEL:
+        return name
+    suffix = _hash(job_name)
+    return f"{job_name[: _MAX_LABEL - len(_TEMPLATE_SUFFIX) - len(suffix) - 1]}-{suffix}{_TEMPLATE_SUFFIX}"
 
 
 def pod_group_name(workload: str, template: str) -> str:

@@ -15,6 +15,9 @@ from typing import Any
 
 from phalanx.api import keys
 from phalanx.api.intent import (
+    ANNOTATION_PATHS,
+    SPEC_PATHS,
+    FieldError,
     GangIntent,
     GangSpecError,
     Mode,
@@ -22,6 +25,7 @@ from phalanx.api.intent import (
     from_annotations,
     from_job_scheduling,
     validate,
+    validate_scale,
     validate_update,
 )
 from phalanx.api.naming import template_name
@@ -38,8 +42,10 @@ class Mutation:
 def mutate_job(job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_mode: Mode, field_dropped: bool | None) -> Mutation:
     """Normalise the gang intent into annotations; on create, gate and label the pod template.
 
-    `field_dropped` says whether this API server drops `spec.scheduling`
-    (None: cannot tell), only to word the warning.
+    The rules are checked here too, where the spelling the user wrote is still
+    known (`spec.scheduling` is gone by validation time), so a refusal names
+    the field as written. `field_dropped` says whether this API server drops
+    `spec.scheduling` (None: cannot tell), only to word the warning.
     """
     metadata = job.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
@@ -49,32 +55,75 @@ def mutate_job(job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_
     intent = _merge(annotated, from_spec, old is not None)
     if intent is None:
         return Mutation()
+    paths = {attr: SPEC_PATHS[attr] if _written(from_spec, attr) else path for attr, path in ANNOTATION_PATHS.items()}
+    previous = from_annotations((old.get("metadata") or {}).get("annotations")) if old is not None else None
     if old is None:
         intent = intent.with_default_mode(gang_default_mode)
-    else:
-        previous = from_annotations((old.get("metadata") or {}).get("annotations"))
-        if previous is not None and intent.disruption_mode is None:
-            intent = replace(intent, disruption_mode=previous.disruption_mode)
+    elif previous is not None and intent.disruption_mode is None:
+        intent = replace(intent, disruption_mode=previous.disruption_mode)
+    _check(job, old, previous, intent, paths)
     patch: dict[str, Any] = {}
     wanted = intent.to_annotations()
     if any(annotations.get(k) != v for k, v in wanted.items()):
         patch["metadata"] = {"annotations": wanted}
     warnings: list[str] = []
     if old is None:
-        patch["spec"] = {"template": _gated_template(job, template_name(metadata.get("name", "")))}
+        patch["spec"] = {"template": _gated_template(job, metadata.get("name"))}
         if from_spec is not None:
             warnings.append(_copied_warning(field_dropped))
     return Mutation(patch=patch, warnings=tuple(warnings))
 
 
 def validate_job(job: dict[str, Any], old: dict[str, Any] | None) -> None:
-    """Raise `GangSpecError` when the Job's gang intent breaks a rule."""
+    """Raise `GangSpecError` when the Job's gang intent breaks a rule (in the portable spelling: all that is left here)."""
     new_intent = from_annotations((job.get("metadata") or {}).get("annotations"))
+    old_intent = from_annotations((old.get("metadata") or {}).get("annotations")) if old is not None else None
     if old is not None:
-        old_intent = from_annotations((old.get("metadata") or {}).get("annotations"))
         validate_update(old_intent, new_intent)
+        if old_intent is not None and gated(old) and not gated(job):
+            raise GangSpecError([_gate_removed(job)])
     if new_intent is not None:
-        validate(new_intent, (job.get("spec") or {}).get("parallelism"))
+        _check(job, old, old_intent, new_intent, ANNOTATION_PATHS)
+
+
+def gated(job: dict[str, Any]) -> bool:
+    """Whether the Job's pod template carries Phalanx's scheduling gate."""
+    return keys.SCHEDULING_GATE in (g.get("name") for g in _gates(job))
+
+
+def _gates(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(((((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get("schedulingGates")) or [])
+
+
+def _gate_removed(job: dict[str, Any]) -> FieldError:
+    return FieldError(
+        "spec.template.spec.schedulingGates",
+        _gates(job),
+        f"the scheduling gate {keys.SCHEDULING_GATE} must stay on a gang Job's pod template for the Job's whole life",
+        "keep it: Phalanx lifts it from each pod once the whole gang can be placed",
+    )
+
+
+def _scale(job: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    spec = (job or {}).get("spec") or {}
+    return spec.get("parallelism"), spec.get("completions")
+
+
+def _check(job: dict[str, Any], old: dict[str, Any] | None, previous: GangIntent | None, intent: GangIntent, paths: dict[str, str]) -> None:
+    """The rules for the new state; when only the Job's size changed, the size is what is named."""
+    if old is not None:
+        validate_update(previous, intent, paths)
+    parallelism, completions = _scale(job)
+    resized = old is not None and _scale(old) != (parallelism, completions)
+    if resized and previous is not None and intent.min_count is not None and intent.min_count == previous.min_count:
+        validate_scale(intent.min_count, parallelism, completions)
+    validate(intent, parallelism, completions, paths)
+
+
+def _written(spelling: GangIntent | None, attr: str) -> bool:
+    if spelling is None:
+        return False
+    return attr == "policy" or getattr(spelling, attr) is not None
 
 
 def _merge(annotated: GangIntent | None, from_spec: GangIntent | None, updating: bool) -> GangIntent | None:
@@ -93,12 +142,15 @@ def _merge(annotated: GangIntent | None, from_spec: GangIntent | None, updating:
     )
 
 
-def _gated_template(job: dict[str, Any], template: str) -> dict[str, Any]:
-    pod_template = (job.get("spec") or {}).get("template") or {}
-    gates = list((pod_template.get("spec") or {}).get("schedulingGates") or [])
+def _gated_template(job: dict[str, Any], job_name: str | None) -> dict[str, Any]:
+    """The gate, and the template label when the name is known: a Job created with `generateName` has none yet."""
+    gates = _gates(job)
     if not any(g.get("name") == keys.SCHEDULING_GATE for g in gates):
         gates.append({"name": keys.SCHEDULING_GATE})
-    return {"metadata": {"labels": {keys.TEMPLATE_LABEL: template}}, "spec": {"schedulingGates": gates}}
+    template: dict[str, Any] = {"spec": {"schedulingGates": gates}}
+    if job_name:
+        template["metadata"] = {"labels": {keys.TEMPLATE_LABEL: template_name(job_name)}}
+    return template
 
 
 def _copied_warning(field_dropped: bool | None) -> str:

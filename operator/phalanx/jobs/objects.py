@@ -24,12 +24,13 @@ class GangSource:
     uid: str
     intent: GangIntent
     parallelism: int | None
+    completions: int | None
     priority_class_name: str | None
     gated: bool
 
     @property
     def min_count(self) -> int:
-        return self.intent.min_count_for(self.parallelism)
+        return self.intent.min_count_for(self.parallelism, self.completions)
 
     @property
     def workload_name(self) -> str:
@@ -63,6 +64,7 @@ def from_job(job: dict[str, Any]) -> GangSource | None:
         uid=meta["uid"],
         intent=intent,
         parallelism=spec.get("parallelism"),
+        completions=spec.get("completions"),
         priority_class_name=pod_spec.get("priorityClassName"),
         gated=any(g.get("name") == keys.SCHEDULING_GATE for g in pod_spec.get("schedulingGates") or []),
     )

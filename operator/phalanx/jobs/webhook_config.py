@@ -2,7 +2,8 @@
 
 Kopf serves the webhooks, but its managed configurations only know `url`
 client configs and cannot scope by namespace or by content. Phalanx builds its
-own, so that the blast radius is as small as the API allows:
+own (shipped static in `manifests/webhooks.yaml` for a cluster, written by the
+operator in the local mode), so that the blast radius is as small as the API allows:
 
 * only `batch/v1` Jobs, CREATE and UPDATE (never pods, never status);
 * a CEL `matchCondition` sends only gang Jobs being created and updates that
@@ -27,8 +28,10 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api.keys import GROUP
-from phalanx.kube.client import Kube, NotFound
+import yaml
+
+from phalanx.api.keys import GROUP, SCHEDULING_GATE
+from phalanx.kube.client import Invalid, Kube, NotFound
 
 MUTATE_ID = "job-gang-mutate"
 VALIDATE_ID = "job-gang-validate"
@@ -47,19 +50,31 @@ def _parallelism(obj: str) -> str:
     return f"(has({obj}.spec.parallelism) ? {obj}.spec.parallelism : 1)"
 
 
+def _completions(obj: str) -> str:
+    return f"(has({obj}.spec.completions) ? {obj}.spec.completions : -1)"
+
+
+def _gated(obj: str) -> str:
+    return (
+        f"(has({obj}.spec.template.spec.schedulingGates) && "
+        f"{obj}.spec.template.spec.schedulingGates.exists(g, g.name == '{SCHEDULING_GATE}'))"
+    )
+
+
 _NEW, _OLD = _gang_annotations("object"), _gang_annotations("oldObject")
 MATCH_CONDITION = (
     "request.operation == 'CREATE' ? "
     f"(size({_NEW}) > 0 || has(object.spec.scheduling)) : "
     "(!has(object.metadata.deletionTimestamp) && ("
     f"!({_NEW}.all(a, a in {_OLD}) && {_OLD}.all(a, a in {_NEW})) || "
-    f"(size({_OLD}) > 0 && {_parallelism('object')} != {_parallelism('oldObject')}) || "
+    f"(size({_OLD}) > 0 && ({_parallelism('object')} != {_parallelism('oldObject')} || "
+    f"{_completions('object')} != {_completions('oldObject')} || {_gated('object')} != {_gated('oldObject')})) || "
     "has(object.spec.scheduling) != has(oldObject.spec.scheduling) || "
     "(has(object.spec.scheduling) && object.spec.scheduling != oldObject.spec.scheduling)))"
 )
-"""Only gang Jobs being created, and updates that touch gang settings or the parallelism
-of a gang Job, reach the webhooks. Anything else, including the garbage collector
-removing finalizers from a Job being deleted, never waits for Phalanx."""
+"""Only gang Jobs being created, and updates that touch gang settings, the size of a gang
+Job or its template's gate, reach the webhooks. Anything else, including the garbage
+collector removing finalizers from a Job being deleted, never waits for Phalanx."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +86,12 @@ class Endpoint:
     service_name: str | None = None
     service_port: int = 443
 
-    def client_config(self, handler_id: str, ca_pem: bytes) -> dict[str, Any]:
-        config: dict[str, Any] = {"caBundle": base64.b64encode(ca_pem).decode()}
+    @property
+    def local(self) -> bool:
+        return self.url is not None
+
+    def client_config(self, handler_id: str, ca_pem: bytes | None) -> dict[str, Any]:
+        config: dict[str, Any] = {"caBundle": base64.b64encode(ca_pem).decode()} if ca_pem is not None else {}
         if self.url is not None:
             config["url"] = f"{self.url.rstrip('/')}/{handler_id}"
         else:
@@ -85,8 +104,8 @@ class Endpoint:
         return config
 
 
-def configurations(endpoint: Endpoint, ca_pem: bytes, operator_namespace: str) -> dict[str, dict[str, Any]]:
-    """Kind -> configuration object, ready to create or patch."""
+def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace: str) -> dict[str, dict[str, Any]]:
+    """Kind -> configuration object, ready to create or patch (without a caBundle: the one `manifests/` ships)."""
 
     def webhook(name: str, handler_id: str) -> dict[str, Any]:
         return {
@@ -165,3 +184,56 @@ class SelfManaged:
             with contextlib.suppress(NotFound):
                 await self.kube.delete(f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s/{body['metadata']['name']}")
         self.published = False
+
+
+IN_CLUSTER = Endpoint(service_namespace="phalanx-system", service_name="phalanx-webhook")
+"""The Service `manifests/` deploys."""
+
+_MANIFEST_HEADER = """\
+# The webhook configurations for the in-cluster deployment: static, so the
+# operator needs no right to create or rewrite admission configuration; it
+# only sets each webhook's caBundle at start-up. Generated from
+# operator/phalanx/jobs/webhook_config.py (`./task webhooks`; a unit test fails on drift).
+"""
+
+
+def manifest() -> str:
+    """`manifests/webhooks.yaml`."""
+    docs = list(configurations(IN_CLUSTER, None, IN_CLUSTER.service_namespace or "").values())
+    return _MANIFEST_HEADER + yaml.safe_dump_all(docs, sort_keys=False, width=1000)
+
+
+def ca_bundle_patch(configuration: dict[str, Any], ca_pem: bytes) -> list[dict[str, Any]]:
+    """A JSON patch that sets each webhook's caBundle and nothing else, refused if the webhooks are not the ones expected."""
+    patch: list[dict[str, Any]] = []
+    for i, hook in enumerate(configuration["webhooks"]):
+        patch.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook["name"]})
+        patch.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": base64.b64encode(ca_pem).decode()})
+    return patch
+
+
+async def publish(kube: Kube, endpoint: Endpoint, ca_pem: bytes, operator_namespace: str) -> None:
+    """Put the webhooks in the path of Job admission.
+
+    In a cluster the configurations are static (installed from `manifests/`);
+    the operator only sets their caBundle, by name, so it needs no right to
+    create or rewrite admission configuration. The local mode (URL webhooks on
+    loopback, a port chosen per run) writes whole configurations of its own.
+    """
+    for kind, body in configurations(endpoint, ca_pem, operator_namespace).items():
+        if endpoint.local:
+            await kube.apply_webhook_configuration(kind, body)
+        else:
+            name = body["metadata"]["name"]
+            try:
+                await kube.json_patch(f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s/{name}", ca_bundle_patch(body, ca_pem))
+            except NotFound:
+                raise RuntimeError(f"{kind} {name} is not installed: apply manifests/ (kubectl apply -k manifests/)") from None
+            except Invalid as exc:
+                raise RuntimeError(
+                    f"{kind} {name} does not hold the webhooks this operator serves ({exc}): apply manifests/webhooks.yaml of this version"
+                ) from None
+
+
+if __name__ == "__main__":
+    print(manifest(), end="")

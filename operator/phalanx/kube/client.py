@@ -29,6 +29,7 @@ JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
 
 
 class ApiError(Exception):
@@ -136,6 +137,10 @@ class Kube:
         Written under our field manager, so managedFields tell when Phalanx wrote what.
         """
         return await self.request("PATCH", path, patch, content_type=MERGE_PATCH, query={"fieldManager": self.component})
+
+    async def json_patch(self, path: str, patch: list[JSON]) -> JSON:
+        """RFC 6902: exact paths, and `test` operations that refuse the patch when the object is not as expected."""
+        return await self.request("PATCH", path, patch, content_type=JSON_PATCH, query={"fieldManager": self.component})
 
     async def strategic_patch(self, path: str, patch: JSON) -> JSON:
         """For built-in kinds whose lists merge by key (a pod's conditions by type)."""

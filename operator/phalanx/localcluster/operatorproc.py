@@ -70,10 +70,16 @@ class OperatorProcess:
                 self.process.wait()
 
 
+LOCAL_RBAC = Path(__file__).parent / "local-rbac.yaml"
+
+
 def install(cluster: LocalCluster, repo: Path) -> None:
-    """CRDs, namespace and RBAC from the repository's manifests, applied as admin."""
+    """CRDs, namespace, RBAC and the admission policy from the repository's manifests, applied as admin, and the
+    local mode's own right to write its webhook configurations (URL webhooks on loopback, not the static ones)."""
     cluster.kubectl("apply", "-k", str(repo / "crds"))
-    cluster.kubectl("apply", "-f", str(repo / "manifests" / "namespace.yaml"), "-f", str(repo / "manifests" / "rbac.yaml"))
+    manifests = repo / "manifests"
+    files = [manifests / "namespace.yaml", manifests / "rbac.yaml", manifests / "admission-policy.yaml", LOCAL_RBAC]
+    cluster.kubectl("apply", *(arg for f in files for arg in ("-f", str(f))))
 
 
 def start(

@@ -346,7 +346,14 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
                 preemption = PreemptionView(True, (VictimRow("nominated", 0, standing),) if standing else (), None)
             elif fits is None:
                 candidates = victims.for_preemptor(
-                    pod_group, (m.uid for m in group.members), objects.pods, objects.claims, objects.podgroups, pods_of, objects.budgets
+                    pod_group,
+                    (m.uid for m in group.members),
+                    objects.pods,
+                    objects.claims,
+                    objects.podgroups,
+                    pods_of,
+                    objects.budgets,
+                    pinned=inputs.pins(objects.podgroups),
                 )
                 if candidates is None:
                     preemption = PreemptionView(False, reason="preemptionPolicy is Never")

@@ -2,8 +2,8 @@
 
 This is the edge where Kubernetes' shapes meet the core's dataclasses; the
 translation follows what kube-scheduler counts: requests of every
-non-terminal pod bound to a node (plus those Phalanx pinned and released but
-the scheduler has not bound yet), only the newest complete generation of a
+non-terminal pod bound to a node (plus those Phalanx pinned, as its
+reservations record, and released but the scheduler has not bound yet), only the newest complete generation of a
 ResourceSlice pool, and every device some claim holds. The same pods are what
 pod affinity, topology spreading and host ports are judged against.
 """
@@ -52,13 +52,26 @@ def gated(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == keys.SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or [])
 
 
-def placed_on(pod: Mapping[str, Any]) -> str | None:
-    """The node a pod occupies: bound, or pinned by Phalanx and released."""
+def pins(pod_groups: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Pod uid -> node, for every pod Phalanx pinned: the placements its reservations record.
+
+    The `scheduling.phalanx.dev/node` annotation alone proves nothing (anyone who
+    may patch a pod can write it), so only a recorded pin counts."""
+    return {
+        p["uid"]: p["node"]
+        for g in pod_groups
+        for p in (((g.get("status") or {}).get("reservation") or {}).get("placements") or [])
+        if p.get("uid") and p.get("node")
+    }
+
+
+def placed_on(pod: Mapping[str, Any], pinned: Mapping[str, str] | None = None) -> str | None:
+    """The node a pod occupies: bound, or pinned by Phalanx (`pinned`, from `pins`) and released."""
     node = pod["spec"].get("nodeName")
     if node:
         return node
     if not gated(pod):
-        return (pod["metadata"].get("annotations") or {}).get(keys.PINNED_NODE)
+        return (pinned or {}).get(pod["metadata"]["uid"])
     return None
 
 
@@ -469,11 +482,12 @@ def build(
     claims: Iterable[Mapping[str, Any]],
     classes: Iterable[Mapping[str, Any]],
     taint_rules: Iterable[Mapping[str, Any]] = (),
+    pinned: Mapping[str, str] | None = None,
 ) -> Snapshot:
     requested: dict[str, Counter[str]] = {}
     placed: list[Pod] = []
     for pod in pods:
-        where = placed_on(pod)
+        where = placed_on(pod, pinned)
         if where is None or terminal(pod):
             continue
         placed.append(existing(pod, where))
@@ -509,6 +523,7 @@ def build(
 
 
 def owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
+    """The uid of the object's controller of this kind."""
     for ref in obj["metadata"].get("ownerReferences") or []:
         if ref.get("kind") == kind and ref.get("controller"):
             return ref["uid"]
@@ -544,13 +559,16 @@ def nominated_devices(record: schema.Nomination) -> list[DeviceId]:
 
 
 def pods_by_group(podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """PodGroup uid -> every pod of its Job, terminal and terminating ones included (losses are found among them)."""
-    every: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    """PodGroup uid -> every pod of its Job, terminal and terminating ones included (losses are found among them).
+
+    A Job's members are the pods it controls, in its own namespace: a label (which anyone creating a pod may
+    copy) makes no pod a member."""
+    every: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:
-        job_uid = (pod["metadata"].get("labels") or {}).get(keys.JOB_UID_LABEL)
+        job_uid = owner_uid(pod, "Job")
         if job_uid:
-            every[job_uid].append(pod)  # type: ignore[arg-type]
-    return {g["metadata"]["uid"]: every.get(owner_uid(g, "Job") or "", []) for g in podgroups}
+            every[(pod["metadata"]["namespace"], job_uid)].append(pod)  # type: ignore[arg-type]
+    return {g["metadata"]["uid"]: every.get((g["metadata"]["namespace"], owner_uid(g, "Job") or ""), []) for g in podgroups}
 
 
 def claims_ready(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[str, Any] | None]) -> bool:
@@ -568,9 +586,13 @@ def snapshot(
     podgroups: Iterable[Mapping[str, Any]],
     for_group: Mapping[str, Any] | None = None,
     taint_rules: Iterable[Mapping[str, Any]] = (),
+    pinned: Mapping[str, str] | None = None,
 ) -> Snapshot:
-    """The cluster as `for_group` is planned on: devices a preemption freed for another group count as held."""
-    built = build(nodes, pods, slices, claims, classes, taint_rules)
+    """The cluster as `for_group` is planned on: devices a preemption freed for another group count as held.
+
+    `pinned` is every pin Phalanx made (default: those the PodGroups' reservations record)."""
+    podgroups = list(podgroups)
+    built = build(nodes, pods, slices, claims, classes, taint_rules, pins(podgroups) if pinned is None else pinned)
     others = {
         d
         for g in podgroups

@@ -13,7 +13,9 @@ One cycle:
    deadline, or whose gate lift was refused in part, is torn down as a
    unit and admitted again (`teardown`);
 5. members arriving after the group was scheduled are released one by one;
-   PodGroupInitiallyScheduled turns True once minCount members are bound.
+   PodGroupInitiallyScheduled turns True once minCount members are bound;
+   a Job suspended after its release starts over: the pods it creates once
+   resumed are admitted as a gang again.
 Groups are isolated: an error in one is logged, counted and retried with
 backoff, and never stops the others. Cycles run on every watch change
 (coalesced) and at least every `period` seconds.
@@ -46,6 +48,7 @@ TORN_DOWN = "GangTornDown"
 DISRUPTED = "GangDisrupted"
 LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
 DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
+SUSPENDED = "JobSuspended"
 
 
 def _condition(pod_group: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
@@ -70,6 +73,17 @@ def _since(timestamp: str | None) -> float:
         return math.inf
     then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
+
+
+def _suspended_since(job: Mapping[str, Any], reservation: schema.Reservation) -> bool:
+    """Whether the Job was suspended after this incarnation was released (and maybe resumed since): the Job
+    controller deleted its pods, and whatever it creates next is a new gang, not late members."""
+    if (job.get("spec") or {}).get("suspend"):
+        return True
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Suspended" and reservation.released_at and (cond.get("lastTransitionTime") or "") > reservation.released_at:
+            return True
+    return False
 
 
 def _live(pod: Mapping[str, Any]) -> bool:
@@ -106,6 +120,8 @@ class SchedulingLoop:
         """Pod uid -> not before: an eviction already sent is not sent again until then."""
         self._quorum_at: dict[str, float] = {}
         """PodGroup uid -> when this loop first saw its quorum waiting (monotonic), until the group is released."""
+        self._owners: dict[str, tuple[frozenset[str], dict[str, Any] | None]] = {}
+        """PodGroup uid -> (its lost members, its Job as read when they were lost)."""
 
     async def run(self) -> None:
         while True:
@@ -126,6 +142,7 @@ class SchedulingLoop:
         return max(0.05, min([self.period, *due]))
 
     async def cycle(self) -> None:
+        self.releaser.forget({p["metadata"]["uid"] for p in self.view.pods.items()})
         self._pods_of = inputs.pods_by_group(self.view.podgroups.items(), self.view.pods.items())
         groups = [(g, sorted(filter(_live, self._pods_of[g["metadata"]["uid"]]), key=_name)) for g in self.view.podgroups.items()]
         groups = [(g, pods) for g, pods in groups if inputs.owner_uid(g, "Job") and not g["metadata"].get("deletionTimestamp")]
@@ -171,6 +188,8 @@ class SchedulingLoop:
             del self._backoff[uid]
         for uid in [u for u in self._quorum_at if u not in live]:
             del self._quorum_at[uid]
+        for uid in [u for u in self._owners if u not in live]:
+            del self._owners[uid]
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
         """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
@@ -198,11 +217,18 @@ class SchedulingLoop:
             return True
         scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
         min_count = inputs.min_count(pod_group)
+        lost: list[disruption.Loss] = []
+        owner: dict[str, Any] | None = None
+        if reservation is not None and reservation.state == "Released":
+            lost = disruption.losses(reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self._node_names())
+            owner = await self._job(pod_group, lost) if lost else None
+            if owner is not None and _suspended_since(owner, reservation):
+                why = "the Job was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
+                return await self._tear_down(pod_group, pods, reservation, why, reason=SUSPENDED)
         if scheduled is not None and scheduled["status"] == "True":
             if reservation is not None:
-                lost = disruption.losses(reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self._node_names())
                 if lost and "all" in (pod_group["spec"].get("disruptionMode") or {}):
-                    return await self._disrupt(pod_group, pods, lost)
+                    return await self._disrupt(pod_group, pods, lost, owner)
                 await self._below_min_count(pod_group, bound, lost, min_count)
             await self._release_each(pod_group, waiting)
             return True
@@ -244,13 +270,28 @@ class SchedulingLoop:
     def _node_names(self) -> set[str]:
         return {n["metadata"]["name"] for n in self.view.nodes.items()}
 
-    async def _disrupt(self, pod_group: dict[str, Any], pods: list[dict[str, Any]], lost: list[disruption.Loss]) -> bool:
-        """disruptionMode all: one member lost takes the whole group down, so no member holds devices without quorum.
-
-        Not when the Job itself is going: its pods are deleted with it, and nothing is lost."""
+    async def _job(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> dict[str, Any] | None:
+        """The group's Job, read afresh when its lost members change (a lost member stays lost: no read every cycle);
+        None when it is gone or being deleted."""
+        uid = pod_group["metadata"]["uid"]
+        key = frozenset(loss.uid for loss in lost)
+        known = self._owners.get(uid)
+        if known is not None and known[0] == key:
+            return known[1]
         job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
         owner = await self.kube.get(f"/apis/batch/v1/namespaces/{_ns(pod_group)}/jobs/{job}") if job else None
         if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != inputs.owner_uid(pod_group, "Job"):
+            owner = None
+        self._owners[uid] = (key, owner)
+        return owner
+
+    async def _disrupt(
+        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], lost: list[disruption.Loss], owner: dict[str, Any] | None
+    ) -> bool:
+        """disruptionMode all: one member lost takes the whole group down, so no member holds devices without quorum.
+
+        Not when the Job itself is going (`owner` None): its pods are deleted with it, and nothing is lost."""
+        if owner is None:
             return True
         why = f"member {', '.join(str(loss) for loss in lost)} lost; disruptionMode all takes the whole group down"
         await self._condition(pod_group, keys.DISRUPTION_TARGET, True, DISRUPTED, why)
@@ -282,7 +323,11 @@ class SchedulingLoop:
         """This cycle's cluster; devices a preemption freed for another group count as held."""
         view = self.view
         items = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.podgroups)
-        return inputs.snapshot(*(i.items() for i in items), for_group=for_group, taint_rules=view.taint_rules.items())
+        return inputs.snapshot(*(i.items() for i in items), for_group=for_group, taint_rules=view.taint_rules.items(), pinned=self._pins())
+
+    def _pins(self) -> dict[str, str]:
+        """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
+        return {**inputs.pins(self.view.podgroups.items()), **self.releaser.pinned}
 
     async def _attempt(self, pod_group: dict[str, Any], ready: list[dict[str, Any]], min_count: int) -> bool:
         started = time.monotonic()
@@ -344,6 +389,7 @@ class SchedulingLoop:
             view.podgroups.items(),
             self._pods_of,
             view.budgets.items(),
+            pinned=self._pins(),
         )
         if candidates is None:
             return NoVictims("preemptionPolicy is Never")
@@ -449,7 +495,8 @@ class SchedulingLoop:
         False while an eviction is refused (a disruption budget): the caller backs off and tries again.
         """
         message = f"gang {_name(pod_group)} torn down as a unit: {why}"
-        released = [p for p in pods if not inputs.gated(p) or keys.PINNED_NODE in (p["metadata"].get("annotations") or {})]
+        pinned = self._pins()
+        released = [p for p in pods if not inputs.gated(p) or p["metadata"]["uid"] in pinned]
         standing = await teardown.evict_all(self.kube, released, reason=reason, message=message)
         if reservation is not None:
             ran = {_name(p) for p in pods if p["spec"].get("nodeName")}

@@ -163,6 +163,8 @@ class Releaser:
         self.holes = holes
         self.settle = settle
         self.observe_timeout = observe_timeout
+        self.pinned: dict[str, str] = {}
+        """Pod uid -> node of the pins this process wrote: trusted before the watch shows them in a recorded reservation."""
 
     async def release(self, pod_group: Mapping[str, Any], fits: Fits) -> schema.Reservation:
         """Record, reserve, verify, pin, lift. Raises ReleaseAborted (after a rollback) or GatesRefused."""
@@ -358,17 +360,24 @@ class Releaser:
                 f"devices of this reservation were also allocated to {', '.join(intruders)}; ours yields", frozenset(shared)
             )
 
+    def forget(self, live: set[str]) -> None:
+        """Pins of pods that are gone go with them."""
+        for uid in [u for u in self.pinned if u not in live]:
+            del self.pinned[uid]
+
     async def _pin(self, pod: Mapping[str, Any], node: str) -> None:
-        if (pod["metadata"].get("annotations") or {}).get(keys.PINNED_NODE) == node:
-            return
+        """Annotation and node affinity; an annotation alone (anyone may write one) is no pin, so both are checked."""
         meta = pod["metadata"]
-        try:
-            await self.kube.merge_patch(
-                pod_path(meta["namespace"], meta["name"]),
-                {"metadata": {"annotations": {keys.PINNED_NODE: node}}, "spec": {"affinity": pinned_affinity(pod, node)}},
-            )
-        except NotFound:
-            raise ReleaseAborted(f"member {meta['name']} is gone") from None
+        affinity = pinned_affinity(pod, node)
+        if (meta.get("annotations") or {}).get(keys.PINNED_NODE) != node or pod["spec"].get("affinity") != affinity:
+            try:
+                await self.kube.merge_patch(
+                    pod_path(meta["namespace"], meta["name"]),
+                    {"metadata": {"annotations": {keys.PINNED_NODE: node}}, "spec": {"affinity": affinity}},
+                )
+            except NotFound:
+                raise ReleaseAborted(f"member {meta['name']} is gone") from None
+        self.pinned[meta["uid"]] = node
 
     async def _lift_gates(self, pods: list[Mapping[str, Any]]) -> list[tuple[str, ApiError]]:
         """Lift every gate, concurrently; returns the refusals (a policy, a vanished pod) by pod name."""

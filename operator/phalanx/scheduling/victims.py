@@ -30,6 +30,7 @@ def victims(
     budgets: Iterable[Mapping[str, Any]],
     *,
     skip: frozenset[str] = frozenset(),
+    pinned: Mapping[str, str] | None = None,
 ) -> list[Victim]:
     """Every unit of running pods preemption may take; pods of the groups in `skip` (uids) are never victims.
 
@@ -39,7 +40,7 @@ def victims(
     units: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     meta: dict[str, tuple[bool, str]] = {}
     for pod in pods:
-        if inputs.terminal(pod) or pod["metadata"].get("deletionTimestamp") or inputs.placed_on(pod) is None:
+        if inputs.terminal(pod) or pod["metadata"].get("deletionTimestamp") or inputs.placed_on(pod, pinned) is None:
             continue
         group = group_of.get(pod["metadata"]["uid"])
         if group is not None and group["metadata"]["uid"] in skip:
@@ -62,7 +63,7 @@ def victims(
                 priority=max(_priority(p) for p in members),
                 created=created,
                 is_group=is_group,
-                pods=tuple(_victim_pod(p, claims_by_key, uids) for p in members),
+                pods=tuple(_victim_pod(p, claims_by_key, uids, pinned) for p in members),
                 violates_budget=_breaks_budget(members, budget_list),
             )
         )
@@ -77,6 +78,7 @@ def for_preemptor(
     podgroups: Iterable[Mapping[str, Any]],
     pods_of: Mapping[str, Iterable[Mapping[str, Any]]],
     budgets: Iterable[Mapping[str, Any]],
+    pinned: Mapping[str, str] | None = None,
 ) -> list[Victim] | None:
     """The victims `pod_group` may take, or None when it, or one of its members, has preemptionPolicy Never."""
     pods = list(pods)
@@ -86,10 +88,12 @@ def for_preemptor(
     ):
         return None
     group_of = {p["metadata"]["uid"]: g for g in podgroups for p in pods_of.get(g["metadata"]["uid"], [])}
-    return victims(pods, claims, group_of, budgets, skip=frozenset({pod_group["metadata"]["uid"]}))
+    return victims(pods, claims, group_of, budgets, skip=frozenset({pod_group["metadata"]["uid"]}), pinned=pinned)
 
 
-def _victim_pod(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], Mapping[str, Any]], unit: set[str]) -> VictimPod:
+def _victim_pod(
+    pod: Mapping[str, Any], claims: Mapping[tuple[str, str], Mapping[str, Any]], unit: set[str], pinned: Mapping[str, str] | None
+) -> VictimPod:
     namespace = pod["metadata"]["namespace"]
     devices = []
     for name in inputs.claim_names(pod) or ():
@@ -103,7 +107,7 @@ def _victim_pod(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], Mapping
         namespace=namespace,
         name=pod["metadata"]["name"],
         uid=pod["metadata"]["uid"],
-        node=inputs.placed_on(pod) or "",
+        node=inputs.placed_on(pod, pinned) or "",
         requests=frozen_map(inputs.pod_requests(pod)),
         devices=tuple(devices),
     )

@@ -1,0 +1,237 @@
+"""Least privilege, shipped and tested against the real API server: the ClusterRole in manifests/rbac.yaml grants
+exactly the operator's verbs, the ValidatingAdmissionPolicy in manifests/admission-policy.yaml lets its
+ServiceAccount change a pod only as Phalanx does, the in-cluster webhook configurations are static and the operator
+only sets their caBundle, and no tenant may write PodGroup status.
+
+No operator runs here: the ServiceAccount is impersonated (`kubectl --as`), or its own kubeconfig drives the
+operator's code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Cluster, wait_for
+from kubernetes_asyncio import client, config
+
+from phalanx.api import keys
+from phalanx.jobs import webhook_config
+from phalanx.kube.client import Forbidden, Kube
+from phalanx.localcluster import operatorproc
+
+ROOT = Path(__file__).parents[2]
+SA = "system:serviceaccount:phalanx-system:phalanx"
+SHIPPED = "shipped-role"
+"""A ServiceAccount bound to the shipped ClusterRole alone (the local mode adds a role of its own to `phalanx`)."""
+
+
+@pytest.fixture(scope="module")
+def installed(cluster: Cluster) -> Iterator[Cluster]:
+    if cluster.local is None:
+        pytest.skip("applies the manifests itself and impersonates the ServiceAccount")
+    operatorproc.install(cluster.local, ROOT)
+    cluster.kubectl("-n", "phalanx-system", "create", "serviceaccount", SHIPPED)
+    cluster.kubectl("create", "clusterrolebinding", SHIPPED, "--clusterrole=phalanx", f"--serviceaccount=phalanx-system:{SHIPPED}")
+    try:
+        yield cluster
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding", SHIPPED, check=False)
+        cluster.kubectl("-n", "phalanx-system", "delete", "serviceaccount", SHIPPED, check=False)
+
+
+CAN_I = [
+    ("patch", "pods", [], True),
+    ("patch", "pods", ["--subresource=status"], True),
+    ("create", "pods", ["--subresource=eviction"], True),
+    ("delete", "pods", [], False),
+    ("create", "pods", [], False),
+    ("update", "pods", [], False),
+    ("get", "pods", [], False),
+    ("get", "secrets", [], False),
+    ("patch", "jobs.batch", [], False),
+    ("patch", "podgroups.scheduling.phalanx.dev", ["--subresource=status"], True),
+    ("delete", "podgroups.scheduling.phalanx.dev", [], False),
+    ("create", "mutatingwebhookconfigurations", [], False),
+    ("create", "validatingwebhookconfigurations", [], False),
+    ("patch", "mutatingwebhookconfigurations/jobs.scheduling.phalanx.dev", [], True),
+    ("patch", "validatingwebhookconfigurations/jobs.scheduling.phalanx.dev", [], True),
+    ("patch", "mutatingwebhookconfigurations/someone-else", [], False),
+    ("delete", "validatingwebhookconfigurations/jobs.scheduling.phalanx.dev", [], False),
+    ("patch", "validatingadmissionpolicies/phalanx-operator-pods", [], False),
+    ("patch", "clusterroles/phalanx", [], False),
+]
+
+
+@pytest.mark.parametrize(("verb", "resource", "flags", "allowed"), CAN_I, ids=[f"{v}-{r}{''.join(f)}" for v, r, f, _ in CAN_I])
+def test_the_shipped_role_grants_exactly_the_operators_verbs(
+    installed: Cluster, verb: str, resource: str, flags: list, allowed: bool
+) -> None:
+    proc = installed.kubectl(
+        "auth", "can-i", verb, resource, *flags, "-A", f"--as=system:serviceaccount:phalanx-system:{SHIPPED}", check=False
+    )
+    assert (proc.returncode == 0) is allowed, f"can-i {verb} {resource} {flags}: {proc.stdout.strip()} {proc.stderr.strip()}"
+
+
+@pytest.fixture
+def gang_pods(installed: Cluster, namespace: str) -> Iterator[list[str]]:
+    """Two gated pods of a Job holding Phalanx's gate (and another), and a test-only right for the ServiceAccount
+    to read pods in this namespace: `kubectl patch` reads before it writes; the operator never does."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "g"},
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "schedulingGates": [{"name": keys.SCHEDULING_GATE}, {"name": "example.com/other"}],
+                    "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "640"}}}],
+                }
+            },
+        },
+    }
+    installed.kubectl("-n", namespace, "create", "role", "read-pods", "--verb=get", "--resource=pods,pods/status")
+    installed.kubectl("-n", namespace, "create", "rolebinding", "read-pods", "--role=read-pods", "--serviceaccount=phalanx-system:phalanx")
+    installed.kubectl("-n", namespace, "create", "-f", "-", stdin=json.dumps(job))
+    pods = wait_for(
+        lambda: (p := installed.get("pods", "-n", namespace)["items"]) and len(p) == 2 and sorted(x["metadata"]["name"] for x in p),
+        "the Job's two pods",
+    )
+    yield pods
+
+
+def _as_operator(cluster: Cluster, namespace: str, pod: str, patch: dict, *, kind: str = "merge", status: bool = False):
+    extra = ["--subresource=status"] if status else []
+    return cluster.kubectl("--as", SA, "-n", namespace, "patch", "pod", pod, *extra, f"--type={kind}", "-p", json.dumps(patch), check=False)
+
+
+def _pin(node: str, affinity_node: str | None = None) -> dict:
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [affinity_node or node]}]}
+    return {
+        "metadata": {"annotations": {keys.PINNED_NODE: node}},
+        "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}},
+    }
+
+
+POLICY = "ValidatingAdmissionPolicy 'phalanx-operator-pods' with binding 'phalanx-operator-pods' denied request: "
+REFUSED = [
+    ({"metadata": {"labels": {"x": "y"}}}, "merge", False, "the Phalanx operator may not change a pod's labels, owners or finalizers"),
+    ({"metadata": {"annotations": {"x": "y"}}}, "merge", False, "the Phalanx operator may change no pod annotation but"),
+    ({"spec": {"tolerations": [{"key": "a", "operator": "Exists"}]}}, "merge", False, "may change a pod's spec only to pin it"),
+    ({"spec": {"schedulingGates": [{"name": keys.SCHEDULING_GATE}]}}, "merge", False, "may remove the scheduling gate"),
+    (_pin("worker-1", "worker-2"), "merge", False, "may add to a pod's required node affinity only the node named"),
+    ({"status": {"podIP": "10.0.0.9", "podIPs": [{"ip": "10.0.0.9"}]}}, "merge", True, "may add to a pod's status only a Disrupt"),
+    ({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, "strategic", True, "may add to a pod's status only a Disrupt"),
+    ({"status": {"phase": "Succeeded"}}, "merge", True, "may set only phase Failed"),
+    ({"metadata": {"annotations": {keys.PINNED_NODE: "worker-1"}}}, "merge", True, "may change no pod annotation but"),
+]
+
+
+def test_the_operator_may_change_a_pod_only_as_phalanx_does(installed: Cluster, namespace: str, gang_pods: list[str]) -> None:
+    first, second = gang_pods
+    for patch, kind, status, message in REFUSED:
+        proc = _as_operator(installed, namespace, first, patch, kind=kind, status=status)
+        assert proc.returncode != 0, f"{patch} must be refused"
+        assert POLICY in proc.stderr and message in proc.stderr.split(POLICY, 1)[1], proc.stderr
+
+    assert _as_operator(installed, namespace, first, _pin("worker-1")).returncode == 0, "the pin"
+    lifted = {"spec": {"schedulingGates": [{"name": "example.com/other"}]}}
+    assert _as_operator(installed, namespace, first, lifted).returncode == 0, "the gate lift"
+    pod = installed.get("pod", first, "-n", namespace)
+    assert pod["metadata"]["annotations"][keys.PINNED_NODE] == "worker-1"
+    assert pod["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
+    proc = _as_operator(installed, namespace, first, {"metadata": {"annotations": {keys.PINNED_NODE: "worker-3"}}})
+    assert proc.returncode != 0 and "may change no pod annotation but" in proc.stderr, "no pin once Phalanx's gate is gone"
+
+    disruption = {
+        "status": {
+            "phase": "Failed",
+            "reason": "GangTornDown",
+            "message": "torn down",
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "GangTornDown", "message": "torn down"}],
+        }
+    }
+    proc = _as_operator(installed, namespace, second, disruption, kind="strategic", status=True)
+    assert proc.returncode == 0, proc.stderr
+    assert installed.get("pod", second, "-n", namespace)["status"]["phase"] == "Failed"
+    proc = installed.kubectl("--as", SA, "-n", namespace, "delete", "pod", second, "--wait=false", check=False)
+    assert proc.returncode != 0 and "cannot delete resource" in proc.stderr, "evictions only"
+
+
+def test_a_tenant_cannot_write_pod_group_status(installed: Cluster, namespace: str) -> None:
+    pod_group = {
+        "apiVersion": keys.API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": "pg"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}}},
+    }
+    installed.kubectl("-n", namespace, "create", "-f", "-", stdin=json.dumps(pod_group))
+    installed.kubectl("-n", namespace, "create", "rolebinding", "alice-edit", "--clusterrole=edit", "--user=alice")
+    assert installed.kubectl("auth", "can-i", "create", "jobs.batch", "-n", namespace, "--as=alice", check=False).returncode == 0
+    can = installed.kubectl(
+        "auth", "can-i", "patch", "podgroups.scheduling.phalanx.dev", "--subresource=status", "-n", namespace, "--as=alice", check=False
+    )
+    assert can.returncode != 0, can.stdout
+    reservation = {"status": {"reservation": {"state": "Released", "placements": [{"name": "x", "uid": "forged", "node": "worker-1"}]}}}
+    proc = installed.kubectl(
+        "--as=alice",
+        "-n",
+        namespace,
+        "patch",
+        "podgroups.scheduling.phalanx.dev",
+        "pg",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(reservation),
+        check=False,
+    )
+    assert proc.returncode != 0 and "forbidden" in proc.stderr.lower(), proc.stderr
+    assert not (installed.get("podgroups.scheduling.phalanx.dev", "pg", "-n", namespace).get("status") or {}).get("reservation")
+
+
+async def _as(kubeconfig: Path, act: Callable[[Kube], Awaitable[None]]) -> None:
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    async with client.ApiClient(configuration) as api:
+        await act(Kube(api))
+
+
+def _widen(kube: Kube) -> Awaitable[None]:
+    path = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{webhook_config.CONFIGURATION_NAME}"
+    return kube.json_patch(path, [{"op": "replace", "path": "/webhooks/0/rules/0/resources", "value": ["pods"]}])
+
+
+def test_in_cluster_the_operator_only_sets_the_ca_bundle(installed: Cluster) -> None:
+    """The configurations from manifests/webhooks.yaml, then the operator's own start-up code as the ServiceAccount
+    bound to the shipped role alone (no create, no read): only each caBundle changes. The operator's `patch` right
+    cannot widen them: the policy `phalanx-operator-webhooks` refuses any other change."""
+    kinds = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+    for kind in kinds:
+        installed.kubectl("delete", kind, webhook_config.CONFIGURATION_NAME, "--ignore-not-found")
+    try:
+        installed.kubectl("apply", "-f", str(ROOT / "manifests" / "webhooks.yaml"))
+        before = {kind: installed.get(kind, webhook_config.CONFIGURATION_NAME)["webhooks"] for kind in kinds}
+        ca = b"-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n"
+        kubeconfig = installed.local.service_account_kubeconfig("phalanx-system", SHIPPED)
+        asyncio.run(_as(kubeconfig, lambda kube: webhook_config.publish(kube, webhook_config.IN_CLUSTER, ca, "phalanx-system")))
+        for kind in kinds:
+            (hook,) = installed.get(kind, webhook_config.CONFIGURATION_NAME)["webhooks"]
+            (was,) = before[kind]
+            assert base64.b64decode(hook["clientConfig"].pop("caBundle")) == ca
+            assert hook == was, "nothing but the caBundle changed"
+        operator = installed.local.service_account_kubeconfig("phalanx-system", "phalanx")
+        with pytest.raises(Forbidden, match="may set the caBundle of its webhook configurations and change nothing else"):
+            asyncio.run(_as(operator, _widen))
+        rules = installed.get("mutatingwebhookconfigurations", webhook_config.CONFIGURATION_NAME)["webhooks"][0]["rules"]
+        assert rules == before["mutatingwebhookconfigurations"][0]["rules"]
+    finally:
+        for kind in kinds:  # the next module's local operator writes its own
+            installed.kubectl("delete", kind, webhook_config.CONFIGURATION_NAME, "--ignore-not-found")
