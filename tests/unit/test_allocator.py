@@ -341,3 +341,11 @@ def test_a_pods_claims_are_searched_together_so_an_earlier_claim_backs_off() -> 
     snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({c0.key: c0, c1.key: c1})})
     group = Group("ml", "g", 1, (Member("ml", "p", "uid-p", frozen_map({"cpu": 10}), claims=("c0", "c1")),))
     assert results(plan(snap, group)) == [("r", "b"), ("r", "a")]
+
+
+def test_a_search_too_large_is_named_instead_of_running_forever() -> None:
+    """20 devices with distinct values out of 19: impossible, and only found so by trying every combination."""
+    devices = [dev(f"d{i}", size=str(i % 19)) for i in range(40)]
+    snap, group = gang(snapshot(devices), (one(count=20),), constraints=(MatchAttribute(f"{DRIVER}/size", distinct=True),))
+    result = plan(snap, group)
+    assert isinstance(result, Short) and "gave up after" in result.message

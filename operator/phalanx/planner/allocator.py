@@ -52,7 +52,17 @@ if TYPE_CHECKING:
 MAX_RESULTS = 32
 """AllocationResultsMaxSize: the most devices one claim's allocation may hold."""
 
+MAX_STEPS = 200_000
+"""Candidate devices one search may try. kube-scheduler gives up a node after its DRA filter timeout (10 s); a
+count of steps stands in for that clock, so the planner stays pure and gives the same answer on a loaded machine."""
+
 Undo = Callable[[], None]
+
+
+class SearchTooLarge(Exception):
+    """The device search for one pod on one node tried MAX_STEPS candidates without an answer."""
+
+
 _SHARE_NAMESPACE = uuid.UUID("8a0f6f53-4f0e-4d8f-9a57-2f3c1c5e6d10")
 
 
@@ -212,6 +222,7 @@ class _Search:
     marked: dict[DeviceId, set[int]] = field(default_factory=dict)
     """Devices this search marked in use, by the claims (their index) it marked them for (admin access included)."""
     values: list[list[list[Any]]] = field(default_factory=list)
+    steps: int = 0
 
     def __post_init__(self) -> None:
         self.results = [[] for _ in self.claims]
@@ -278,6 +289,10 @@ class _Search:
 
     def add(self, ci: int, device: Device, request: DeviceRequest, base: str, full: str) -> bool:
         """Take `device` for `request` if the in-use, counter, taint, constraint and capacity rules allow it."""
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            self.rewind(0)
+            raise SearchTooLarge(", ".join(c.name for c in self.claims))
         if self.busy(ci, device, request):
             return False
         shared_in_use = device.allow_multiple and device.id in self.ledger.shares
@@ -360,7 +375,7 @@ def allocate_all(
 ) -> tuple[tuple[tuple[Result, ...], ...], Undo] | None:
     """Devices for every request of every claim (one pod's unallocated claims, in the pod's order) from `reachable`
     (in pool order), charged to `ledger`; None if impossible. Returns the results per claim and the undo that gives
-    back what they took from the ledger."""
+    back what they took from the ledger. Raises SearchTooLarge (the ledger unchanged) past MAX_STEPS candidates."""
     search = _Search(claims, reachable, ledger, classes, matcher)
     if not search.request(0, 0):
         return None

@@ -27,7 +27,7 @@ from typing import Any
 
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
-from phalanx.planner.allocator import MAX_RESULTS, Ledger, Result, Undo, allocate_all, pool_order
+from phalanx.planner.allocator import MAX_RESULTS, MAX_STEPS, Ledger, Result, SearchTooLarge, Undo, allocate_all, pool_order
 from phalanx.planner.devices import DeviceMatcher
 from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, SelectorTerm, Snapshot
 
@@ -122,6 +122,8 @@ class _Planner:
         self._shape_id = {m.uid: shapes.setdefault(_shape(m), len(shapes)) for m in group.members}
         self._local: dict[str, list[Device]] = {}
         self.device_by_id = {d.id: d for d in snapshot.devices}
+        self.gave_up: set[str] = set()
+        """Claims whose device search was too large on some node (that node then counts as not fitting, as upstream)."""
         self._network: list[Device] = []
         for device in snapshot.devices:
             if device.node_name is not None:
@@ -198,7 +200,11 @@ class _Planner:
                 pending.append(claim)
         new: list[ClaimPlan] = []
         if pending:
-            got = allocate_all(pending, self.reachable(node), state.ledger, self.snapshot.classes, self.matcher)
+            try:
+                got = allocate_all(pending, self.reachable(node), state.ledger, self.snapshot.classes, self.matcher)
+            except SearchTooLarge as exc:
+                self.gave_up.add(str(exc))
+                got = None
             if got is None:
                 return None
             per_claim, undo = got
@@ -450,6 +456,15 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
                 continue
         planner.fill(domain, state, members)
         return Fits(placements=tuple(state.placed), claims=tuple(state.claims.values()))
+    if planner.gave_up:
+        return Short(
+            group.min_count,
+            len(members),
+            best,
+            unmodelled=tuple(
+                f"claims {c}: the device search gave up after {MAX_STEPS} candidates on some node" for c in sorted(planner.gave_up)
+            ),
+        )
     return _short(planner, members, best, probe)
 
 
