@@ -349,3 +349,28 @@ def test_a_search_too_large_is_named_instead_of_running_forever() -> None:
     snap, group = gang(snapshot(devices), (one(count=20),), constraints=(MatchAttribute(f"{DRIVER}/size", distinct=True),))
     result = plan(snap, group)
     assert isinstance(result, Short) and "gave up after" in result.message
+
+
+def test_all_devices_is_refused_where_a_pool_is_being_updated() -> None:
+    snap, group = gang(snapshot([dev("a"), dev("b")]), (one(mode="All"),))
+    assert results(plan(snap, group)) == [("r", "a"), ("r", "b")]
+    updating = Device(DRIVER, "other", "", node_name="n1")
+    assert isinstance(plan(Snapshot(**{**snap.__dict__, "incomplete": (updating,)}), group), Short)
+    elsewhere = Device(DRIVER, "other", "", node_name="n2")
+    assert isinstance(plan(Snapshot(**{**snap.__dict__, "incomplete": (elsewhere,)}), group), Fits)
+
+
+def test_incomplete_pools_are_found_from_slices() -> None:
+    def piece(name: str, count: int) -> dict:
+        return {
+            "metadata": {"name": name},
+            "spec": {
+                "driver": DRIVER,
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": count},
+                "nodeName": "n1",
+                "devices": [],
+            },
+        }
+
+    assert [d.node_name for d in inputs.incomplete_pools([piece("a", 2)])] == ["n1"]
+    assert inputs.incomplete_pools([piece("a", 2), piece("b", 2)]) == []

@@ -217,6 +217,8 @@ class _Search:
     ledger: Ledger
     classes: Mapping[str, DeviceClass]
     matcher: DeviceMatcher
+    incomplete: bool = False
+    """A pool being updated reaches this node: "all" devices is unknowable, as the scheduler says."""
     results: list[list[Result]] = field(default_factory=list)
     undos: list[Undo] = field(default_factory=list)
     marked: dict[DeviceId, set[int]] = field(default_factory=dict)
@@ -244,6 +246,8 @@ class _Search:
         if device_class is None:
             return False
         if request.mode == "All":
+            if self.incomplete:
+                return False
             every = [
                 d
                 for d in self.reachable
@@ -372,11 +376,12 @@ def allocate_all(
     ledger: Ledger,
     classes: Mapping[str, DeviceClass],
     matcher: DeviceMatcher,
+    incomplete: bool = False,
 ) -> tuple[tuple[tuple[Result, ...], ...], Undo] | None:
     """Devices for every request of every claim (one pod's unallocated claims, in the pod's order) from `reachable`
     (in pool order), charged to `ledger`; None if impossible. Returns the results per claim and the undo that gives
     back what they took from the ledger. Raises SearchTooLarge (the ledger unchanged) past MAX_STEPS candidates."""
-    search = _Search(claims, reachable, ledger, classes, matcher)
+    search = _Search(claims, reachable, ledger, classes, matcher, incomplete)
     if not search.request(0, 0):
         return None
     undos = list(search.undos)

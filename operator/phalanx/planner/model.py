@@ -269,6 +269,8 @@ class Snapshot:
     """(driver, pool) -> counter set -> counter -> the value its sharedCounters publish."""
     extended: Mapping[str, str] = field(default_factory=frozen_map)
     """Extended resource name -> the DeviceClass that provides it (DRAExtendedResource)."""
+    incomplete: tuple[Device, ...] = ()
+    """Where pools being updated reach: a placeholder (no name) per slice of such a pool."""
     pods: tuple[Pod, ...] = ()
     """Every non-terminal pod bound or pinned to a node; gated members are not here."""
 

@@ -155,6 +155,13 @@ class _Planner:
             found = self._reach[node.name] = pool_order(self._local.get(node.name, []) + network)
         return found
 
+    def updating(self, node: Node) -> bool:
+        """A pool being updated reaches `node`."""
+        return any(
+            d.node_name == node.name or d.all_nodes or (d.node_selector is not None and nodefilter.matches_terms(node, d.node_selector))
+            for d in self.snapshot.incomplete
+        )
+
     def blocked(self, member: Member, node: Node) -> str | None:
         """Why `member` can never use `node`, whatever else the plan places: node filters, then existing pods."""
         key = (self._shape_id[member.uid], node.name)
@@ -201,7 +208,7 @@ class _Planner:
         new: list[ClaimPlan] = []
         if pending:
             try:
-                got = allocate_all(pending, self.reachable(node), state.ledger, self.snapshot.classes, self.matcher)
+                got = allocate_all(pending, self.reachable(node), state.ledger, self.snapshot.classes, self.matcher, self.updating(node))
             except SearchTooLarge as exc:
                 self.gave_up.add(str(exc))
                 got = None
