@@ -374,3 +374,16 @@ def test_incomplete_pools_are_found_from_slices() -> None:
 
     assert [d.node_name for d in inputs.incomplete_pools([piece("a", 2)])] == ["n1"]
     assert inputs.incomplete_pools([piece("a", 2), piece("b", 2)]) == []
+
+
+def test_a_victims_share_is_given_back_when_it_goes() -> None:
+    from phalanx.planner.model import Victim, VictimPod
+    from phalanx.planner.preemption import without
+
+    nic = (DRIVER, "n1", "nic")
+    snap = snapshot([dev("nic", allow_multiple=True, capacities=BANDWIDTH)], shared={nic: {"bw": Decimal(9)}})
+    pod = VictimPod("ml", "v", "uid-v", "n1", shares=((nic, frozen_map({"bw": Decimal(9)})),))
+    freed = without(snap, [Victim("pod ml/v", 0, "2025-01-01T00:00:00Z", False, (pod,))])
+    assert nic not in freed.shared
+    snap, group = gang(freed, (one(capacity=frozen_map({"bw": Decimal(4)})),))
+    assert results(plan(snap, group)) == [("r", "nic")]

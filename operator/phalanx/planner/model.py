@@ -288,6 +288,8 @@ class VictimPod:
     devices: tuple[DeviceId, ...] = ()
     """Devices that become free when it goes: its claims' devices, of claims no pod other than the victims' uses.
     A claim shared by pods of two victims frees its devices only when both go: the caller makes such pods one victim."""
+    shares: tuple[tuple[DeviceId, Mapping[str, Decimal]], ...] = ()
+    """Shares of devices (results with a shareID) those claims hold, with the capacity each consumes."""
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ def victims(
 def _victim_pod(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], Mapping[str, Any]], unit: set[str]) -> VictimPod:
     namespace = pod["metadata"]["namespace"]
     devices = []
+    shares = []
     for name in inputs.claim_names(pod) or ():
         claim = claims.get((namespace, name))
         if claim is None:
@@ -79,6 +80,7 @@ def _victim_pod(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], Mapping
         users = {r["uid"] for r in (claim.get("status") or {}).get("reservedFor") or [] if r.get("resource") == "pods"}
         if users <= unit:
             devices.extend(inputs.consuming_ids(claim) or ())
+            shares.extend((device, frozen_map(consumed)) for device, consumed in inputs.shares(claim))
     return VictimPod(
         namespace=namespace,
         name=pod["metadata"]["name"],
@@ -86,6 +88,7 @@ def _victim_pod(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], Mapping
         node=inputs.placed_on(pod) or "",
         requests=frozen_map(inputs.pod_requests(pod)),
         devices=tuple(devices),
+        shares=tuple(shares),
     )
 
 
