@@ -387,3 +387,16 @@ def test_a_victims_share_is_given_back_when_it_goes() -> None:
     assert nic not in freed.shared
     snap, group = gang(freed, (one(capacity=frozen_map({"bw": Decimal(4)})),))
     assert results(plan(snap, group)) == [("r", "nic")]
+
+
+def test_a_shared_claim_on_a_network_device_is_used_only_where_its_selector_reaches() -> None:
+    from phalanx.planner.model import Requirement, SelectorTerm
+
+    rack = (SelectorTerm((Requirement("rack", "In", ("r1",)),)),)
+    nodes = (node("n1", labels={"rack": "r1"}, cpu=15), node("n2", labels={"rack": "r2"}), node("n3", labels={"rack": "r1"}))
+    snap = Snapshot(nodes=nodes, devices=(Device(DRIVER, "net", "link", node_selector=rack),), classes=frozen_map({"features": CLASS}))
+    claim = Claim("ml", "shared", "uid-shared", (one(),))
+    members = tuple(Member("ml", f"p{i}", f"uid-p{i}", frozen_map({"cpu": 10}), claims=("shared",)) for i in range(2))
+    snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({claim.key: claim})})
+    result = plan(snap, Group("ml", "g", 2, members))
+    assert isinstance(result, Fits) and result.nodes == {"n1", "n3"}, "one rank per node (cpu), never on rack r2"

@@ -29,7 +29,7 @@ from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
 from phalanx.planner.allocator import MAX_RESULTS, MAX_STEPS, Ledger, Result, SearchTooLarge, Undo, allocate_all, pool_order
 from phalanx.planner.devices import DeviceMatcher
-from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, SelectorTerm, Snapshot
+from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, Requirement, SelectorTerm, Snapshot
 
 DEFAULT_BUDGET = 20_000
 MAX_RESERVED_FOR = 256
@@ -201,6 +201,8 @@ class _Planner:
             if planned is not None or claim.allocated is not None:
                 pinned = (planned.node if planned.pinned else None) if planned is not None else claim.allocated_node
                 if pinned is not None and pinned != node.name:
+                    return None
+                if planned is not None and not _reaches(planned, node):
                     return None
                 continue
             if claim not in pending:
@@ -397,6 +399,20 @@ def _allocation_selector(devices: list[Device]) -> tuple[bool, Mapping[str, Any]
     if fields:
         term["matchFields"] = fields
     return False, {"nodeSelectorTerms": [term]}
+
+
+def _reaches(plan: ClaimPlan, node: Node) -> bool:
+    """A planned allocation with a nodeSelector (network-attached devices) is usable on the nodes it selects."""
+    if plan.pinned or plan.node_selector is None:
+        return True
+    terms = tuple(
+        SelectorTerm(
+            tuple(Requirement(r["key"], r["operator"], tuple(r.get("values") or ())) for r in t.get("matchExpressions") or ())
+            + tuple(Requirement(r["key"], r["operator"], tuple(r.get("values") or ()), field=True) for r in t.get("matchFields") or ())
+        )
+        for t in plan.node_selector["nodeSelectorTerms"]
+    )
+    return nodefilter.matches_terms(node, terms)
 
 
 def _unmodelled(snapshot: Snapshot, group: Group) -> tuple[str, ...]:
