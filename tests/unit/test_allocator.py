@@ -341,3 +341,62 @@ def test_a_pods_claims_are_searched_together_so_an_earlier_claim_backs_off() -> 
     snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({c0.key: c0, c1.key: c1})})
     group = Group("ml", "g", 1, (Member("ml", "p", "uid-p", frozen_map({"cpu": 10}), claims=("c0", "c1")),))
     assert results(plan(snap, group)) == [("r", "b"), ("r", "a")]
+
+
+def test_a_search_too_large_is_named_instead_of_running_forever() -> None:
+    """20 devices with distinct values out of 19: impossible, and only found so by trying every combination."""
+    devices = [dev(f"d{i}", size=str(i % 19)) for i in range(40)]
+    snap, group = gang(snapshot(devices), (one(count=20),), constraints=(MatchAttribute(f"{DRIVER}/size", distinct=True),))
+    result = plan(snap, group)
+    assert isinstance(result, Short) and "gave up after" in result.message
+
+
+def test_all_devices_is_refused_where_a_pool_is_being_updated() -> None:
+    snap, group = gang(snapshot([dev("a"), dev("b")]), (one(mode="All"),))
+    assert results(plan(snap, group)) == [("r", "a"), ("r", "b")]
+    updating = Device(DRIVER, "other", "", node_name="n1")
+    assert isinstance(plan(Snapshot(**{**snap.__dict__, "incomplete": (updating,)}), group), Short)
+    elsewhere = Device(DRIVER, "other", "", node_name="n2")
+    assert isinstance(plan(Snapshot(**{**snap.__dict__, "incomplete": (elsewhere,)}), group), Fits)
+
+
+def test_incomplete_pools_are_found_from_slices() -> None:
+    def piece(name: str, count: int) -> dict:
+        return {
+            "metadata": {"name": name},
+            "spec": {
+                "driver": DRIVER,
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": count},
+                "nodeName": "n1",
+                "devices": [],
+            },
+        }
+
+    assert [d.node_name for d in inputs.incomplete_pools([piece("a", 2)])] == ["n1"]
+    assert inputs.incomplete_pools([piece("a", 2), piece("b", 2)]) == []
+
+
+def test_a_victims_share_is_given_back_when_it_goes() -> None:
+    from phalanx.planner.model import Victim, VictimPod
+    from phalanx.planner.preemption import without
+
+    nic = (DRIVER, "n1", "nic")
+    snap = snapshot([dev("nic", allow_multiple=True, capacities=BANDWIDTH)], shared={nic: {"bw": Decimal(9)}})
+    pod = VictimPod("ml", "v", "uid-v", "n1", shares=((nic, frozen_map({"bw": Decimal(9)})),))
+    freed = without(snap, [Victim("pod ml/v", 0, "2025-01-01T00:00:00Z", False, (pod,))])
+    assert nic not in freed.shared
+    snap, group = gang(freed, (one(capacity=frozen_map({"bw": Decimal(4)})),))
+    assert results(plan(snap, group)) == [("r", "nic")]
+
+
+def test_a_shared_claim_on_a_network_device_is_used_only_where_its_selector_reaches() -> None:
+    from phalanx.planner.model import Requirement, SelectorTerm
+
+    rack = (SelectorTerm((Requirement("rack", "In", ("r1",)),)),)
+    nodes = (node("n1", labels={"rack": "r1"}, cpu=15), node("n2", labels={"rack": "r2"}), node("n3", labels={"rack": "r1"}))
+    snap = Snapshot(nodes=nodes, devices=(Device(DRIVER, "net", "link", node_selector=rack),), classes=frozen_map({"features": CLASS}))
+    claim = Claim("ml", "shared", "uid-shared", (one(),))
+    members = tuple(Member("ml", f"p{i}", f"uid-p{i}", frozen_map({"cpu": 10}), claims=("shared",)) for i in range(2))
+    snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({claim.key: claim})})
+    result = plan(snap, Group("ml", "g", 2, members))
+    assert isinstance(result, Fits) and result.nodes == {"n1", "n3"}, "one rank per node (cpu), never on rack r2"

@@ -52,7 +52,17 @@ if TYPE_CHECKING:
 MAX_RESULTS = 32
 """AllocationResultsMaxSize: the most devices one claim's allocation may hold."""
 
+MAX_STEPS = 200_000
+"""Candidate devices one search may try. kube-scheduler gives up a node after its DRA filter timeout (10 s); a
+count of steps stands in for that clock, so the planner stays pure and gives the same answer on a loaded machine."""
+
 Undo = Callable[[], None]
+
+
+class SearchTooLarge(Exception):
+    """The device search for one pod on one node tried MAX_STEPS candidates without an answer."""
+
+
 _SHARE_NAMESPACE = uuid.UUID("8a0f6f53-4f0e-4d8f-9a57-2f3c1c5e6d10")
 
 
@@ -207,11 +217,14 @@ class _Search:
     ledger: Ledger
     classes: Mapping[str, DeviceClass]
     matcher: DeviceMatcher
+    incomplete: bool = False
+    """A pool being updated reaches this node: "all" devices is unknowable, as the scheduler says."""
     results: list[list[Result]] = field(default_factory=list)
     undos: list[Undo] = field(default_factory=list)
     marked: dict[DeviceId, set[int]] = field(default_factory=dict)
     """Devices this search marked in use, by the claims (their index) it marked them for (admin access included)."""
     values: list[list[list[Any]]] = field(default_factory=list)
+    steps: int = 0
 
     def __post_init__(self) -> None:
         self.results = [[] for _ in self.claims]
@@ -233,6 +246,8 @@ class _Search:
         if device_class is None:
             return False
         if request.mode == "All":
+            if self.incomplete:
+                return False
             every = [
                 d
                 for d in self.reachable
@@ -278,6 +293,10 @@ class _Search:
 
     def add(self, ci: int, device: Device, request: DeviceRequest, base: str, full: str) -> bool:
         """Take `device` for `request` if the in-use, counter, taint, constraint and capacity rules allow it."""
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            self.rewind(0)
+            raise SearchTooLarge(", ".join(c.name for c in self.claims))
         if self.busy(ci, device, request):
             return False
         shared_in_use = device.allow_multiple and device.id in self.ledger.shares
@@ -357,11 +376,12 @@ def allocate_all(
     ledger: Ledger,
     classes: Mapping[str, DeviceClass],
     matcher: DeviceMatcher,
+    incomplete: bool = False,
 ) -> tuple[tuple[tuple[Result, ...], ...], Undo] | None:
     """Devices for every request of every claim (one pod's unallocated claims, in the pod's order) from `reachable`
     (in pool order), charged to `ledger`; None if impossible. Returns the results per claim and the undo that gives
-    back what they took from the ledger."""
-    search = _Search(claims, reachable, ledger, classes, matcher)
+    back what they took from the ledger. Raises SearchTooLarge (the ledger unchanged) past MAX_STEPS candidates."""
+    search = _Search(claims, reachable, ledger, classes, matcher, incomplete)
     if not search.request(0, 0):
         return None
     undos = list(search.undos)

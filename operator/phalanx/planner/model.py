@@ -269,6 +269,8 @@ class Snapshot:
     """(driver, pool) -> counter set -> counter -> the value its sharedCounters publish."""
     extended: Mapping[str, str] = field(default_factory=frozen_map)
     """Extended resource name -> the DeviceClass that provides it (DRAExtendedResource)."""
+    incomplete: tuple[Device, ...] = ()
+    """Where pools being updated reach: a placeholder (no name) per slice of such a pool."""
     pods: tuple[Pod, ...] = ()
     """Every non-terminal pod bound or pinned to a node; gated members are not here."""
 
@@ -286,6 +288,8 @@ class VictimPod:
     devices: tuple[DeviceId, ...] = ()
     """Devices that become free when it goes: its claims' devices, of claims no pod other than the victims' uses.
     A claim shared by pods of two victims frees its devices only when both go: the caller makes such pods one victim."""
+    shares: tuple[tuple[DeviceId, Mapping[str, Decimal]], ...] = ()
+    """Shares of devices (results with a shareID) those claims hold, with the capacity each consumes."""
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from typing import Any
 
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
-from phalanx.planner.allocator import MAX_RESULTS, Ledger, Result, Undo, allocate_all, pool_order
+from phalanx.planner.allocator import MAX_RESULTS, MAX_STEPS, Ledger, Result, SearchTooLarge, Undo, allocate_all, pool_order
 from phalanx.planner.devices import DeviceMatcher
-from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, SelectorTerm, Snapshot
+from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, Requirement, SelectorTerm, Snapshot
 
 DEFAULT_BUDGET = 20_000
 MAX_RESERVED_FOR = 256
@@ -122,6 +122,8 @@ class _Planner:
         self._shape_id = {m.uid: shapes.setdefault(_shape(m), len(shapes)) for m in group.members}
         self._local: dict[str, list[Device]] = {}
         self.device_by_id = {d.id: d for d in snapshot.devices}
+        self.gave_up: set[str] = set()
+        """Claims whose device search was too large on some node (that node then counts as not fitting, as upstream)."""
         self._network: list[Device] = []
         for device in snapshot.devices:
             if device.node_name is not None:
@@ -152,6 +154,13 @@ class _Planner:
             ]
             found = self._reach[node.name] = pool_order(self._local.get(node.name, []) + network)
         return found
+
+    def updating(self, node: Node) -> bool:
+        """A pool being updated reaches `node`."""
+        return any(
+            d.node_name == node.name or d.all_nodes or (d.node_selector is not None and nodefilter.matches_terms(node, d.node_selector))
+            for d in self.snapshot.incomplete
+        )
 
     def blocked(self, member: Member, node: Node) -> str | None:
         """Why `member` can never use `node`, whatever else the plan places: node filters, then existing pods."""
@@ -193,12 +202,18 @@ class _Planner:
                 pinned = (planned.node if planned.pinned else None) if planned is not None else claim.allocated_node
                 if pinned is not None and pinned != node.name:
                     return None
+                if planned is not None and not _reaches(planned, node):
+                    return None
                 continue
             if claim not in pending:
                 pending.append(claim)
         new: list[ClaimPlan] = []
         if pending:
-            got = allocate_all(pending, self.reachable(node), state.ledger, self.snapshot.classes, self.matcher)
+            try:
+                got = allocate_all(pending, self.reachable(node), state.ledger, self.snapshot.classes, self.matcher, self.updating(node))
+            except SearchTooLarge as exc:
+                self.gave_up.add(str(exc))
+                got = None
             if got is None:
                 return None
             per_claim, undo = got
@@ -386,6 +401,20 @@ def _allocation_selector(devices: list[Device]) -> tuple[bool, Mapping[str, Any]
     return False, {"nodeSelectorTerms": [term]}
 
 
+def _reaches(plan: ClaimPlan, node: Node) -> bool:
+    """A planned allocation with a nodeSelector (network-attached devices) is usable on the nodes it selects."""
+    if plan.pinned or plan.node_selector is None:
+        return True
+    terms = tuple(
+        SelectorTerm(
+            tuple(Requirement(r["key"], r["operator"], tuple(r.get("values") or ())) for r in t.get("matchExpressions") or ())
+            + tuple(Requirement(r["key"], r["operator"], tuple(r.get("values") or ()), field=True) for r in t.get("matchFields") or ())
+        )
+        for t in plan.node_selector["nodeSelectorTerms"]
+    )
+    return nodefilter.matches_terms(node, terms)
+
+
 def _unmodelled(snapshot: Snapshot, group: Group) -> tuple[str, ...]:
     """What the planner cannot honour, or what kube-scheduler would refuse outright, named by field."""
     reasons: list[str] = []
@@ -450,6 +479,15 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
                 continue
         planner.fill(domain, state, members)
         return Fits(placements=tuple(state.placed), claims=tuple(state.claims.values()))
+    if planner.gave_up:
+        return Short(
+            group.min_count,
+            len(members),
+            best,
+            unmodelled=tuple(
+                f"claims {c}: the device search gave up after {MAX_STEPS} candidates on some node" for c in sorted(planner.gave_up)
+            ),
+        )
     return _short(planner, members, best, probe)
 
 

@@ -82,6 +82,7 @@ def without(snapshot: Snapshot, victims: Iterable[Victim]) -> Snapshot:
     snapshot does not have (gone since) frees nothing; a count never drops below zero."""
     freed: dict[str, Counter[str]] = {}
     devices: set[DeviceId] = set()
+    shared = {d: dict(c) for d, c in snapshot.shared.items()}
     gone: set[tuple[str, str]] = set()
     for victim in victims:
         for pod in victim.pods:
@@ -89,6 +90,12 @@ def without(snapshot: Snapshot, victims: Iterable[Victim]) -> Snapshot:
             amounts.update(pod.requests)
             amounts["pods"] += 1
             devices.update(pod.devices)
+            for device, consumed in pod.shares:
+                left = shared.get(device, {})
+                for name, value in consumed.items():
+                    left[name] = left.get(name, 0) - value
+                if device in shared and all(v <= 0 for v in left.values()):
+                    del shared[device]  # its last share (by capacity) is gone
             gone.add((pod.namespace, pod.name))
     if not gone:
         return snapshot
@@ -96,6 +103,7 @@ def without(snapshot: Snapshot, victims: Iterable[Victim]) -> Snapshot:
         snapshot,
         nodes=tuple(_less(n, freed[n.name]) if n.name in freed else n for n in snapshot.nodes),
         held=snapshot.held - devices,
+        shared=frozen_map({d: frozen_map(c) for d, c in shared.items()}),
         pods=tuple(p for p in snapshot.pods if (p.namespace, p.name) not in gone),
     )
 

@@ -136,6 +136,33 @@ def _pools(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[Ma
     return out
 
 
+def incomplete_pools(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
+    """One placeholder per slice of a pool being updated (not all its slices published): where the pool reaches.
+    The scheduler refuses `allocationMode: All` on a node such a pool reaches (it cannot know what "all" is)."""
+    pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for s in slices:
+        spec = s["spec"]
+        pools.setdefault((spec["driver"], spec["pool"]["name"]), []).append(spec)
+    complete = set(_pools(slices))
+    out = []
+    for (driver, pool), specs in pools.items():
+        if (driver, pool) in complete:
+            continue
+        for spec in specs:
+            selector = node_selector_terms(spec.get("nodeSelector")) if spec.get("nodeSelector") else None
+            out.append(
+                Device(
+                    driver,
+                    pool,
+                    "",
+                    node_name=spec.get("nodeName"),
+                    node_selector=selector,
+                    all_nodes=bool(spec.get("allNodes") or spec.get("perDeviceNodeSelection")),
+                )
+            )
+    return out
+
+
 def _exact(value: Any) -> Decimal:
     return quantity.parse(value)
 
@@ -515,6 +542,7 @@ def build(
         shared=frozen_map({d: frozen_map(c) for d, c in shared.items()}),
         counters=frozen_map(counters(slices)),
         extended=frozen_map(extended_resources(classes)),
+        incomplete=tuple(incomplete_pools(slices)),
     )
 
 

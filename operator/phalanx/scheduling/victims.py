@@ -96,6 +96,7 @@ def _victim_pod(
 ) -> VictimPod:
     namespace = pod["metadata"]["namespace"]
     devices = []
+    shares = []
     for name in inputs.claim_names(pod) or ():
         claim = claims.get((namespace, name))
         if claim is None:
@@ -103,6 +104,7 @@ def _victim_pod(
         users = {r["uid"] for r in (claim.get("status") or {}).get("reservedFor") or [] if r.get("resource") == "pods"}
         if users <= unit:
             devices.extend(inputs.consuming_ids(claim) or ())
+            shares.extend((device, frozen_map(consumed)) for device, consumed in inputs.shares(claim))
     return VictimPod(
         namespace=namespace,
         name=pod["metadata"]["name"],
@@ -110,6 +112,7 @@ def _victim_pod(
         node=inputs.placed_on(pod, pinned) or "",
         requests=frozen_map(inputs.pod_requests(pod)),
         devices=tuple(devices),
+        shares=tuple(shares),
     )
 
 
