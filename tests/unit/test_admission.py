@@ -250,3 +250,14 @@ def test_the_gate_stays_for_the_jobs_whole_life() -> None:
     )
     admission.validate_job(gang_with_gates([*GATED, {"name": "example.com/other"}]), old)
     admission.validate_job(gang_with_gates([]), gang_with_gates([])), "a Job admitted without the gate is only reported"
+
+
+@pytest.mark.parametrize(
+    ("min_count", "code"),
+    [("9" * 5000, 400), ("2147483648", 400), ("0", 422), ("5", 422), ("four", 422)],
+)
+def test_a_number_no_integer_holds_is_a_bad_request_and_an_invalid_gang_is_unprocessable(min_count: str, code: int) -> None:
+    with pytest.raises(intent.GangSpecError) as refused:
+        admission.validate_job(job({keys.MIN_COUNT: min_count}), None)
+    assert refused.value.code == code, str(refused.value)
+    assert f"[{keys.MIN_COUNT}]" in str(refused.value)

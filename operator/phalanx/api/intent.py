@@ -38,6 +38,8 @@ class FieldError:
     value: Any
     detail: str
     fix: str
+    out_of_range: bool = False
+    """A number no Kubernetes integer can hold: a malformed request (400), not merely an invalid gang (422)."""
 
     def __str__(self) -> str:
         shown = json.dumps(self.value, sort_keys=True)
@@ -51,6 +53,8 @@ class GangSpecError(ValueError):
 
     def __init__(self, errors: list[FieldError]) -> None:
         self.errors = errors
+        self.code = 400 if any(e.out_of_range for e in errors) else 422
+        """The HTTP status admission answers with."""
         super().__init__("; ".join(str(e) for e in errors))
 
 
@@ -137,7 +141,7 @@ def from_annotations(annotations: dict[str, str] | None) -> GangIntent | None:
         if not re.fullmatch(r"[0-9]+", digits):
             errors.append(FieldError(annotation_path(MIN_COUNT), raw, "must be a whole number", 'write the gang size as digits, e.g. "4"'))
         elif len(digits.lstrip("0")) > len(str(INT32_MAX)) or int(digits) > INT32_MAX:
-            errors.append(FieldError(annotation_path(MIN_COUNT), raw, f"must be at most {INT32_MAX}", 'write the gang size, e.g. "4"'))
+            errors.append(FieldError(annotation_path(MIN_COUNT), raw, f"must be at most {INT32_MAX}", 'write the gang size, e.g. "4"', True))
         else:
             min_count = int(digits)
     mode = annotations.get(DISRUPTION_MODE)

@@ -21,7 +21,7 @@ def mutate_job(body: Any, old: Any, patch: kopf.Patch, warnings: list[str], memo
             field_dropped=memo.config.job_scheduling_dropped,
         )
     except GangSpecError as exc:
-        raise kopf.AdmissionError(str(exc), code=422) from None
+        raise kopf.AdmissionError(str(exc), code=exc.code) from None
     _merge_into(patch, mutation.patch)
     warnings.extend(mutation.warnings)
 
@@ -31,7 +31,7 @@ def validate_job(body: Any, old: Any, **_: Any) -> None:
     try:
         admission.validate_job(dict(body), dict(old) if old is not None else None)
     except GangSpecError as exc:
-        raise kopf.AdmissionError(str(exc), code=422) from None
+        raise kopf.AdmissionError(str(exc), code=exc.code) from None
 
 
 def _merge_into(target: Any, source: dict[str, Any]) -> None:
