@@ -141,7 +141,9 @@ def from_annotations(annotations: dict[str, str] | None) -> GangIntent | None:
         if not re.fullmatch(r"[0-9]+", digits):
             errors.append(FieldError(annotation_path(MIN_COUNT), raw, "must be a whole number", 'write the gang size as digits, e.g. "4"'))
         elif len(digits.lstrip("0")) > len(str(INT32_MAX)) or int(digits) > INT32_MAX:
-            errors.append(FieldError(annotation_path(MIN_COUNT), raw, f"must be at most {INT32_MAX}", 'write the gang size, e.g. "4"', True))
+            errors.append(
+                FieldError(annotation_path(MIN_COUNT), raw, f"must be at most {INT32_MAX}", 'write the gang size, e.g. "4"', True)
+            )
         else:
             min_count = int(digits)
     mode = annotations.get(DISRUPTION_MODE)
