@@ -10,14 +10,27 @@ device), since a device's attributes only change with a new pool generation.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import cel
-
-from phalanx.planner import quantity
+from phalanx.planner import cel
 from phalanx.planner.model import Claim, Device, DeviceClass, DeviceId, DeviceRequest
+
+COMBINATIONS = 20_000
+"""Device combinations one claim may try on one node before the planner gives up on it (upstream, too,
+refuses a claim it cannot settle in time). Enough for every claim of a few requests on a node of 8 devices."""
+
+
+class TooComplex(Exception):
+    """A claim whose device combinations exceed COMBINATIONS: the planner names it instead of searching on."""
+
+    def __init__(self, claim: Claim) -> None:
+        fields = "spec.devices.constraints (matchAttribute)" if claim.constraints else "spec.devices.requests"
+        super().__init__(
+            f"claim {claim.namespace}/{claim.name}: {fields} need more than {COMBINATIONS} device combinations to settle; "
+            "use fewer requests or constraints per claim"
+        )
 
 
 @dataclass(frozen=True)
@@ -34,22 +47,6 @@ class Result:
         return (self.driver, self.pool, self.device)
 
 
-def _compare(a: Any, b: Any) -> int:
-    return (a > b) - (a < b)
-
-
-def _cel_context() -> cel.Context:
-    """Kubernetes' CEL quantity library over integers: capacities are exact integers here."""
-    ctx = cel.Context()
-    ctx.add_function("quantity", lambda text: quantity.amount("", text))
-    ctx.add_function("compareTo", _compare)
-    ctx.add_function("isGreaterThan", lambda a, b: a > b)
-    ctx.add_function("isLessThan", lambda a, b: a < b)
-    ctx.add_function("asInteger", lambda a: int(a))
-    ctx.add_function("asApproximateFloat", lambda a: float(a))
-    return ctx
-
-
 class DeviceMatcher:
     """Compile-once, evaluate-many CEL for DeviceClass and request selectors.
 
@@ -60,14 +57,22 @@ class DeviceMatcher:
     def __init__(self) -> None:
         self._programs: dict[str, Any] = {}
         self._verdicts: dict[tuple[str, DeviceId, int], bool] = {}
-        self._ctx = _cel_context()
+        self._ctx = cel.context()
         self.errors: dict[str, str] = {}
 
     def compile(self, expression: str) -> Any:
         program = self._programs.get(expression)
         if program is None:
-            program = self._programs[expression] = cel.compile(expression)
+            program = self._programs[expression] = cel.compile_selector(expression)
         return program
+
+    def refused(self, expression: str) -> str | None:
+        """Why the selector is refused before any device is tried (too costly, or not CEL), or None."""
+        try:
+            self.compile(expression)
+        except ValueError as exc:
+            return str(exc)
+        return None
 
     def matches(self, expression: str, device: Device) -> bool:
         key = (expression, device.id, device.generation)
@@ -98,6 +103,21 @@ def _cel_device(device: Device) -> dict[str, Any]:
     return {"driver": device.driver, "attributes": attributes, "capacity": capacity}
 
 
+def refusals(claims: Sequence[Claim], classes: Mapping[str, DeviceClass], matcher: DeviceMatcher) -> tuple[str, ...]:
+    """Selectors the planner will not run, each named by its field as the user wrote it."""
+    out = []
+    for claim in claims:
+        for i, request in enumerate(claim.requests):
+            for j, expression in enumerate(request.selectors):
+                if (why := matcher.refused(expression)) is not None:
+                    out.append(f"claim {claim.namespace}/{claim.name} spec.devices.requests[{i}].exactly.selectors[{j}].cel.expression: {why}")
+            device_class = classes.get(request.device_class)
+            for j, expression in enumerate(device_class.selectors if device_class else ()):
+                if (why := matcher.refused(expression)) is not None:
+                    out.append(f"DeviceClass {device_class.name} spec.selectors[{j}].cel.expression: {why}")
+    return tuple(dict.fromkeys(out))
+
+
 def allocate(
     claim: Claim,
     reachable: Sequence[Device],
@@ -105,8 +125,14 @@ def allocate(
     classes: Mapping[str, DeviceClass],
     matcher: DeviceMatcher,
 ) -> tuple[Result, ...] | None:
-    """Devices for every request of `claim` from `reachable`, none of them in `taken`; None if impossible."""
-    candidates: dict[str, list[Device]] = {}
+    """Devices for every request of `claim` from `reachable`, none of them in `taken`; None if impossible.
+
+    As upstream's allocator: requests in order, every combination of free matching devices tried (backtracking),
+    an All request takes every matching device (none may be held or taken by another request), and a
+    matchAttribute constraint holds when every device of its requests has the attribute, all with one value.
+    Raises TooComplex past COMBINATIONS tries.
+    """
+    candidates: list[list[Device]] = []
     for request in claim.requests:
         device_class = classes.get(request.device_class)
         if device_class is None:
@@ -115,44 +141,56 @@ def allocate(
         if request.mode == "All":
             if not matching or any(d.id in taken for d in matching):
                 return None
-            candidates[request.name] = matching
+            candidates.append(matching)
         else:
-            candidates[request.name] = [d for d in matching if d.id not in taken]
-    for restricted in _constrained(claim, candidates):
-        results = _pick(claim.requests, restricted)
-        if results is not None:
-            return results
-    return None
-
-
-def _constrained(claim: Claim, candidates: dict[str, list[Device]]) -> Iterable[dict[str, list[Device]]]:
-    """Each way of honouring the matchAttribute constraints: one shared value per constraint."""
-    if not claim.constraints:
-        yield candidates
-        return
-    choices = []
-    for constraint in claim.constraints:
-        names = constraint.requests or tuple(candidates)
-        values = {d.attributes.get(constraint.attribute) for n in names for d in candidates.get(n, ())}
-        values.discard(None)
-        choices.append([(constraint, v) for v in sorted(values, key=repr)])
-    for combination in itertools.product(*choices):
-        restricted = dict(candidates)
-        for constraint, value in combination:
-            for name in constraint.requests or tuple(candidates):
-                restricted[name] = [d for d in restricted[name] if d.attributes.get(constraint.attribute) == value]
-        yield restricted
-
-
-def _pick(requests: Sequence[DeviceRequest], candidates: dict[str, list[Device]]) -> tuple[Result, ...] | None:
+            candidates.append([d for d in matching if d.id not in taken])
+    constraints = [(c.attribute, set(c.requests or (r.name for r in claim.requests))) for c in claim.constraints]
+    tries = 0
     used: set[DeviceId] = set()
-    results: list[Result] = []
-    for request in requests:
-        free = [d for d in candidates[request.name] if d.id not in used]
-        want = len(free) if request.mode == "All" else request.count
-        if want < 1 or len(free) < want:
-            return None
-        for device in free[:want]:
-            used.add(device.id)
-            results.append(Result(request.name, device.driver, device.pool, device.name))
-    return tuple(results)
+    values: list[Any] = [None] * len(constraints)
+    chosen: list[tuple[Device, ...]] = []
+
+    def search(i: int) -> bool:
+        nonlocal tries
+        if i == len(claim.requests):
+            return True
+        request = claim.requests[i]
+        free = [d for d in candidates[i] if d.id not in used]
+        if request.mode == "All":
+            if len(free) < len(candidates[i]):
+                return False
+            options: Any = (tuple(free),)
+        else:
+            options = itertools.combinations(free, request.count)
+        applying = [k for k, (_, names) in enumerate(constraints) if request.name in names]
+        for devices in options:
+            tries += 1
+            if tries > COMBINATIONS:
+                raise TooComplex(claim)
+            saved = list(values)
+            if all(_agree(devices, constraints[k][0], values, k) for k in applying):
+                used.update(d.id for d in devices)
+                chosen.append(devices)
+                if search(i + 1):
+                    return True
+                chosen.pop()
+                used.difference_update(d.id for d in devices)
+            values[:] = saved
+        return False
+
+    if not search(0):
+        return None
+    return tuple(Result(r.name, d.driver, d.pool, d.name) for r, devices in zip(claim.requests, chosen, strict=True) for d in devices)
+
+
+def _agree(devices: Sequence[Device], attribute: str, values: list[Any], k: int) -> bool:
+    """The devices carry `attribute`, all with the constraint's value (set by the first device that has one)."""
+    for device in devices:
+        value = device.attributes.get(attribute)
+        if value is None:
+            return False
+        if values[k] is None:
+            values[k] = value
+        elif values[k] != value:
+            return False
+    return True

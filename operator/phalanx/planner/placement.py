@@ -27,7 +27,7 @@ from typing import Any
 
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
-from phalanx.planner.devices import DeviceMatcher, Result, allocate
+from phalanx.planner.devices import DeviceMatcher, Result, TooComplex, allocate, refusals
 from phalanx.planner.model import Claim, ClaimKey, Device, DeviceId, Group, Member, Node, Snapshot
 
 DEFAULT_BUDGET = 20_000
@@ -327,6 +327,18 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
     planner = _Planner(snapshot, group, matcher, budget)
     if planner.rules.unmodelled:
         return Short(group.min_count, len(members), 0, unmodelled=planner.rules.unmodelled)
+    claims = [c for m in members for n in m.claims if (c := snapshot.claims.get((m.namespace, n))) is not None and c.allocated is None]
+    refused = refusals(claims, snapshot.classes, matcher)
+    if refused:
+        return Short(group.min_count, len(members), 0, unmodelled=refused)
+    try:
+        return _search(planner, members)
+    except TooComplex as exc:
+        return Short(group.min_count, len(members), 0, unmodelled=(str(exc),))
+
+
+def _search(planner: _Planner, members: tuple[Member, ...]) -> Fits | Short:
+    group = planner.group
     best = 0
     short: Short | None = None
     probe: _State | None = None
