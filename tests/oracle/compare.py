@@ -10,7 +10,7 @@ Two comparisons:
 Every plan the planner makes is handed to upstream's validation (its
 allocator, narrowed to exactly the devices the plan names).
 
-Classes: `agree`; `upstream-greedy-per-pod` (the planner fits a group that
+Classes: `agree: fits` and `agree: short`; `upstream-greedy-per-pod` (the planner fits a group that
 upstream's one-pod-at-a-time allocation cannot, and upstream accepts the
 planner's allocation: upstream's own limit); `upstream-aborts-on-cel-error`
 (a selector fails on some device: upstream refuses the pod, the planner
@@ -31,7 +31,7 @@ from phalanx.planner import Fits, Short, plan
 from phalanx.planner.model import Group
 from phalanx.scheduling import inputs, reserve
 
-EXPLAINED = frozenset({"agree", "upstream-greedy-per-pod", "upstream-aborts-on-cel-error"})
+EXPLAINED = frozenset({"agree: fits", "agree: short", "upstream-greedy-per-pod", "upstream-aborts-on-cel-error"})
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class Comparer:
         if refused is not None:
             return Verdict(kind, unmodelled or "invalid-solution", refused)
         if fits == upstream_ok:
-            return Verdict(kind, "agree")
+            return Verdict(kind, "agree: fits" if fits else "agree: short")
         if unmodelled:
             return Verdict(kind, unmodelled, f"upstream {'fits' if upstream_ok else 'refuses'}; planner {_said(ours)}")
         if fits and cel_error:

@@ -10,7 +10,7 @@ device), since a device's attributes only change with a new pool generation.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,69 +118,83 @@ def refusals(claims: Sequence[Claim], classes: Mapping[str, DeviceClass], matche
     return tuple(dict.fromkeys(out))
 
 
-def allocate(
-    claim: Claim,
+def allocate_all(
+    claims: Sequence[Claim],
     reachable: Sequence[Device],
     taken: frozenset[DeviceId] | set[DeviceId],
     classes: Mapping[str, DeviceClass],
     matcher: DeviceMatcher,
-) -> tuple[Result, ...] | None:
-    """Devices for every request of `claim` from `reachable`, none of them in `taken`; None if impossible.
+) -> list[tuple[Result, ...]] | None:
+    """Devices for every claim of one pod, together (as upstream allocates a pod's claims): one result tuple per claim,
+    or None if no combination fits. Raises TooComplex past COMBINATIONS tries in all."""
+    tries = [0]
 
-    As upstream's allocator: requests in order, every combination of free matching devices tried (backtracking),
-    an All request takes every matching device (none may be held or taken by another request), and a
+    def search(i: int, held: frozenset[DeviceId]) -> list[tuple[Result, ...]] | None:
+        if i == len(claims):
+            return []
+        for results in _solutions(claims[i], reachable, held, classes, matcher, tries):
+            rest = search(i + 1, held | {r.device_id for r in results})
+            if rest is not None:
+                return [results, *rest]
+        return None
+
+    return search(0, frozenset(taken))
+
+
+def _solutions(
+    claim: Claim,
+    reachable: Sequence[Device],
+    taken: frozenset[DeviceId],
+    classes: Mapping[str, DeviceClass],
+    matcher: DeviceMatcher,
+    tries: list[int],
+) -> Iterator[tuple[Result, ...]]:
+    """Every way to satisfy `claim`, in upstream's order: requests in order, combinations of free matching devices
+    (backtracking); an All request takes every matching device (none may be held or taken by another request); a
     matchAttribute constraint holds when every device of its requests has the attribute, all with one value.
-    Raises TooComplex past COMBINATIONS tries.
-    """
+    `tries` counts combinations across calls; past COMBINATIONS it raises TooComplex."""
     candidates: list[list[Device]] = []
     for request in claim.requests:
         device_class = classes.get(request.device_class)
         if device_class is None:
-            return None
+            return
         matching = [d for d in reachable if matcher.eligible(d, device_class, request)]
         if request.mode == "All":
             if not matching or any(d.id in taken for d in matching):
-                return None
+                return
             candidates.append(matching)
         else:
             candidates.append([d for d in matching if d.id not in taken])
     constraints = [(c.attribute, set(c.requests or (r.name for r in claim.requests))) for c in claim.constraints]
-    tries = 0
     used: set[DeviceId] = set()
     values: list[Any] = [None] * len(constraints)
     chosen: list[tuple[Device, ...]] = []
 
-    def search(i: int) -> bool:
-        nonlocal tries
+    def search(i: int) -> Iterator[tuple[Result, ...]]:
         if i == len(claim.requests):
-            return True
+            yield tuple(Result(r.name, d.driver, d.pool, d.name) for r, devices in zip(claim.requests, chosen, strict=True) for d in devices)
+            return
         request = claim.requests[i]
         free = [d for d in candidates[i] if d.id not in used]
         if request.mode == "All":
-            if len(free) < len(candidates[i]):
-                return False
-            options: Any = (tuple(free),)
+            options: Iterable[tuple[Device, ...]] = (tuple(free),) if len(free) == len(candidates[i]) else ()
         else:
             options = itertools.combinations(free, request.count)
         applying = [k for k, (_, names) in enumerate(constraints) if request.name in names]
         for devices in options:
-            tries += 1
-            if tries > COMBINATIONS:
+            tries[0] += 1
+            if tries[0] > COMBINATIONS:
                 raise TooComplex(claim)
             saved = list(values)
             if all(_agree(devices, constraints[k][0], values, k) for k in applying):
                 used.update(d.id for d in devices)
                 chosen.append(devices)
-                if search(i + 1):
-                    return True
+                yield from search(i + 1)
                 chosen.pop()
                 used.difference_update(d.id for d in devices)
             values[:] = saved
-        return False
 
-    if not search(0):
-        return None
-    return tuple(Result(r.name, d.driver, d.pool, d.name) for r, devices in zip(claim.requests, chosen, strict=True) for d in devices)
+    yield from search(0)
 
 
 def _agree(devices: Sequence[Device], attribute: str, values: list[Any], k: int) -> bool:

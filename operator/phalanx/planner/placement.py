@@ -27,7 +27,7 @@ from typing import Any
 
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
-from phalanx.planner.devices import DeviceMatcher, Result, TooComplex, allocate, refusals
+from phalanx.planner.devices import DeviceMatcher, Result, TooComplex, allocate_all, refusals
 from phalanx.planner.model import Claim, ClaimKey, Device, DeviceId, Group, Member, Node, Snapshot
 
 DEFAULT_BUDGET = 20_000
@@ -174,8 +174,7 @@ class _Planner:
         needs["pods"] += 1
         if any(free.get(k, 0) < v for k, v in needs.items() if v > 0):
             return None
-        new: list[ClaimPlan] = []
-        new_taken: set[DeviceId] = set()
+        pending: list[Claim] = []
         for claim_name in member.claims:
             claim = self.snapshot.claims.get((member.namespace, claim_name))
             if claim is None:
@@ -186,11 +185,13 @@ class _Planner:
                 if pinned is not None and pinned != node.name:
                     return None
                 continue
-            results = allocate(claim, self.reachable(node), state.taken | new_taken, self.snapshot.classes, self.matcher)
-            if results is None:
-                return None
-            new_taken.update(r.device_id for r in results)
-            new.append(_claim_plan(claim, node.name, results, self.snapshot))
+            if claim not in pending:
+                pending.append(claim)
+        found = allocate_all(pending, self.reachable(node), state.taken, self.snapshot.classes, self.matcher) if pending else []
+        if found is None:
+            return None
+        new = [_claim_plan(claim, node.name, results, self.snapshot) for claim, results in zip(pending, found, strict=True)]
+        new_taken = {r.device_id for results in found for r in results}
         free.subtract(needs)
         state.taken.update(new_taken)
         for plan in new:
