@@ -173,7 +173,12 @@ def _claim(draw: st.DrawFn, name: str, features: frozenset[str]) -> dict[str, An
         if subset:
             constraint["requests"] = subset
         devices["constraints"] = [constraint]
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": _meta(name, namespace=NS), "spec": {"devices": devices}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": _meta(name, namespace=NS),
+        "spec": {"devices": devices},
+    }
 
 
 def _pod(name: str, claims: list[str]) -> dict[str, Any]:

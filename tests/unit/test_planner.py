@@ -196,12 +196,13 @@ def test_a_preallocated_claim_pins_its_pod() -> None:
     assert isinstance(result, Fits) and result.nodes == {"worker-2"} and result.claims == ()
 
 
-def test_a_failing_selector_matches_nothing_and_is_reported() -> None:
+def test_a_failing_selector_refuses_the_claim_naming_it() -> None:
+    """Upstream's allocator aborts the pod on a CEL runtime error; the planner refuses it too and says where."""
     matcher = DeviceMatcher()
     claim = one_gpu_claim("ml", "c", selectors=("device.attributes['nope'].missing == 1",))
     result = plan(with_claims(cluster(), [claim]), Group("ml", "g", 1, (Member("ml", "p", "u", claims=("c",)),)), matcher)
     assert isinstance(result, Short)
-    assert matcher.errors
+    assert "claim ml/c spec.devices.requests[" in result.message and "selector fails on device" in result.message
 
 
 def test_search_finds_plans_greedy_packing_misses() -> None:

@@ -22,6 +22,10 @@ COMBINATIONS = 20_000
 refuses a claim it cannot settle in time). Enough for every claim of a few requests on a node of 8 devices."""
 
 
+class SelectorFailed(Exception):
+    """A CEL selector that fails at run time on some device (a missing attribute, a bad quantity)."""
+
+
 class TooComplex(Exception):
     """A claim whose device combinations exceed COMBINATIONS: the planner names it instead of searching on."""
 
@@ -56,9 +60,9 @@ class DeviceMatcher:
 
     def __init__(self) -> None:
         self._programs: dict[str, Any] = {}
-        self._verdicts: dict[tuple[str, DeviceId, int], bool] = {}
+        self._verdicts: dict[tuple[str, DeviceId, int], bool | str] = {}
+        """True/False, or why evaluation failed."""
         self._ctx = cel.context()
-        self.errors: dict[str, str] = {}
 
     def compile(self, expression: str) -> Any:
         program = self._programs.get(expression)
@@ -75,16 +79,19 @@ class DeviceMatcher:
         return None
 
     def matches(self, expression: str, device: Device) -> bool:
+        """Raises SelectorFailed when the selector fails on this device: upstream's allocator then refuses the pod
+        (a CEL runtime error), and so does the planner, naming the device, rather than pass over the device."""
         key = (expression, device.id, device.generation)
         verdict = self._verdicts.get(key)
         if verdict is None:
             try:
                 self._ctx.update({"device": _cel_device(device)})
                 verdict = self.compile(expression).execute(self._ctx) is True
-            except Exception as exc:  # the scheduler, too, treats a failing selector as no match
-                self.errors[expression] = str(exc)
-                verdict = False
+            except Exception as exc:
+                verdict = f"selector fails on device {'/'.join(device.id)}: {exc}"
             self._verdicts[key] = verdict
+        if isinstance(verdict, str):
+            raise SelectorFailed(verdict)
         return verdict
 
     def eligible(self, device: Device, device_class: DeviceClass, request: DeviceRequest) -> bool:
@@ -110,7 +117,9 @@ def refusals(claims: Sequence[Claim], classes: Mapping[str, DeviceClass], matche
         for i, request in enumerate(claim.requests):
             for j, expression in enumerate(request.selectors):
                 if (why := matcher.refused(expression)) is not None:
-                    out.append(f"claim {claim.namespace}/{claim.name} spec.devices.requests[{i}].exactly.selectors[{j}].cel.expression: {why}")
+                    out.append(
+                        f"claim {claim.namespace}/{claim.name} spec.devices.requests[{i}].exactly.selectors[{j}].cel.expression: {why}"
+                    )
             device_class = classes.get(request.device_class)
             for j, expression in enumerate(device_class.selectors if device_class else ()):
                 if (why := matcher.refused(expression)) is not None:
@@ -158,7 +167,10 @@ def _solutions(
         device_class = classes.get(request.device_class)
         if device_class is None:
             return
-        matching = [d for d in reachable if matcher.eligible(d, device_class, request)]
+        try:
+            matching = [d for d in reachable if matcher.eligible(d, device_class, request)]
+        except SelectorFailed as exc:
+            raise SelectorFailed(f"claim {claim.namespace}/{claim.name} spec.devices.requests[{request.name}]: {exc}") from None
         if request.mode == "All":
             if not matching or any(d.id in taken for d in matching):
                 return
@@ -172,7 +184,9 @@ def _solutions(
 
     def search(i: int) -> Iterator[tuple[Result, ...]]:
         if i == len(claim.requests):
-            yield tuple(Result(r.name, d.driver, d.pool, d.name) for r, devices in zip(claim.requests, chosen, strict=True) for d in devices)
+            yield tuple(
+                Result(r.name, d.driver, d.pool, d.name) for r, devices in zip(claim.requests, chosen, strict=True) for d in devices
+            )
             return
         request = claim.requests[i]
         free = [d for d in candidates[i] if d.id not in used]

@@ -27,7 +27,7 @@ from typing import Any
 
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
-from phalanx.planner.devices import DeviceMatcher, Result, TooComplex, allocate_all, refusals
+from phalanx.planner.devices import DeviceMatcher, Result, SelectorFailed, TooComplex, allocate_all, refusals
 from phalanx.planner.model import Claim, ClaimKey, Device, DeviceId, Group, Member, Node, Snapshot
 
 DEFAULT_BUDGET = 20_000
@@ -334,7 +334,7 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
         return Short(group.min_count, len(members), 0, unmodelled=refused)
     try:
         return _search(planner, members)
-    except TooComplex as exc:
+    except (TooComplex, SelectorFailed) as exc:
         return Short(group.min_count, len(members), 0, unmodelled=(str(exc),))
 
 
