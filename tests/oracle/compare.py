@@ -13,8 +13,10 @@ allocator, narrowed to exactly the devices the plan names).
 Classes: `agree: fits` and `agree: short`; `upstream-greedy-per-pod` (the planner fits a group that
 upstream's one-pod-at-a-time allocation cannot, and upstream accepts the
 planner's allocation: upstream's own limit); `upstream-aborts-on-cel-error`
-(a selector fails on some device: upstream refuses the pod, the planner
-counts the device as not matching and plans with others);
+(a selector fails on a device upstream reached and the planner did not);
+`planner-refuses-failing-selector` (the planner evaluates a selector on every
+reachable device and refuses the claim when one fails, as upstream does when
+its search reaches that device; upstream found a solution before it did);
 `unmodelled:<features>` (the world uses a field the planner does not model
 yet); anything else is `unexplained` and fails the test.
 """
@@ -31,7 +33,9 @@ from phalanx.planner import Fits, Short, plan
 from phalanx.planner.model import Group
 from phalanx.scheduling import inputs, reserve
 
-EXPLAINED = frozenset({"agree: fits", "agree: short", "upstream-greedy-per-pod", "upstream-aborts-on-cel-error"})
+EXPLAINED = frozenset(
+    {"agree: fits", "agree: short", "upstream-greedy-per-pod", "upstream-aborts-on-cel-error", "planner-refuses-failing-selector"}
+)
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,8 @@ class Comparer:
             return Verdict(kind, unmodelled, f"upstream {'fits' if upstream_ok else 'refuses'}; planner {_said(ours)}")
         if fits and cel_error:
             return Verdict(kind, "upstream-aborts-on-cel-error", why)
+        if not fits and upstream_ok and "selector fails on device" in ours.message:
+            return Verdict(kind, "planner-refuses-failing-selector", ours.message)
         if fits and greedy:
             return Verdict(kind, "upstream-greedy-per-pod")
         return Verdict(kind, "unexplained", f"upstream {'fits' if upstream_ok else 'refuses: ' + why}; planner {_said(ours)}")

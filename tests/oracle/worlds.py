@@ -34,7 +34,7 @@ FEATURES = frozenset(
     }
 )
 
-PLANNER_FEATURES = frozenset({"exact", "all", "cel", "match_attribute", "network", "held", "multi_claim"})
+PLANNER_FEATURES = frozenset({"exact", "all", "cel", "cel_errors", "match_attribute", "network", "held", "multi_claim"})
 """What the planner on this branch honours: the default run compares only these. Widen it (e.g. to FEATURES)
 once the planner models the rest; `PHALANX_ORACLE_FEATURES=all` does so for one run."""
 
