@@ -16,7 +16,7 @@ import pytest
 from compare import Comparer, Verdict
 from hypothesis import HealthCheck, given, settings
 from upstream import Upstream
-from worlds import FEATURES, PLANNER_FEATURES, worlds
+from worlds import CLASSES, FEATURES, PLANNER_FEATURES, worlds
 
 CASES = int(os.environ.get("PHALANX_ORACLE_CASES", "300"))
 REQUESTED = os.environ.get("PHALANX_ORACLE_FEATURES", "")
@@ -71,3 +71,45 @@ def test_whole_group_agrees(comparer: Comparer, capsys: pytest.CaptureFixture[st
 
     check()
     _report(capsys, "whole group", verdicts)
+
+
+def test_upstream_validation_refuses_what_it_should(comparer: Comparer) -> None:
+    """The oracle can say no: a held device, a device outside the selector, too few devices, a wrong node."""
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n0", "labels": {"zone": "z1"}}}
+    devices = [{"name": f"d{i}", "attributes": {"example.com/model": {"string": "ab"[i]}}} for i in range(2)]
+    slices = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "s"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                "nodeName": "n0",
+                "devices": devices,
+            },
+        }
+    ]
+    request = {
+        "deviceClassName": "gpu",
+        "allocationMode": "ExactCount",
+        "count": 1,
+        "selectors": [{"cel": {"expression": 'device.attributes["example.com"].model == "a"'}}],
+    }
+    claim = {
+        "metadata": {"name": "c", "namespace": "ml", "uid": "u"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": request}]}},
+    }
+    world = {"nodes": [node, {**node, "metadata": {"name": "n1"}}], "slices": slices, "classes": CLASSES, "allocated": []}
+
+    def result(*names: str) -> dict:
+        return {"devices": {"results": [{"request": "r", "driver": "gpu.example.com", "pool": "p", "device": n} for n in names]}}
+
+    ask = comparer.upstream.validate
+    accepted = ask(world, [claim], "n0", [result("d0")])
+    assert accepted["ok"], accepted
+    assert not ask(world, [claim], "n0", [result("d1")])["ok"], "d1 is model b"
+    assert not ask(world, [claim], "n0", [result()])["ok"], "count 1"
+    assert not ask(world, [claim], "n1", [result("d0")])["ok"], "d0 is on n0"
+    held = {**claim, "metadata": {"name": "h", "namespace": "ml", "uid": "h"}, "status": {"allocation": result("d0")}}
+    assert not ask({**world, "allocated": [held]}, [claim], "n0", [result("d0")])["ok"], "d0 is held"

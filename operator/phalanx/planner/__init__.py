@@ -2,7 +2,7 @@
 
 No API calls, no Kopf, no clock. `plan()` is the entry point; `model`
 holds the input types, `nodes` the node filters, `pods` what other pods
-allow (pod affinity, topology spread, host ports), `devices` DRA matching,
+allow (pod affinity, topology spread, host ports), `devices` DRA matching, `cel` selectors and their cost limit,
 `placement` the search and the verdict types, `preemption` which
 lower-priority victims must go for a group to fit.
 """

@@ -1,10 +1,13 @@
-"""Where DRA devices are matched: CEL selectors, allocation modes and matchAttribute constraints.
+"""Where DRA devices are matched: selectors, allocation modes and matchAttribute constraints.
 
-The structured-parameters allocator in miniature: a claim's requests are
-satisfied from the devices a node can reach (its own slices, and pools whose
-nodeSelector or allNodes covers it) that nobody holds. Selectors are CEL,
+The structured-parameters allocator in miniature: a pod's claims are
+satisfied together from the devices a node can reach (its own slices, and
+pools whose nodeSelector or allNodes covers it) that nobody holds, searching
+every combination in upstream's order, within a budget (COMBINATIONS) a
+tenant's claim cannot exceed. Selectors are CEL (`phalanx.planner.cel`),
 compiled once per expression; verdicts are remembered per (expression,
 device), since a device's attributes only change with a new pool generation.
+tests/oracle compares all this with Kubernetes' own allocator.
 """
 
 from __future__ import annotations
