@@ -111,7 +111,7 @@ class _Planner:
         self.node_by_name = {n.name: n for n in snapshot.nodes}
         self.rules = podrules.Rules(snapshot, group.members, self.node_by_name)
         shapes: dict[tuple[Any, ...], int] = {}
-        self._shape_id = {m.uid: shapes.setdefault(_shape(m), len(shapes)) for m in group.members}
+        self._shape_id = {m.uid: shapes.setdefault(_shape(m) + self._wants(m), len(shapes)) for m in group.members}
         self._local: dict[str, list[Device]] = {}
         self._network: list[Device] = []
         for device in snapshot.devices:
@@ -129,6 +129,12 @@ class _Planner:
             )
             for m in group.members
         }
+
+    def _wants(self, member: Member) -> tuple[Any, ...]:
+        """What the member's claims ask for (requests, constraints), not their names: members from one template share
+        it, while two claims that differ (one device, or All of them) make members that are not interchangeable."""
+        claims = (self.snapshot.claims.get((member.namespace, c)) for c in member.claims)
+        return tuple((c.requests, c.constraints) if c is not None else None for c in claims)
 
     def key(self, member: Member) -> Any:
         """Members with equal keys are interchangeable; one with a shared or allocated claim is unique, and so is
