@@ -78,3 +78,10 @@ def test_constraints_that_settle_are_still_planned() -> None:
     claim = Claim("ml", "fine", "uid", requests, tuple(MatchAttribute(f"{GPU}/same", (f"r{i}", "r7")) for i in range(7)))
     result = plan(*one_member(claim, many_gpus(16)))
     assert isinstance(result, Fits) and len(result.claims[0].results) == 8
+
+
+def test_a_range_that_is_not_a_literal_counts_as_a_full_attribute_map() -> None:
+    """`m["k"]` is an index, not a one-element list: a comprehension over it is costed at the 32 entries a device may have."""
+    over_map = planner_cel.estimated_cost(f'device.attributes["{GPU}"].all(k, k != "")')
+    over_list = planner_cel.estimated_cost('["a"].all(k, k != "")')
+    assert over_map >= planner_cel.UNKNOWN_RANGE * 4 > over_list

@@ -91,7 +91,9 @@ def _cost(group: _Group, factor: int, sizes: dict[int, int]) -> int:
             continue
         macro = item.opener == "(" and i >= 2 and items[i - 1] in MACROS and items[i - 2] == "."
         if not macro:
-            sizes[id(item)] = item.elements if item.opener == "[" else UNKNOWN_RANGE
+            follows_value = i > 0 and (isinstance(items[i - 1], _Group) or items[i - 1][0].isalnum() or items[i - 1][0] in "\"'_")
+            literal = item.opener == "[" and not follows_value  # `x[...]` indexes x, whose entries are not counted here
+            sizes[id(item)] = item.elements if literal else UNKNOWN_RANGE
             total += factor + _cost(item, factor, sizes)
             continue
         receiver = items[i - 3] if i >= 3 else None
