@@ -348,7 +348,7 @@ def test_a_search_too_large_is_named_instead_of_running_forever() -> None:
     devices = [dev(f"d{i}", size=str(i % 19)) for i in range(40)]
     snap, group = gang(snapshot(devices), (one(count=20),), constraints=(MatchAttribute(f"{DRIVER}/size", distinct=True),))
     result = plan(snap, group)
-    assert isinstance(result, Short) and "gave up after" in result.message
+    assert isinstance(result, Short) and "spec.devices.constraints (matchAttribute) need more than" in result.message
 
 
 def test_all_devices_is_refused_where_a_pool_is_being_updated() -> None:
@@ -400,3 +400,25 @@ def test_a_shared_claim_on_a_network_device_is_used_only_where_its_selector_reac
     snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({claim.key: claim})})
     result = plan(snap, Group("ml", "g", 2, members))
     assert isinstance(result, Fits) and result.nodes == {"n1", "n3"}, "one rank per node (cpu), never on rack r2"
+
+
+def test_an_all_request_shares_no_device_with_another_request_of_its_claim() -> None:
+    """Found by the upstream oracle: `one` then All of the class in one claim; upstream refuses, as All cannot have
+    the device `one` took. With a device of another class in between, All still wants every matching device."""
+    snap, group = gang(snapshot([dev("a"), dev("b")]), (one("one"), one("all", mode="All")))
+    assert isinstance(plan(snap, group), Short)
+    snap, group = gang(snapshot([dev("a", size="small"), dev("b")]), (one("one", device_class="small"), one("all", mode="All")))
+    assert isinstance(plan(snap, group), Short)
+    snap, group = gang(snapshot([dev("a", size="small"), dev("b")]), (one("all", mode="All", device_class="small"), one("one")))
+    assert results(plan(snap, group)) == [("all", "a"), ("one", "b")]
+
+
+def test_an_earlier_claim_backs_off_the_device_a_later_all_request_needs() -> None:
+    """Found by the upstream oracle: c0 takes any device, c1 All small devices; first-fit c0 takes the small one,
+    and only searching the pod's claims together moves c0 to the big one."""
+    c0 = Claim("ml", "c0", "uid-c0", (one(),))
+    c1 = Claim("ml", "c1", "uid-c1", (one(device_class="small", mode="All"),))
+    snap = snapshot([dev("a", size="small"), dev("b")])
+    snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({c0.key: c0, c1.key: c1})})
+    group = Group("ml", "g", 1, (Member("ml", "p", "uid-p", frozen_map({"cpu": 10}), claims=("c0", "c1")),))
+    assert results(plan(snap, group)) == [("r", "b"), ("r", "a")]

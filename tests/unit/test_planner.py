@@ -196,12 +196,13 @@ def test_a_preallocated_claim_pins_its_pod() -> None:
     assert isinstance(result, Fits) and result.nodes == {"worker-2"} and result.claims == ()
 
 
-def test_a_failing_selector_matches_nothing_and_is_reported() -> None:
+def test_a_failing_selector_refuses_the_claim_naming_it() -> None:
+    """Upstream's allocator aborts the pod on a CEL runtime error; the planner refuses it too and says where."""
     matcher = DeviceMatcher()
     claim = one_gpu_claim("ml", "c", selectors=("device.attributes['nope'].missing == 1",))
     result = plan(with_claims(cluster(), [claim]), Group("ml", "g", 1, (Member("ml", "p", "u", claims=("c",)),)), matcher)
     assert isinstance(result, Short)
-    assert matcher.errors
+    assert "claim ml/c spec.devices.requests[" in result.message and "selector fails on device" in result.message
 
 
 def test_search_finds_plans_greedy_packing_misses() -> None:
@@ -432,3 +433,22 @@ def test_results_do_not_depend_on_the_hash_seed() -> None:
         for seed in ("0", "1", "4242")
     }
     assert len(answers) == 1, answers
+
+
+def test_members_whose_claims_ask_differently_are_not_interchangeable() -> None:
+    """Found by the upstream oracle: p0 wants one GPU, p1 All GPUs of its node. n1's other GPU is held, so p1 fits only on
+    n0 and p0 must take n1; symmetry breaking that counted both members alike never tried p1 on an earlier node."""
+    nodes = (node("n0"), node("n1"))
+    devices = gpus("n0", 1) + gpus("n1", 2)
+    claims = (one_gpu_claim("ml", "one"), one_gpu_claim("ml", "all", mode="All"))
+    snapshot = Snapshot(
+        nodes=nodes,
+        devices=tuple(devices),
+        classes=frozen_map({GPU: GPU_CLASS}),
+        claims=frozen_map({c.key: c for c in claims}),
+        held=frozenset({(GPU, "n1", "gpu-0")}),
+    )
+    members = (Member("ml", "p0", "u0", claims=("one",)), Member("ml", "p1", "u1", claims=("all",)))
+    result = plan(snapshot, Group("ml", "g", 2, members))
+    assert isinstance(result, Fits)
+    assert {m.name: n for m, n in result.placements} == {"p0": "n1", "p1": "n0"}

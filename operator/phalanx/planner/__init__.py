@@ -2,13 +2,14 @@
 
 No API calls, no Kopf, no clock. `plan()` is the entry point; `model`
 holds the input types, `nodes` the node filters, `pods` what other pods
-allow (pod affinity, topology spread, host ports), `devices` CEL matching,
-`allocator` the structured allocator's device search,
-`placement` the search and the verdict types, `preemption` which
-lower-priority victims must go for a group to fit.
+allow (pod affinity, topology spread, host ports), `cel` selectors and
+their cost limit, `devices` selector matching, `allocator` the structured
+allocator's device search, `placement` the search and the verdict types,
+`preemption` which lower-priority victims must go for a group to fit.
 """
 
-from phalanx.planner.devices import DeviceMatcher, Result
+from phalanx.planner.allocator import Result
+from phalanx.planner.devices import DeviceMatcher
 from phalanx.planner.model import Victim, VictimPod
 from phalanx.planner.placement import ClaimPlan, Fits, Short, Shortage, plan
 from phalanx.planner.preemption import NoVictims, Preemption, plan_preemption

@@ -30,8 +30,9 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from phalanx.planner.devices import DeviceMatcher, SelectorFailed
 from phalanx.planner.model import (
     CapacityPolicy,
     Claim,
@@ -46,21 +47,33 @@ from phalanx.planner.model import (
     frozen_map,
 )
 
-if TYPE_CHECKING:
-    from phalanx.planner.devices import DeviceMatcher
-
 MAX_RESULTS = 32
 """AllocationResultsMaxSize: the most devices one claim's allocation may hold."""
 
-MAX_STEPS = 200_000
-"""Candidate devices one search may try. kube-scheduler gives up a node after its DRA filter timeout (10 s); a
-count of steps stands in for that clock, so the planner stays pure and gives the same answer on a loaded machine."""
+MAX_STEPS = 20_000
+"""Candidate devices one pod's search may try on one node: the planner's one bound on device search, a tenant limit.
+kube-scheduler gives up a node after its DRA filter timeout (10 s), which counts that node as not fitting; a count of
+steps stands in for that clock, so the planner stays pure and gives the same answer on a loaded machine. It is far
+below what 10 s of Go allows: a claim of a few requests over a node of 8 devices settles in well under a thousand
+steps, and a tenant's tangled claim must not make every node cost seconds of the planner's time."""
 
 Undo = Callable[[], None]
 
 
 class SearchTooLarge(Exception):
-    """The device search for one pod on one node tried MAX_STEPS candidates without an answer."""
+    """The device search for one pod on one node tried MAX_STEPS candidates without an answer; says which claim field."""
+
+    def __init__(self, claims: Sequence[Claim]) -> None:
+        named = "; ".join(
+            f"claim {c.namespace}/{c.name}: "
+            + ("spec.devices.constraints (matchAttribute)" if c.constraints else "spec.devices.requests")
+            + f" need more than {MAX_STEPS} candidate devices on some node"
+            for c in claims
+        )
+        super().__init__(
+            f"{named} (the planner gives up there, as kube-scheduler does at its DRA filter timeout); "
+            "use fewer requests, devices or constraints per claim"
+        )
 
 
 _SHARE_NAMESPACE = uuid.UUID("8a0f6f53-4f0e-4d8f-9a57-2f3c1c5e6d10")
@@ -251,7 +264,7 @@ class _Search:
             every = [
                 d
                 for d in self.reachable
-                if self.matcher.eligible(d, device_class, request) and consumption(request, d, {}) is not None  # static capacity only
+                if self.eligible(ci, d, device_class, request, full) and consumption(request, d, {}) is not None  # static capacity only
             ]
             if not every or len(every) > MAX_RESULTS - len(self.results[ci]):
                 return False
@@ -275,7 +288,7 @@ class _Search:
             return False
         for position in range(start, len(self.reachable)):
             device = self.reachable[position]
-            if self.busy(ci, device, request) or not self.matcher.eligible(device, device_class, request):
+            if self.busy(ci, device, request) or not self.eligible(ci, device, device_class, request, full):
                 continue
             mark = len(self.undos)
             if not self.add(ci, device, request, base, full):
@@ -284,6 +297,15 @@ class _Search:
                 return True
             self.rewind(mark)
         return False
+
+    def eligible(self, ci: int, device: Device, device_class: DeviceClass, request: DeviceRequest, full: str) -> bool:
+        """The selectors match; one failing on the device aborts the search (ledger unchanged), naming the request."""
+        try:
+            return self.matcher.eligible(device, device_class, request)
+        except SelectorFailed as exc:
+            self.rewind(0)
+            claim = self.claims[ci]
+            raise SelectorFailed(f"claim {claim.namespace}/{claim.name} spec.devices.requests[{full}]: {exc}") from None
 
     def busy(self, ci: int, device: Device, request: DeviceRequest) -> bool:
         """In use: by others, or by this search; admin access only minds its own claim, and not on a shared device."""
@@ -296,7 +318,7 @@ class _Search:
         self.steps += 1
         if self.steps > MAX_STEPS:
             self.rewind(0)
-            raise SearchTooLarge(", ".join(c.name for c in self.claims))
+            raise SearchTooLarge(self.claims)
         if self.busy(ci, device, request):
             return False
         shared_in_use = device.allow_multiple and device.id in self.ledger.shares
@@ -379,8 +401,9 @@ def allocate_all(
     incomplete: bool = False,
 ) -> tuple[tuple[tuple[Result, ...], ...], Undo] | None:
     """Devices for every request of every claim (one pod's unallocated claims, in the pod's order) from `reachable`
-    (in pool order), charged to `ledger`; None if impossible. Returns the results per claim and the undo that gives
-    back what they took from the ledger. Raises SearchTooLarge (the ledger unchanged) past MAX_STEPS candidates."""
+        (in pool order), charged to `ledger`; None if impossible. Returns the results per claim and the undo that gives
+        back what they took from the ledger. Raises SearchTooLarge past MAX_STEPS candidates, SelectorFailed when a selector
+    fails on a device it tries (the ledger unchanged either way)."""
     search = _Search(claims, reachable, ledger, classes, matcher, incomplete)
     if not search.request(0, 0):
         return None
@@ -391,15 +414,3 @@ def allocate_all(
             step()
 
     return tuple(tuple(r) for r in search.results), undo
-
-
-def allocate(
-    claim: Claim,
-    reachable: Sequence[Device],
-    ledger: Ledger,
-    classes: Mapping[str, DeviceClass],
-    matcher: DeviceMatcher,
-) -> tuple[tuple[Result, ...], Undo] | None:
-    """One claim: `allocate_all` of it alone."""
-    got = allocate_all((claim,), reachable, ledger, classes, matcher)
-    return None if got is None else (got[0][0], got[1])

@@ -1,37 +1,23 @@
 """Where DRA devices are matched against CEL selectors (the search itself is `phalanx.planner.allocator`).
 
-Selectors are CEL,
-compiled once per expression; verdicts are remembered per (expression,
+Selectors are CEL (`phalanx.planner.cel`: compiled once per expression,
+refused when too costly), and verdicts are remembered per (expression,
 device), since a device's attributes only change with a new pool generation.
+A selector that fails at run time on a device is an error, as it is for
+upstream's allocator (which then aborts the pod), never a quiet "no match".
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import cel
-
-from phalanx.planner import quantity
-from phalanx.planner.allocator import Result, allocate
-from phalanx.planner.model import Device, DeviceClass, DeviceId, DeviceRequest
-
-__all__ = ["DeviceMatcher", "Result", "allocate"]
+from phalanx.planner import cel
+from phalanx.planner.model import Claim, Device, DeviceClass, DeviceId, DeviceRequest
 
 
-def _compare(a: Any, b: Any) -> int:
-    return (a > b) - (a < b)
-
-
-def _cel_context() -> cel.Context:
-    """Kubernetes' CEL quantity library over integers: capacities are exact integers here."""
-    ctx = cel.Context()
-    ctx.add_function("quantity", lambda text: quantity.amount("", text))
-    ctx.add_function("compareTo", _compare)
-    ctx.add_function("isGreaterThan", lambda a, b: a > b)
-    ctx.add_function("isLessThan", lambda a, b: a < b)
-    ctx.add_function("asInteger", lambda a: int(a))
-    ctx.add_function("asApproximateFloat", lambda a: float(a))
-    return ctx
+class SelectorFailed(Exception):
+    """A CEL selector that fails at run time on some device (a missing attribute, a bad quantity)."""
 
 
 class DeviceMatcher:
@@ -43,27 +29,38 @@ class DeviceMatcher:
 
     def __init__(self) -> None:
         self._programs: dict[str, Any] = {}
-        self._verdicts: dict[tuple[str, DeviceId, int], bool] = {}
-        self._ctx = _cel_context()
-        self.errors: dict[str, str] = {}
+        self._verdicts: dict[tuple[str, DeviceId, int], bool | str] = {}
+        """True/False, or why evaluation failed."""
+        self._ctx = cel.context()
 
     def compile(self, expression: str) -> Any:
         program = self._programs.get(expression)
         if program is None:
-            program = self._programs[expression] = cel.compile(expression)
+            program = self._programs[expression] = cel.compile_selector(expression)
         return program
 
+    def refused(self, expression: str) -> str | None:
+        """Why the selector is refused before any device is tried (too costly, or not CEL), or None."""
+        try:
+            self.compile(expression)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
     def matches(self, expression: str, device: Device) -> bool:
+        """Raises SelectorFailed when the selector fails on this device: upstream's allocator then refuses the pod
+        (a CEL runtime error), and so does the planner, naming the device, rather than pass over the device."""
         key = (expression, device.id, device.generation)
         verdict = self._verdicts.get(key)
         if verdict is None:
             try:
                 self._ctx.update({"device": _cel_device(device)})
                 verdict = self.compile(expression).execute(self._ctx) is True
-            except Exception as exc:  # the scheduler, too, treats a failing selector as no match
-                self.errors[expression] = str(exc)
-                verdict = False
+            except Exception as exc:
+                verdict = f"selector fails on device {'/'.join(device.id)}: {exc}"
             self._verdicts[key] = verdict
+        if isinstance(verdict, str):
+            raise SelectorFailed(verdict)
         return verdict
 
     def eligible(self, device: Device, device_class: DeviceClass, request: DeviceRequest) -> bool:
@@ -80,3 +77,21 @@ def _cel_device(device: Device) -> dict[str, Any]:
         domain, _, name = qualified.rpartition("/")
         capacity.setdefault(domain or device.driver, {})[name] = value
     return {"driver": device.driver, "allowMultipleAllocations": device.allow_multiple, "attributes": attributes, "capacity": capacity}
+
+
+def refusals(claims: Sequence[Claim], classes: Mapping[str, DeviceClass], matcher: DeviceMatcher) -> tuple[str, ...]:
+    """Selectors the planner will not run, each named by its field as the user wrote it."""
+    out = []
+    for claim in claims:
+        for i, request in enumerate(claim.requests):
+            exact = [(f"spec.devices.requests[{i}].exactly", request)] if not request.subrequests else []
+            subs = [(f"spec.devices.requests[{i}].firstAvailable[{k}]", s) for k, s in enumerate(request.subrequests)]
+            for path, exact_request in exact + subs:
+                for j, expression in enumerate(exact_request.selectors):
+                    if (why := matcher.refused(expression)) is not None:
+                        out.append(f"claim {claim.namespace}/{claim.name} {path}.selectors[{j}].cel.expression: {why}")
+                device_class = classes.get(exact_request.device_class)
+                for j, expression in enumerate(device_class.selectors if device_class else ()):
+                    if (why := matcher.refused(expression)) is not None:
+                        out.append(f"DeviceClass {device_class.name} spec.selectors[{j}].cel.expression: {why}")
+    return tuple(dict.fromkeys(out))

@@ -27,8 +27,8 @@ from typing import Any
 
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
-from phalanx.planner.allocator import MAX_RESULTS, MAX_STEPS, Ledger, Result, SearchTooLarge, Undo, allocate_all, pool_order
-from phalanx.planner.devices import DeviceMatcher
+from phalanx.planner.allocator import MAX_RESULTS, Ledger, Result, SearchTooLarge, Undo, allocate_all, pool_order
+from phalanx.planner.devices import DeviceMatcher, SelectorFailed, refusals
 from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, Requirement, SelectorTerm, Snapshot
 
 DEFAULT_BUDGET = 20_000
@@ -119,7 +119,7 @@ class _Planner:
         self.node_by_name = {n.name: n for n in snapshot.nodes}
         self.rules = podrules.Rules(snapshot, group.members, self.node_by_name)
         shapes: dict[tuple[Any, ...], int] = {}
-        self._shape_id = {m.uid: shapes.setdefault(_shape(m), len(shapes)) for m in group.members}
+        self._shape_id = {m.uid: shapes.setdefault(_shape(m) + self._wants(m), len(shapes)) for m in group.members}
         self._local: dict[str, list[Device]] = {}
         self.device_by_id = {d.id: d for d in snapshot.devices}
         self.gave_up: set[str] = set()
@@ -140,6 +140,13 @@ class _Planner:
             )
             for m in group.members
         }
+
+    def _wants(self, member: Member) -> tuple[Any, ...]:
+        """What the member's claims ask for (requests, constraints), not their names: members from one template share
+        it, while two claims that differ (one device, or All of them) make members that are not interchangeable. As
+        text, since a request's capacity is a mapping (equal text is equal asks; unequal text only costs symmetry)."""
+        claims = (self.snapshot.claims.get((member.namespace, c)) for c in member.claims)
+        return tuple(repr((c.requests, c.constraints)) if c is not None else None for c in claims)
 
     def key(self, member: Member) -> Any:
         """Members with equal keys are interchangeable; one with a shared or allocated claim is unique, and so is
@@ -462,6 +469,18 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
     unmodelled = planner.rules.unmodelled + _unmodelled(snapshot, group)
     if unmodelled:
         return Short(group.min_count, len(members), 0, unmodelled=unmodelled)
+    claims = [c for m in members for n in m.claims if (c := snapshot.claims.get((m.namespace, n))) is not None and c.allocated is None]
+    refused = refusals(claims, snapshot.classes, matcher)
+    if refused:
+        return Short(group.min_count, len(members), 0, unmodelled=refused)
+    try:
+        return _search(planner, members)
+    except SelectorFailed as exc:
+        return Short(group.min_count, len(members), 0, unmodelled=(str(exc),))
+
+
+def _search(planner: _Planner, members: tuple[Member, ...]) -> Fits | Short:
+    group = planner.group
     best = 0
     short: Short | None = None
     probe: _State | None = None
@@ -480,14 +499,7 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
         planner.fill(domain, state, members)
         return Fits(placements=tuple(state.placed), claims=tuple(state.claims.values()))
     if planner.gave_up:
-        return Short(
-            group.min_count,
-            len(members),
-            best,
-            unmodelled=tuple(
-                f"claims {c}: the device search gave up after {MAX_STEPS} candidates on some node" for c in sorted(planner.gave_up)
-            ),
-        )
+        return Short(group.min_count, len(members), best, unmodelled=tuple(sorted(planner.gave_up)))
     return _short(planner, members, best, probe)
 
 

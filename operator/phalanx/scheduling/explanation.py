@@ -19,7 +19,8 @@ from phalanx.api import keys
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
-from phalanx.planner.model import Group, Snapshot
+from phalanx.planner.devices import SelectorFailed
+from phalanx.planner.model import Device, Group, Snapshot
 from phalanx.scheduling import disruption, inputs, quorum, victims
 
 JSON = dict[str, Any]
@@ -236,13 +237,21 @@ def _classes(group: Group, snapshot: Snapshot) -> set[str]:
     }
 
 
+def _matches(matcher: DeviceMatcher, expression: str, device: Device) -> bool:
+    """For the device counts shown: a selector refused or failing counts no device (the plan's verdict says why)."""
+    try:
+        return matcher.matches(expression, device)
+    except (SelectorFailed, ValueError):
+        return False
+
+
 def _nodes(snapshot: Snapshot, group: Group, matcher: DeviceMatcher) -> tuple[tuple[NodeRow, ...], int, int]:
     """Where: per node, the filter that excludes it, what is free of what the members request, and their devices."""
     first = group.members[0]
     by_name = {n.name: n for n in snapshot.nodes}
     rules = podrules.Rules(snapshot, group.members, by_name)
     selectors = [e for c in _classes(group, snapshot) if (dc := snapshot.classes.get(c)) is not None for e in dc.selectors or ("true",)]
-    wanted = [d for d in snapshot.devices if selectors and any(matcher.matches(e, d) for e in selectors)]
+    wanted = [d for d in snapshot.devices if selectors and any(_matches(matcher, e, d) for e in selectors)]
     requested = sorted({r for m in group.members for r, v in m.requests.items() if v > 0})
     rows = []
     for node in sorted(snapshot.nodes, key=lambda n: n.name):

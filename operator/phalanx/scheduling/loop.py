@@ -334,7 +334,8 @@ class SchedulingLoop:
         snapshot = self._snapshot(pod_group)
         decided = time.monotonic()
         group = inputs.group(pod_group, ready, min_count)
-        result = plan(snapshot, group, self.matcher)
+        # in a worker thread: a costly claim must not keep the webhooks and probes this event loop serves from answering
+        result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
         metrics.ALGORITHM_DURATION.observe(time.monotonic() - decided)
         nomination = inputs.nomination(pod_group)
         if not isinstance(result, Fits):
