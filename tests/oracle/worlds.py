@@ -34,9 +34,8 @@ FEATURES = frozenset(
     }
 )
 
-PLANNER_FEATURES = frozenset({"exact", "all", "cel", "cel_errors", "match_attribute", "network", "held", "multi_claim"})
-"""What the planner on this branch honours: the default run compares only these. Widen it (e.g. to FEATURES)
-once the planner models the rest; `PHALANX_ORACLE_FEATURES=all` does so for one run."""
+PLANNER_FEATURES = FEATURES
+"""What the planner honours: every feature generated, so the default run compares them all."""
 
 NS = "ml"
 DOMAIN = "example.com"

@@ -422,3 +422,38 @@ def test_an_earlier_claim_backs_off_the_device_a_later_all_request_needs() -> No
     snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({c0.key: c0, c1.key: c1})})
     group = Group("ml", "g", 1, (Member("ml", "p", "uid-p", frozen_map({"cpu": 10}), claims=("c0", "c1")),))
     assert results(plan(snap, group)) == [("r", "b"), ("r", "a")]
+
+
+def test_admin_access_consumes_capacity_while_its_pod_is_allocated_and_none_after() -> None:
+    """Found by the upstream oracle: upstream's search charges an admin-access share's capacity (and counters) like any
+    other, so one pod's two admin shares of 3 and 9 of 10 do not fit together; once written they count for nobody."""
+    nic = dev("nic", allow_multiple=True, capacities=BANDWIDTH)
+    big = one("big", admin_access=True, capacity=frozen_map({"bw": Decimal(9)}))
+    c0 = Claim("ml", "c0", "uid-c0", (one(admin_access=True, capacity=frozen_map({"bw": Decimal(3)})),))
+    c1 = Claim("ml", "c1", "uid-c1", (big,))
+    snap = snapshot([nic])
+    snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({c0.key: c0, c1.key: c1})})
+    together = Group("ml", "g", 1, (Member("ml", "p", "uid-p", frozen_map({"cpu": 10}), claims=("c0", "c1")),))
+    assert isinstance(plan(snap, together), Short)
+    apart = Group(
+        "ml",
+        "g",
+        2,
+        (
+            Member("ml", "p0", "uid-p0", frozen_map({"cpu": 10}), claims=("c0",)),
+            Member("ml", "p1", "uid-p1", frozen_map({"cpu": 10}), claims=("c1",)),
+        ),
+    )
+    assert results(plan(snap, apart)) == [("r", "nic"), ("big", "nic")]
+
+
+def test_admin_access_charges_counters_within_its_pod() -> None:
+    """Upstream reserves an admin-access device's counters during the pod's search: two partitions of one counter set
+    that do not fit together are refused to one pod, and given to two."""
+    memory = frozen_map({"memory": Decimal(8)})
+    parts = [dev(n, consumes=(CounterUse("gpu-0", memory),)) for n in ("p0", "p1")]
+    counters = {(DRIVER, "n1"): {"gpu-0": {"memory": Decimal(8)}}}
+    snap, group = gang(snapshot(parts, counters=counters), (one(admin_access=True), one("again", admin_access=True)))
+    assert isinstance(plan(snap, group), Short)
+    snap, group = gang(snapshot(parts, counters=counters), (one(admin_access=True),), (one(admin_access=True),))
+    assert isinstance(plan(snap, group), Fits)

@@ -159,6 +159,8 @@ class Ledger:
     def __init__(self, snapshot: Snapshot) -> None:
         self.taken: set[DeviceId] = set(snapshot.held)
         self.shares: dict[DeviceId, dict[str, Decimal]] = {d: dict(c) for d, c in snapshot.shared.items()}
+        self.sharers: dict[DeviceId, int] = dict.fromkeys(self.shares, 1)
+        """Shares of each device in use, the cluster's counting as one."""
         self.counters = snapshot.counters
         self.used: dict[tuple[str, str], dict[tuple[str, str], Decimal]] = {}
         for device in snapshot.devices:
@@ -181,30 +183,36 @@ class Ledger:
         self._charge(device, -1)
         return fits
 
-    def take(self, device: Device, consumed: Mapping[str, Decimal] | None, charge: bool) -> Undo:
-        """Mark `device` used: a share adds its consumption; otherwise the device is taken whole."""
-        if charge:
-            self._charge(device, 1)
+    def take(self, device: Device, consumed: Mapping[str, Decimal] | None, hold: bool = True) -> Undo:
+        """Mark `device` used: a share adds its consumption (counters charged while any share exists); otherwise its
+        counters are charged and, with `hold`, the device is taken whole (admin access holds nothing)."""
         if device.allow_multiple:
-            existed = device.id in self.shares
+            sharers = self.sharers.get(device.id, 0)
+            self.sharers[device.id] = sharers + 1
             share = self.shares.setdefault(device.id, {})
             for name, value in (consumed or {}).items():
                 share[name] = share.get(name, Decimal(0)) + value
+            if not sharers and device.consumes:
+                self._charge(device, 1)
 
             def undo_share() -> None:
                 for name, value in (consumed or {}).items():
                     share[name] -= value
-                if not existed:
-                    del self.shares[device.id]
-                if charge:
-                    self._charge(device, -1)
+                self.sharers[device.id] -= 1
+                if not self.sharers[device.id]:
+                    del self.sharers[device.id], self.shares[device.id]
+                    if device.consumes:
+                        self._charge(device, -1)
 
             return undo_share
-        self.taken.add(device.id)
+        if device.consumes:
+            self._charge(device, 1)
+        if hold:
+            self.taken.add(device.id)
 
         def undo_take() -> None:
             self.taken.discard(device.id)
-            if charge:
+            if device.consumes:
                 self._charge(device, -1)
 
         return undo_take
@@ -237,6 +245,7 @@ class _Search:
     marked: dict[DeviceId, set[int]] = field(default_factory=dict)
     """Devices this search marked in use, by the claims (their index) it marked them for (admin access included)."""
     values: list[list[list[Any]]] = field(default_factory=list)
+    releases: list[Undo] = field(default_factory=list)
     steps: int = 0
 
     def __post_init__(self) -> None:
@@ -347,8 +356,9 @@ class _Search:
                 values[j].pop()
             return False
         share = device.allow_multiple
-        # admin access takes nothing from others: once written, kube-scheduler does not count it as in use
-        undo_ledger = _nothing if request.admin_access else self.ledger.take(device, consumed if share else None, charge)
+        undo_ledger = self.ledger.take(device, consumed if share else None, hold=not request.admin_access)
+        if request.admin_access:
+            undo_ledger = self._for_this_search(undo_ledger)
         if not share:
             self.marked.setdefault(device.id, set()).add(ci)
         results = self.results[ci]
@@ -378,13 +388,23 @@ class _Search:
         self.undos.append(undo)
         return True
 
+    def _for_this_search(self, undo: Undo) -> Undo:
+        """Admin access consumes capacity and counters while this search runs, as upstream's does, and nothing once
+        allocated (kube-scheduler does not count an admin-access result as in use): `release` gives it back then."""
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                undo()
+
+        self.releases.append(release)
+        return release
+
     def rewind(self, mark: int) -> None:
         while len(self.undos) > mark:
             self.undos.pop()()
-
-
-def _nothing() -> None:
-    return None
 
 
 def _share_id(claim: Claim, request: str, device: Device, index: int) -> str:
@@ -407,6 +427,8 @@ def allocate_all(
     search = _Search(claims, reachable, ledger, classes, matcher, incomplete)
     if not search.request(0, 0):
         return None
+    for release in search.releases:
+        release()
     undos = list(search.undos)
 
     def undo() -> None:
