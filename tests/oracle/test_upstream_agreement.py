@@ -2,7 +2,8 @@
 
 Needs Go (to build the oracle once) and no cluster. A few hundred cases by
 default; `PHALANX_ORACLE_CASES=5000` (`./task test:oracle`) for the long form,
-`PHALANX_ORACLE_FEATURES=all` to generate every DRA field, modelled or not.
+every DRA field the planner models by default (`PHALANX_ORACLE_FEATURES=exact,all,...` narrows it, to find which
+field a disagreement needs).
 At the end the counts per class are printed; only unexplained disagreements fail.
 """
 

@@ -457,3 +457,17 @@ def test_admin_access_charges_counters_within_its_pod() -> None:
     assert isinstance(plan(snap, group), Short)
     snap, group = gang(snapshot(parts, counters=counters), (one(admin_access=True),), (one(admin_access=True),))
     assert isinstance(plan(snap, group), Fits)
+
+
+def test_an_all_request_whose_device_breaks_a_constraint_refuses_the_pod() -> None:
+    """Found by the upstream oracle: upstream's allocator errs (aborting the pod) when a device an All request must take
+    breaks a matchAttribute constraint, rather than falling back to the next firstAvailable subrequest."""
+    unnumbered = Device(DRIVER, "n1", "a", node_name="n1")
+    subs = (one("every", mode="All"), one("single"))
+    snap, group = gang(
+        snapshot([unnumbered, dev("b")]), (DeviceRequest("r", "", subrequests=subs),), constraints=(MatchAttribute(f"{DRIVER}/size"),)
+    )
+    result = plan(snap, group)
+    assert isinstance(result, Short)
+    assert "claim ml/c0 spec.devices.constraints[0] (matchAttribute features.example.com/size)" in result.message
+    assert "features.example.com/n1/a" in result.message and "r/every" in result.message

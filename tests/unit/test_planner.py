@@ -205,6 +205,17 @@ def test_a_failing_selector_refuses_the_claim_naming_it() -> None:
     assert "claim ml/c spec.devices.requests[" in result.message and "selector fails on device" in result.message
 
 
+def test_a_domain_the_device_lacks_is_an_empty_map_so_has_is_false() -> None:
+    """Found by the upstream oracle: in Kubernetes' CEL `device.attributes["d"]` of a domain the device has no
+    attribute in is an empty map, so a has() guard is false there and the selector does not fail."""
+    guarded = 'has(device.attributes["other.example.com"].numa) && device.attributes["other.example.com"].numa == 0'
+    claim = one_gpu_claim("ml", "c", selectors=(guarded,))
+    result = plan(with_claims(cluster(), [claim]), Group("ml", "g", 1, (Member("ml", "p", "u", claims=("c",)),)))
+    assert isinstance(result, Short) and not result.unmodelled and "selector fails" not in result.message
+    claim = one_gpu_claim("ml", "c", selectors=(f'has(device.attributes["other.example.com"].numa) || device.driver == "{GPU}"',))
+    assert isinstance(plan(with_claims(cluster(), [claim]), Group("ml", "g", 1, (Member("ml", "p", "u", claims=("c",)),))), Fits)
+
+
 def test_search_finds_plans_greedy_packing_misses() -> None:
     """Big-then-small: greedy packing could strand capacity; the search must still find the plan."""
     nodes = (node("n1", cpu=3000), node("n2", cpu=2000))

@@ -60,6 +60,11 @@ steps, and a tenant's tangled claim must not make every node cost seconds of the
 Undo = Callable[[], None]
 
 
+class AllocationError(Exception):
+    """Where upstream's Allocate returns an error, which aborts the pod's scheduling attempt rather than skip a node:
+    a selector failing on a device it tries, or a device an All request must take that breaks a claim constraint."""
+
+
 class SearchTooLarge(Exception):
     """The device search for one pod on one node tried MAX_STEPS candidates without an answer; says which claim field."""
 
@@ -279,7 +284,7 @@ class _Search:
                 return False
             mark = len(self.undos)
             for device in every:
-                if not self.add(ci, device, request, base, full):
+                if not self.add(ci, device, request, base, full, must=True):
                     self.rewind(mark)
                     return False
             if self.request(ci, index + 1):
@@ -314,7 +319,7 @@ class _Search:
         except SelectorFailed as exc:
             self.rewind(0)
             claim = self.claims[ci]
-            raise SelectorFailed(f"claim {claim.namespace}/{claim.name} spec.devices.requests[{full}]: {exc}") from None
+            raise AllocationError(f"claim {claim.namespace}/{claim.name} spec.devices.requests[{full}]: {exc}") from None
 
     def busy(self, ci: int, device: Device, request: DeviceRequest) -> bool:
         """In use: by others, or by this search; admin access only minds its own claim, and not on a shared device."""
@@ -322,8 +327,9 @@ class _Search:
             return not device.allow_multiple and ci in self.marked.get(device.id, ())
         return device.id in self.ledger.taken or bool(self.marked.get(device.id))
 
-    def add(self, ci: int, device: Device, request: DeviceRequest, base: str, full: str) -> bool:
-        """Take `device` for `request` if the in-use, counter, taint, constraint and capacity rules allow it."""
+    def add(self, ci: int, device: Device, request: DeviceRequest, base: str, full: str, must: bool = False) -> bool:
+        """Take `device` for `request` if the in-use, counter, taint, constraint and capacity rules allow it. A device
+        the request `must` take (allocationMode All) that breaks a constraint is an AllocationError, as upstream's."""
         self.steps += 1
         if self.steps > MAX_STEPS:
             self.rewind(0)
@@ -347,6 +353,14 @@ class _Search:
             if value is None or (seen and not constraint.distinct and value != seen[0]) or (constraint.distinct and value in seen):
                 for j in reversed(added):
                     values[j].pop()
+                if must:
+                    self.rewind(0)
+                    kind = "distinctAttribute" if constraint.distinct else "matchAttribute"
+                    raise AllocationError(
+                        f"claim {claim.namespace}/{claim.name} spec.devices.constraints[{i}] ({kind} {constraint.attribute}) "
+                        f"cannot hold for device {'/'.join(device.id)}, which request {full} (allocationMode All) must take; "
+                        "kube-scheduler refuses the pod: narrow that request's selectors or the constraint's requests"
+                    )
                 return False
             seen.append(value)
             added.append(i)

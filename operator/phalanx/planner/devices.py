@@ -9,11 +9,14 @@ upstream's allocator (which then aborts the pod), never a quiet "no match".
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from phalanx.planner import cel
 from phalanx.planner.model import Claim, Device, DeviceClass, DeviceId, DeviceRequest
+
+_DOMAIN = re.compile(r"""device\.(attributes|capacity)\[\s*(?:"([^"\\]*)"|'([^'\\]*)')\s*\]""")
 
 
 class SelectorFailed(Exception):
@@ -29,6 +32,7 @@ class DeviceMatcher:
 
     def __init__(self) -> None:
         self._programs: dict[str, Any] = {}
+        self._domains: dict[str, tuple[tuple[str, str], ...]] = {}
         self._verdicts: dict[tuple[str, DeviceId, int], bool | str] = {}
         """True/False, or why evaluation failed."""
         self._ctx = cel.context()
@@ -38,6 +42,13 @@ class DeviceMatcher:
         if program is None:
             program = self._programs[expression] = cel.compile_selector(expression)
         return program
+
+    def _named(self, expression: str) -> tuple[tuple[str, str], ...]:
+        """The (map, domain) pairs the expression indexes literally, e.g. ("attributes", "example.com")."""
+        found = self._domains.get(expression)
+        if found is None:
+            found = self._domains[expression] = tuple({(m[0], m[1] or m[2]) for m in _DOMAIN.findall(expression)})
+        return found
 
     def refused(self, expression: str) -> str | None:
         """Why the selector is refused before any device is tried (too costly, or not CEL), or None."""
@@ -54,7 +65,7 @@ class DeviceMatcher:
         verdict = self._verdicts.get(key)
         if verdict is None:
             try:
-                self._ctx.update({"device": _cel_device(device)})
+                self._ctx.update({"device": _cel_device(device, self._named(expression))})
                 verdict = self.compile(expression).execute(self._ctx) is True
             except Exception as exc:
                 verdict = f"selector fails on device {'/'.join(device.id)}: {exc}"
@@ -67,7 +78,9 @@ class DeviceMatcher:
         return all(self.matches(e, device) for e in device_class.selectors) and all(self.matches(e, device) for e in request.selectors)
 
 
-def _cel_device(device: Device) -> dict[str, Any]:
+def _cel_device(device: Device, named: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+    """The device as CEL sees it; a domain the expression names and the device lacks is an empty map, as in
+    Kubernetes, so `has(device.attributes["d"].x)` is false there rather than an error."""
     attributes: dict[str, dict[str, Any]] = {}
     for qualified, value in device.attributes.items():
         domain, _, name = qualified.rpartition("/")
@@ -76,6 +89,9 @@ def _cel_device(device: Device) -> dict[str, Any]:
     for qualified, value in device.capacity.items():
         domain, _, name = qualified.rpartition("/")
         capacity.setdefault(domain or device.driver, {})[name] = value
+    maps = {"attributes": attributes, "capacity": capacity}
+    for kind, domain in named:
+        maps[kind].setdefault(domain, {})
     return {"driver": device.driver, "allowMultipleAllocations": device.allow_multiple, "attributes": attributes, "capacity": capacity}
 
 

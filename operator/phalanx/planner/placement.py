@@ -27,7 +27,7 @@ from typing import Any
 
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
-from phalanx.planner.allocator import MAX_RESULTS, Ledger, Result, SearchTooLarge, Undo, allocate_all, pool_order
+from phalanx.planner.allocator import MAX_RESULTS, AllocationError, Ledger, Result, SearchTooLarge, Undo, allocate_all, pool_order
 from phalanx.planner.devices import DeviceMatcher, SelectorFailed, refusals
 from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, Requirement, SelectorTerm, Snapshot
 
@@ -475,7 +475,7 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
         return Short(group.min_count, len(members), 0, unmodelled=refused)
     try:
         return _search(planner, members)
-    except SelectorFailed as exc:
+    except (AllocationError, SelectorFailed) as exc:
         return Short(group.min_count, len(members), 0, unmodelled=(str(exc),))
 
 
