@@ -118,14 +118,16 @@ class Comparer:
         return self._judge("group", world, feasible, ours, cel_error=cel_error, greedy=True)
 
     def _upstream_sequence(self, world: World, pods: list[int], before: list[dict[str, Any]]) -> tuple[bool, bool]:
-        """Whether some choice of node per pod, in order, lets upstream allocate every pod; and whether a CEL error aborted one."""
+        """Whether some choice of node per pod, in order, lets upstream allocate every pod; and whether an error aborted
+        one (kube-scheduler filters every node of a small cluster, and an error on any node fails the pod's attempt)."""
         if not pods:
             return True, False
         claims = world.pods[pods[0]][1]
         answers = self.upstream.allocate(world.upstream(before), claims)
+        if any(_cel_error(answer) for answer in answers.values()):
+            return False, True
         cel_error = False
         for answer in answers.values():
-            cel_error |= _cel_error(answer)
             if answer["ok"]:
                 placed = [_allocated(c, a) for c, a in zip(claims, answer["allocations"], strict=True)]
                 feasible, deeper = self._upstream_sequence(world, pods[1:], before + placed)

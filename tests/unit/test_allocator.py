@@ -471,3 +471,11 @@ def test_an_all_request_whose_device_breaks_a_constraint_refuses_the_pod() -> No
     assert isinstance(result, Short)
     assert "claim ml/c0 spec.devices.constraints[0] (matchAttribute features.example.com/size)" in result.message
     assert "features.example.com/n1/a" in result.message and "r/every" in result.message
+
+
+def test_admin_access_backing_off_a_held_device_leaves_it_held() -> None:
+    """Found by the upstream oracle: admin access on a held device, then All of the class; undoing the admin result
+    must not free the device another claim holds, or All takes it."""
+    shared = dev("s", allow_multiple=True, capacities=BANDWIDTH)
+    snap, group = gang(snapshot([dev("a"), shared], held={(DRIVER, "n1", "a")}), (one("look", admin_access=True), one("every", mode="All")))
+    assert isinstance(plan(snap, group), Short)

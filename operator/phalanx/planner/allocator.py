@@ -216,7 +216,8 @@ class Ledger:
             self.taken.add(device.id)
 
         def undo_take() -> None:
-            self.taken.discard(device.id)
+            if hold:
+                self.taken.discard(device.id)
             if device.consumes:
                 self._charge(device, -1)
 
