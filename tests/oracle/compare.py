@@ -13,10 +13,11 @@ allocator, narrowed to exactly the devices the plan names).
 Classes: `agree: fits` and `agree: short`; `upstream-greedy-per-pod` (the planner fits a group that
 upstream's one-pod-at-a-time allocation cannot, and upstream accepts the
 planner's allocation: upstream's own limit); `upstream-aborts-pod` (upstream's
-allocator errs on some node, which aborts the pod: a selector failing on a
-device, or a device an All request must take breaking a constraint; the
-planner's search fitted the pod before it reached that device, and upstream
-accepts the planner's allocation);
+allocator errs on some node, which fails the pod's whole attempt: a selector
+failing on a device, or a device an All request must take breaking a
+constraint, on a node the planner's plan does not use for that pod; the
+planner's allocation passes upstream's validation, and since Phalanx writes
+it in the scheduler's place, kube-scheduler never runs the search that errs);
 `unmodelled:<features>` (the world uses a field the planner does not model
 yet); anything else is `unexplained` and fails the test.
 """

@@ -355,7 +355,8 @@ def test_all_devices_is_refused_where_a_pool_is_being_updated() -> None:
     snap, group = gang(snapshot([dev("a"), dev("b")]), (one(mode="All"),))
     assert results(plan(snap, group)) == [("r", "a"), ("r", "b")]
     updating = Device(DRIVER, "other", "", node_name="n1")
-    assert isinstance(plan(Snapshot(**{**snap.__dict__, "incomplete": (updating,)}), group), Short)
+    refused = plan(Snapshot(**{**snap.__dict__, "incomplete": (updating,)}), group)
+    assert isinstance(refused, Short) and "asks for all devices, but a resource pool this node reaches is being updated" in refused.message
     elsewhere = Device(DRIVER, "other", "", node_name="n2")
     assert isinstance(plan(Snapshot(**{**snap.__dict__, "incomplete": (elsewhere,)}), group), Fits)
 
@@ -479,3 +480,25 @@ def test_admin_access_backing_off_a_held_device_leaves_it_held() -> None:
     shared = dev("s", allow_multiple=True, capacities=BANDWIDTH)
     snap, group = gang(snapshot([dev("a"), shared], held={(DRIVER, "n1", "a")}), (one("look", admin_access=True), one("every", mode="All")))
     assert isinstance(plan(snap, group), Short)
+
+
+def test_every_all_request_is_worked_out_before_the_search_so_its_failing_selector_refuses_the_pod() -> None:
+    """Found by the upstream oracle: upstream evaluates the selectors of every All (sub)request on every device before
+    searching, so a selector failing for the second subrequest refuses the pod though the first would fit."""
+    failing = one("strict", mode="All", selectors=("device.attributes['features.example.com'].missing == 1",))
+    snap, group = gang(snapshot([dev("a")]), (DeviceRequest("r", "", subrequests=(one("every", mode="All"), failing)),))
+    result = plan(snap, group)
+    assert isinstance(result, Short) and "claim ml/c0 spec.devices.requests[r/strict]: selector fails on device" in result.message
+
+
+def test_an_error_on_a_node_the_plan_does_not_choose_does_not_refuse_the_gang() -> None:
+    """Found by the upstream oracle: p1 tried beside p0 on n1 falls back to a subrequest whose selector fails on the
+    big device; that rules n1 out for p1 in that plan only, and p1 takes n2's small device (upstream accepts it)."""
+    failing = one("strict", selectors=("device.attributes['features.example.com'].missing == 1",))
+    subs = (one("small", device_class="small"), failing)
+    snap, group = gang(
+        snapshot([dev("a", size="small"), dev("c"), dev("b", node_name="n2", size="small"), dev("d", node_name="n2")], nodes=("n1", "n2")),
+        (DeviceRequest("r", "", subrequests=subs),),
+        (DeviceRequest("r", "", subrequests=subs),),
+    )
+    assert sorted(results(plan(snap, group))) == [("r/small", "a"), ("r/small", "b")]

@@ -252,11 +252,33 @@ class _Search:
     """Devices this search marked in use, by the claims (their index) it marked them for (admin access included)."""
     values: list[list[list[Any]]] = field(default_factory=list)
     releases: list[Undo] = field(default_factory=list)
+    every: dict[tuple[int, str], list[Device]] = field(default_factory=dict)
+    """Per (claim, full request name) of an All request: every device it must take."""
     steps: int = 0
 
     def __post_init__(self) -> None:
         self.results = [[] for _ in self.claims]
         self.values = [[[] for _ in c.constraints] for c in self.claims]
+
+    def prepare(self) -> None:
+        """What "all" is for every All request and subrequest, before any search, as upstream works it out: so a
+        selector failing there, or a pool being updated, is an AllocationError even if an earlier choice would do."""
+        for ci, claim in enumerate(self.claims):
+            for request in claim.requests:
+                for exact, full in [(s, f"{request.name}/{s.name}") for s in request.subrequests] or [(request, request.name)]:
+                    device_class = self.classes.get(exact.device_class)
+                    if exact.mode != "All" or device_class is None:
+                        continue
+                    if self.incomplete:
+                        raise AllocationError(
+                            f"claim {claim.namespace}/{claim.name} spec.devices.requests[{full}]: asks for all devices, but a "
+                            "resource pool this node reaches is being updated; kube-scheduler refuses the pod until it is complete"
+                        )
+                    self.every[(ci, full)] = [
+                        d
+                        for d in self.reachable
+                        if self.eligible(ci, d, device_class, exact, full) and consumption(exact, d, {}) is not None  # static only
+                    ]
 
     def request(self, ci: int, index: int) -> bool:
         if ci == len(self.claims):
@@ -274,13 +296,7 @@ class _Search:
         if device_class is None:
             return False
         if request.mode == "All":
-            if self.incomplete:
-                return False
-            every = [
-                d
-                for d in self.reachable
-                if self.eligible(ci, d, device_class, request, full) and consumption(request, d, {}) is not None  # static capacity only
-            ]
+            every = self.every[(ci, full)]
             if not every or len(every) > MAX_RESULTS - len(self.results[ci]):
                 return False
             mark = len(self.undos)
@@ -440,6 +456,7 @@ def allocate_all(
         back what they took from the ledger. Raises SearchTooLarge past MAX_STEPS candidates, SelectorFailed when a selector
     fails on a device it tries (the ledger unchanged either way)."""
     search = _Search(claims, reachable, ledger, classes, matcher, incomplete)
+    search.prepare()
     if not search.request(0, 0):
         return None
     for release in search.releases:

@@ -122,8 +122,10 @@ class _Planner:
         self._shape_id = {m.uid: shapes.setdefault(_shape(m) + self._wants(m), len(shapes)) for m in group.members}
         self._local: dict[str, list[Device]] = {}
         self.device_by_id = {d.id: d for d in snapshot.devices}
-        self.gave_up: set[str] = set()
-        """Claims whose device search was too large on some node (that node then counts as not fitting, as upstream)."""
+        self.failures: set[str] = set()
+        """Why a pod's device search failed outright on some node: too large, or an error upstream's allocator fails the
+        pod on (AllocationError). That node then counts as not fitting the pod in that plan; if no plan fits, these are
+        the verdict, naming the claim field."""
         self._network: list[Device] = []
         for device in snapshot.devices:
             if device.node_name is not None:
@@ -218,8 +220,8 @@ class _Planner:
         if pending:
             try:
                 got = allocate_all(pending, self.reachable(node), state.ledger, self.snapshot.classes, self.matcher, self.updating(node))
-            except SearchTooLarge as exc:
-                self.gave_up.add(str(exc))
+            except (SearchTooLarge, AllocationError) as exc:
+                self.failures.add(str(exc))
                 got = None
             if got is None:
                 return None
@@ -475,7 +477,7 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
         return Short(group.min_count, len(members), 0, unmodelled=refused)
     try:
         return _search(planner, members)
-    except (AllocationError, SelectorFailed) as exc:
+    except SelectorFailed as exc:  # a DeviceClass selector failing where the verdict counts devices
         return Short(group.min_count, len(members), 0, unmodelled=(str(exc),))
 
 
@@ -492,15 +494,20 @@ def _search(planner: _Planner, members: tuple[Member, ...]) -> Fits | Short:
                 probe = state
                 short = _short(planner, members, best, probe)
             if short.shortages and group.topology_key is None:
-                return short  # not enough in all, however it is arranged: no search can help
+                return _failed(planner, members, best) or short  # not enough in all, however arranged: no search helps
             state = planner.search(domain, members, group.min_count)
             if state is None:
                 continue
         planner.fill(domain, state, members)
         return Fits(placements=tuple(state.placed), claims=tuple(state.claims.values()))
-    if planner.gave_up:
-        return Short(group.min_count, len(members), best, unmodelled=tuple(sorted(planner.gave_up)))
-    return _short(planner, members, best, probe)
+    return _failed(planner, members, best) or _short(planner, members, best, probe)
+
+
+def _failed(planner: _Planner, members: Sequence[Member], fit: int) -> Short | None:
+    """No plan fits and some pod's device search failed outright: that, naming the claim field, is the verdict."""
+    if not planner.failures:
+        return None
+    return Short(planner.group.min_count, len(members), fit, unmodelled=tuple(sorted(planner.failures)))
 
 
 def _short(planner: _Planner, members: Sequence[Member], fit: int, probe: _State | None) -> Short:
