@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from phalanx.api import crdgen
 from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
@@ -66,7 +67,45 @@ def _parser() -> argparse.ArgumentParser:
     endpoint = run.add_mutually_exclusive_group()
     endpoint.add_argument("--webhook-host", help="reach the webhooks at https://HOST:PORT (local control plane)")
     endpoint.add_argument("--webhook-service", help="reach the webhooks through this Service in --namespace (in cluster)")
-    run.add_argument("--tls-dir", type=Path, help="tls.crt, tls.key and ca.crt to serve with; generated when absent")
+    run.add_argument(
+        "--webhook-advertise-port",
+        type=int,
+        help="with --webhook-host: the port the API server connects to, when a balancer in front of several replicas "
+        "listens on another one than --webhook-port (default: --webhook-port)",
+    )
+    run.add_argument(
+        "--tls-dir",
+        type=Path,
+        help="tls.crt, tls.key and ca.crt to serve with, re-read when they change; without it every replica serves "
+        "the CA and certificate kept in --tls-secret",
+    )
+    run.add_argument(
+        "--tls-secret",
+        default="phalanx-webhook-tls",
+        help="Secret in --namespace holding the webhook CA and serving certificate: created by the first replica, "
+        "renewed before expiry (default phalanx-webhook-tls)",
+    )
+    run.add_argument(
+        "--readiness",
+        default="http://0.0.0.0:8081/readyz",
+        help="readiness endpoint: 200 once the webhook server serves TLS and the informers have synced ('' turns it off)",
+    )
+    run.add_argument("--leader-lease", default="phalanx-leader", help="Lease in --namespace the replicas elect their leader on")
+    run.add_argument(
+        "--leader-lease-duration",
+        type=float,
+        default=10.0,
+        help="seconds a standby waits after the leader's last renewal before it takes over (default 10)",
+    )
+    run.add_argument(
+        "--leader-renew-deadline",
+        type=float,
+        default=7.0,
+        help="seconds the leader keeps acting without a successful renewal; below the lease duration (default 7)",
+    )
+    run.add_argument(
+        "--leader-retry-period", type=float, default=1.0, help="seconds between renewals and between a standby's attempts (default 1)"
+    )
     run.add_argument("--metrics-port", type=int, default=8000, help="Prometheus metrics port (0: off)")
     run.add_argument(
         "--race-settle", type=float, default=0.2, help="seconds to wait after reserving before the fresh-read check (default 0.2)"
@@ -102,6 +141,11 @@ def _run(args: argparse.Namespace) -> int:
             webhook_listen=args.webhook_listen,
             webhook_port=args.webhook_port,
             webhook_url_host=args.webhook_host,
+            webhook_url_port=args.webhook_advertise_port,
+            tls_secret=args.tls_secret,
+            readiness=args.readiness or None,
+            lease_name=args.leader_lease,
+            lease_timing=_lease_timing(args),
             webhook_service=args.webhook_service,
             tls_dir=args.tls_dir,
             liveness=args.liveness,
@@ -111,6 +155,15 @@ def _run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _lease_timing(args: argparse.Namespace) -> Any:
+    from phalanx.kube.lease import Timing
+
+    try:
+        return Timing(args.leader_lease_duration, args.leader_renew_deadline, args.leader_retry_period)
+    except ValueError as exc:
+        raise SystemExit(f"phalanx run: {exc}") from None
 
 
 def _crds(args: argparse.Namespace) -> int:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import tempfile
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +18,15 @@ from kubernetes_asyncio import client, config
 
 from phalanx.api.intent import Mode
 from phalanx.jobs import controller, webhook_config, webhooks
-from phalanx.kube import tls
+from phalanx.kube import lease, servingcert
 from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
+from phalanx.readiness import Readiness
 from phalanx.scheduling.loop import SchedulingLoop
 
 __all__ = ["controller", "webhooks"]  # imported for their Kopf handlers, registered on import
+
+NEVER = 10.0**9
 
 
 @dataclass(frozen=True)
@@ -32,17 +37,24 @@ class OperatorConfig:
     webhook_port: int = 9443
     liveness: str = "http://0.0.0.0:8080/healthz"
     webhook_url_host: str | None = None
+    webhook_url_port: int | None = None
     webhook_service: str | None = None
     tls_dir: Path | None = None
     job_scheduling_dropped: bool | None = None
     race_settle: float = 0.2
     bind_deadline: float = 60.0
     metrics_port: int | None = 8000
+    readiness: str | None = "http://0.0.0.0:8081/readyz"
+    tls_secret: str = "phalanx-webhook-tls"
+    lease_name: str = "phalanx-leader"
+    lease_timing: lease.Timing = field(default_factory=lease.Timing)
+    identity: str = ""
 
     def endpoint(self) -> webhook_config.Endpoint:
         if self.webhook_service:
             return webhook_config.Endpoint(service_namespace=self.namespace, service_name=self.webhook_service)
-        return webhook_config.Endpoint(url=f"https://{self.webhook_url_host or '127.0.0.1'}:{self.webhook_port}")
+        port = self.webhook_url_port or self.webhook_port
+        return webhook_config.Endpoint(url=f"https://{self.webhook_url_host or '127.0.0.1'}:{port}")
 
     def cert_hosts(self) -> list[str]:
         if self.webhook_service:
@@ -61,30 +73,67 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     memo.kube = Kube(api)
     dropped = await _job_scheduling_dropped(api)
     memo.config = cfg = OperatorConfig(**{**cfg.__dict__, "job_scheduling_dropped": dropped})
-    cert = tls.load(cfg.tls_dir) if cfg.tls_dir else tls.generate(Path(tempfile.mkdtemp(prefix="phalanx-tls-")), cfg.cert_hosts())
-    settings.admission.server = kopf.WebhookServer(
-        addr=cfg.webhook_listen, port=cfg.webhook_port, certfile=str(cert.cert_file), pkeyfile=str(cert.key_file)
+
+    async def publish(ca_bundle: bytes) -> None:
+        for kind, body in webhook_config.configurations(cfg.endpoint(), ca_bundle, cfg.namespace).items():
+            await memo.kube.apply_webhook_configuration(kind, body)
+
+    tls_dir = Path(tempfile.mkdtemp(prefix="phalanx-tls-"))
+    source = (
+        servingcert.DirectorySource(cfg.tls_dir)
+        if cfg.tls_dir
+        else servingcert.SecretSource(memo.kube, cfg.namespace, cfg.tls_secret, cfg.cert_hosts(), tls_dir, publish)
     )
-    for kind, body in webhook_config.configurations(cfg.endpoint(), cert.ca_pem, cfg.namespace).items():
-        await memo.kube.apply_webhook_configuration(kind, body)
+    memo.certs = servingcert.Keeper(source, publish)
+    cert = await memo.certs.load()
+    memo.cert_task = asyncio.create_task(memo.certs.run(), name="webhook-certificate")
+    settings.admission.server = kopf.WebhookServer(
+        addr=cfg.webhook_listen,
+        port=cfg.webhook_port,
+        context=memo.certs.context,
+        certfile=str(cert.cert_file),
+        pkeyfile=str(cert.key_file),
+        file_check_interval=NEVER,  # the Keeper reloads the live context in place; Kopf would close the port to restart
+    )
     if cfg.metrics_port:
         prometheus_client.start_http_server(cfg.metrics_port)
     memo.view = ClusterView(memo.kube)
     await memo.view.start()
-    memo.loop = SchedulingLoop(memo.kube, memo.view, settle=cfg.race_settle, bind_deadline=cfg.bind_deadline)
-    memo.loop_task = asyncio.create_task(memo.loop.run(), name="scheduling-loop")
+    identity = cfg.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    memo.elector = lease.Elector(memo.kube, cfg.namespace, cfg.lease_name, identity, cfg.lease_timing)
+    memo.loop_task = asyncio.create_task(memo.elector.run(lambda: _lead(memo, logger)), name="leader-election")
+    if cfg.readiness:
+        memo.readiness = Readiness(cfg.readiness, (cfg.webhook_listen, cfg.webhook_port), memo.view.synced)
+        await memo.readiness.start()
     logger.info(
         f"webhooks at {cfg.endpoint().url or cfg.webhook_service}; spec.scheduling "
         f"{'is dropped by this API server' if dropped else 'may be kept by this API server'}"
     )
 
 
+async def _lead(memo: kopf.Memo, logger: Any) -> None:
+    """What only the leader does: the Job controller's resync, then the scheduling loop, until the Lease may be lost."""
+    cfg: OperatorConfig = memo.config
+    jobs = await controller.resync(memo.kube, logger)
+    logger.info(f"leading: {jobs} gang Job(s) reconciled, scheduling loop started")
+    loop = SchedulingLoop(memo.kube, memo.view, settle=cfg.race_settle, bind_deadline=cfg.bind_deadline)
+    loop.leading = lambda: memo.elector.leading
+    await loop.run()
+
+
 @kopf.on.cleanup()
 async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
-    task = getattr(memo, "loop_task", None)
-    if task is not None:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    for name in ("loop_task", "cert_task"):
+        task = getattr(memo, name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    elector = getattr(memo, "elector", None)
+    if elector is not None:
+        await elector.release()
+    readiness = getattr(memo, "readiness", None)
+    if readiness is not None:
+        await readiness.stop()
     view = getattr(memo, "view", None)
     if view is not None:
         await view.stop()

@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -128,6 +128,10 @@ class SchedulingLoop:
         """(device, claim uid) of double allocations already counted: a conflict takes cycles to end, it counts once."""
         self._evicting: dict[str, float] = {}
         """Pod uid -> not before: an eviction already sent is not sent again until then."""
+        self._base: tuple[tuple[int, ...], Snapshot] | None = None
+        """The snapshot of the informers' revisions it was built from: rebuilt only when one of them changed."""
+        self.leading: Callable[[], bool] = lambda: True
+        """False once this replica may have lost its Lease: no group is touched after that."""
 
     async def run(self) -> None:
         while True:
@@ -170,6 +174,8 @@ class SchedulingLoop:
             metrics.ERRORS.labels(stage="repair").inc()
             logger.exception("double-allocation repair failed; retrying next cycle")
         for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
+            if not self.leading():
+                return
             uid = pod_group["metadata"]["uid"]
             if self._backoff.get(uid, (0.0, 0.0))[0] > time.monotonic():
                 continue
@@ -195,6 +201,11 @@ class SchedulingLoop:
             del self._mine[uid]
         for uid in [u for u in self._backoff if u not in live]:
             del self._backoff[uid]
+        claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
+        self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
+        pods = {p["metadata"]["uid"] for p in self.view.pods.items()}
+        now = time.monotonic()
+        self._evicting = {uid: until for uid, until in self._evicting.items() if uid in pods and until > now}
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
         """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
@@ -307,10 +318,15 @@ class SchedulingLoop:
         return names is not None and all(self.view.claims.get(pod["metadata"]["namespace"], n) for n in names)
 
     def _snapshot(self, for_group: Mapping[str, Any] | None = None) -> Snapshot:
-        """This cycle's cluster; devices a preemption freed for another group count as held."""
-        snapshot = inputs.build(
-            self.view.nodes.items(), self.view.pods.items(), self.view.slices.items(), self.view.claims.items(), self.view.classes.items()
-        )
+        """This cycle's cluster; devices a preemption freed for another group count as held.
+
+        Built once per state of the informers it reads, however many groups and members are planned on it.
+        """
+        sources = (self.view.nodes, self.view.pods, self.view.slices, self.view.claims, self.view.classes)
+        revisions = tuple(i.revision for i in sources)
+        if self._base is None or self._base[0] != revisions:
+            self._base = (revisions, inputs.build(*(i.items() for i in sources)))
+        snapshot = self._base[1]
         others = {
             d
             for g in self.view.podgroups.items()
@@ -430,20 +446,23 @@ class SchedulingLoop:
         return [p for p in latest if p is not None and not p["metadata"].get("deletionTimestamp")]
 
     async def _release_each(self, pod_group: dict[str, Any], waiting: list[dict[str, Any]]) -> None:
-        """Late members of a scheduled gang (and every member of a basic group) go one by one.
+        """Late members of a scheduled gang (and every member of a basic group) go as they come.
 
-        A late member joins the group's incarnation (its record), so its loss counts as a member's.
+        They are planned together on this cycle's snapshot (minCount 1: every one that fits goes) and released in
+        one reservation, so a cycle reads the cluster once, not once per pod. A late member joins the group's incarnation (its record), so its loss counts as a member's.
         """
         joined: list[schema.Reservation] = []
-        for pod in waiting:
-            if not self._claims_ready(pod):
-                continue
-            result = plan(self._snapshot(), self._group(pod_group, [pod], 1), self.matcher)
+        ready = [p for p in waiting if self._claims_ready(p)]
+        if ready:
+            result = plan(self._snapshot(), self._group(pod_group, ready, 1), self.matcher)  # one plan: every member that fits goes
             if isinstance(result, Fits):
                 try:
                     joined.append(await self.releaser.release_member(pod_group, result))
-                except (ReleaseAborted, GatesRefused) as exc:
-                    logger.warning("%s/%s: member %s not released: %s", _ns(pod_group), _name(pod_group), _name(pod), exc)
+                except GatesRefused as exc:
+                    joined.append(exc.reservation)  # its claims are written: the record keeps them for a teardown
+                    logger.warning("%s/%s: late members not all released: %s", _ns(pod_group), _name(pod_group), exc)
+                except ReleaseAborted as exc:
+                    logger.warning("%s/%s: late members not released: %s", _ns(pod_group), _name(pod_group), exc)
         record = _reservation(pod_group)
         if joined and record is not None:
             grown = record.model_copy(
