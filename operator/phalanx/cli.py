@@ -92,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--leader-lease", default="phalanx-leader", help="Lease in --namespace the replicas elect their leader on")
     run.add_argument(
+        "--leader-identity",
+        default=os.environ.get("POD_NAME", ""),
+        help="this replica's name in the Lease; unique per replica (default $POD_NAME, else hostname and a random suffix)",
+    )
+    run.add_argument(
         "--leader-lease-duration",
         type=float,
         default=10.0,
@@ -145,6 +150,7 @@ def _run(args: argparse.Namespace) -> int:
             tls_secret=args.tls_secret,
             readiness=args.readiness or None,
             lease_name=args.leader_lease,
+            identity=args.leader_identity,
             lease_timing=_lease_timing(args),
             webhook_service=args.webhook_service,
             tls_dir=args.tls_dir,
