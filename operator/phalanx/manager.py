@@ -112,13 +112,16 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
 
 
 async def _lead(memo: kopf.Memo, logger: Any) -> None:
-    """What only the leader does: the Job controller's resync, then the scheduling loop, until the Lease may be lost."""
+    """What only the leader does, until the Lease may be lost: the scheduling loop (a release the last leader left
+    half-done is resumed on its first cycle) and, beside it, one resync of every gang Job."""
     cfg: OperatorConfig = memo.config
-    jobs = await controller.resync(memo.kube, logger)
-    logger.info(f"leading: {jobs} gang Job(s) reconciled, scheduling loop started")
     loop = SchedulingLoop(memo.kube, memo.view, settle=cfg.race_settle, bind_deadline=cfg.bind_deadline)
     loop.leading = lambda: memo.elector.leading
-    await loop.run()
+
+    async def resync() -> None:
+        logger.info(f"leading: {await controller.resync(memo.kube, logger)} gang Job(s) reconciled")
+
+    await asyncio.gather(loop.run(), resync())
 
 
 @kopf.on.cleanup()
