@@ -78,11 +78,12 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
         for kind, body in webhook_config.configurations(cfg.endpoint(), ca_bundle, cfg.namespace).items():
             await memo.kube.apply_webhook_configuration(kind, body)
 
-    tls_dir = Path(tempfile.mkdtemp(prefix="phalanx-tls-"))
-    source = (
+    source: servingcert.Source = (
         servingcert.DirectorySource(cfg.tls_dir)
         if cfg.tls_dir
-        else servingcert.SecretSource(memo.kube, cfg.namespace, cfg.tls_secret, cfg.cert_hosts(), tls_dir, publish)
+        else servingcert.SecretSource(
+            memo.kube, cfg.namespace, cfg.tls_secret, cfg.cert_hosts(), Path(tempfile.mkdtemp(prefix="phalanx-tls-")), publish
+        )
     )
     memo.certs = servingcert.Keeper(source, publish)
     cert = await memo.certs.load()
