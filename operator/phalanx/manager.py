@@ -21,6 +21,7 @@ from phalanx.jobs import controller, webhook_config, webhooks
 from phalanx.kube import lease, servingcert
 from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
+from phalanx.kube.webhookserver import WebhookServer
 from phalanx.readiness import Readiness
 from phalanx.scheduling.loop import SchedulingLoop
 
@@ -88,7 +89,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     memo.certs = servingcert.Keeper(source, publish)
     cert = await memo.certs.load()
     memo.cert_task = asyncio.create_task(memo.certs.run(), name="webhook-certificate")
-    settings.admission.server = kopf.WebhookServer(
+    settings.admission.server = WebhookServer(
         addr=cfg.webhook_listen,
         port=cfg.webhook_port,
         context=memo.certs.context,
