@@ -449,7 +449,8 @@ class SchedulingLoop:
         """Late members of a scheduled gang (and every member of a basic group) go as they come.
 
         They are planned together on this cycle's snapshot (minCount 1: every one that fits goes) and released in
-        one reservation, so a cycle reads the cluster once, not once per pod. A late member joins the group's incarnation (its record), so its loss counts as a member's.
+        one reservation, so a cycle reads the cluster once, not once per pod. A late member joins the group's
+        incarnation (its record), so its loss counts as a member's.
         """
         joined: list[schema.Reservation] = []
         ready = [p for p in waiting if self._claims_ready(p)]
