@@ -4,7 +4,10 @@ Each `Informer` lists, then watches from the list's resourceVersion. When the
 watch ends, errors or expires (410 Gone), it lists again and REPLACES its
 store, so an object deleted while no watch was open cannot linger, and one
 created meanwhile cannot be missed. Objects are kept as the API server's JSON
-(dicts): the planner's snapshot is built from them per cycle.
+(dicts), trimmed to what the operator reads (`trim`): managedFields and
+last-applied annotations go from every object, a pod keeps only what
+scheduling reads. Lists are read in pages, so neither the answer nor the
+store ever holds a whole collection of untrimmed objects.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.api.keys import GROUP, VERSION
+from phalanx.kube import trim
 from phalanx.kube.client import ApiError, Kube
 
 logger = logging.getLogger(__name__)
@@ -40,10 +44,12 @@ class Informer:
         path: str,
         watch_fn: Callable[..., Awaitable[Any]],
         on_change: Callable[[], None],
+        keep: Callable[[dict[str, Any]], dict[str, Any]] = trim.common,
         *,
         optional: bool = False,
     ) -> None:
         self.name = name
+        self._keep = keep
         self.optional = optional
         """A resource the server may not serve (404): then it is synced and empty, and asked for again now and then."""
         self._kube = kube
@@ -53,9 +59,12 @@ class Informer:
         self.store: dict[Key, dict[str, Any]] = {}
         self.synced = asyncio.Event()
         self.relists = 0
+        self.revision = 0
+        """Counts changes to the store: what is built from it need not be rebuilt while it stays."""
         self._tick = asyncio.Event()
 
     def _changed(self) -> None:
+        self.revision += 1
         tick, self._tick = self._tick, asyncio.Event()
         tick.set()
         self._on_change()
@@ -98,12 +107,17 @@ class Informer:
                 backoff = min(backoff * 2, 30)
 
     async def _relist(self) -> str:
-        body = await self._kube.request("GET", self._path)
-        self.store = {key_of(obj): obj for obj in body.get("items", [])}
+        store: dict[Key, dict[str, Any]] = {}
+        version = ""
+        async for page in self._kube.pages(self._path):
+            for obj in page.get("items") or []:
+                store[key_of(obj)] = self._keep(obj)
+            version = page["metadata"]["resourceVersion"]
+        self.store = store
         self.relists += 1
         self.synced.set()
         self._changed()
-        return body["metadata"]["resourceVersion"]
+        return version
 
     async def _watch(self, version: str) -> None:
         async with watch.Watch(return_type="object") as stream:
@@ -114,7 +128,7 @@ class Informer:
                 if kind == "DELETED":
                     self.store.pop(key_of(obj), None)
                 else:
-                    self.store[key_of(obj)] = obj
+                    self.store[key_of(obj)] = self._keep(obj)
                 self._changed()
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -144,16 +158,24 @@ class ClusterView:
         def podgroups(**kwargs: Any) -> Awaitable[Any]:
             return custom.list_cluster_custom_object(GROUP, VERSION, "podgroups", **kwargs)
 
-        def informer(name: str, path: str, watch_fn: Callable[..., Awaitable[Any]], optional: bool = False) -> Informer:
-            return Informer(name, kube, path, watch_fn, touch, optional=optional)
+        def informer(
+            name: str,
+            path: str,
+            watch_fn: Callable[..., Awaitable[Any]],
+            keep: Callable[[dict[str, Any]], dict[str, Any]] = trim.common,
+            optional: bool = False,
+        ) -> Informer:
+            return Informer(name, kube, path, watch_fn, touch, keep, optional=optional)
 
         def taint_rules(**kwargs: Any) -> Awaitable[Any]:
             return custom.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules", **kwargs)
 
-        self.nodes = informer("nodes", "/api/v1/nodes", core.list_node)
-        self.pods = informer("pods", "/api/v1/pods", core.list_pod_for_all_namespaces)
+        self.nodes = informer("nodes", "/api/v1/nodes", core.list_node, trim.node)
+        self.pods = informer("pods", "/api/v1/pods", core.list_pod_for_all_namespaces, trim.pod)
         self.slices = informer("resourceslices", "/apis/resource.k8s.io/v1/resourceslices", resource.list_resource_slice)
-        self.claims = informer("resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", resource.list_resource_claim_for_all_namespaces)
+        self.claims = informer(
+            "resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", resource.list_resource_claim_for_all_namespaces, trim.claim
+        )
         self.classes = informer("deviceclasses", "/apis/resource.k8s.io/v1/deviceclasses", resource.list_device_class)
         self.priorities = informer("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", scheduling.list_priority_class)
         self.podgroups = informer("podgroups", f"/apis/{GROUP}/{VERSION}/podgroups", podgroups)
@@ -180,6 +202,9 @@ class ClusterView:
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in self.informers]
         await asyncio.gather(*(i.synced.wait() for i in self.informers))
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -29,7 +29,7 @@ import datetime
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from phalanx.api import keys, schema
@@ -122,6 +122,10 @@ class SchedulingLoop:
         """PodGroup uid -> when this loop first saw its quorum waiting (monotonic), until the group is released."""
         self._owners: dict[str, tuple[frozenset[str], dict[str, Any] | None]] = {}
         """PodGroup uid -> (its lost members, its Job as read when they were lost)."""
+        self._base: tuple[tuple[int, ...], Snapshot] | None = None
+        """The snapshot of the informers' revisions it was built from: rebuilt only when one of them changed."""
+        self.leading: Callable[[], bool] = lambda: True
+        """False once this replica may have lost its Lease: no group is touched after that."""
 
     async def run(self) -> None:
         while True:
@@ -161,6 +165,8 @@ class SchedulingLoop:
             logger.exception("double-allocation repair failed; retrying next cycle")
         metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
         for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
+            if not self.leading():
+                return
             uid = pod_group["metadata"]["uid"]
             if self._backoff.get(uid, (0.0, 0.0))[0] > time.monotonic():
                 continue
@@ -190,6 +196,11 @@ class SchedulingLoop:
             del self._quorum_at[uid]
         for uid in [u for u in self._owners if u not in live]:
             del self._owners[uid]
+        claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
+        self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
+        pods = {p["metadata"]["uid"] for p in self.view.pods.items()}
+        now = time.monotonic()
+        self._evicting = {uid: until for uid, until in self._evicting.items() if uid in pods and until > now}
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
         """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
@@ -320,10 +331,18 @@ class SchedulingLoop:
         return inputs.claims_ready(pod, self.view.claims.get)
 
     def _snapshot(self, for_group: Mapping[str, Any] | None = None) -> Snapshot:
-        """This cycle's cluster; devices a preemption freed for another group count as held."""
+        """This cycle's cluster; devices a preemption freed for another group count as held.
+
+        Built once per state of the informers it reads (and of the pins), however many groups and members are
+        planned on it.
+        """
         view = self.view
-        items = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.podgroups)
-        return inputs.snapshot(*(i.items() for i in items), for_group=for_group, taint_rules=view.taint_rules.items(), pinned=self._pins())
+        sources = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules, view.podgroups)
+        key = (tuple(i.revision for i in sources), tuple(sorted(self.releaser.pinned.items())))
+        if self._base is None or self._base[0] != key:
+            built = inputs.build(*(i.items() for i in sources[:-1]), pinned=self._pins())
+            self._base = (key, built)
+        return inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group)
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
@@ -437,20 +456,24 @@ class SchedulingLoop:
         return [p for p in latest if p is not None and not p["metadata"].get("deletionTimestamp")]
 
     async def _release_each(self, pod_group: dict[str, Any], waiting: list[dict[str, Any]]) -> None:
-        """Late members of a scheduled gang (and every member of a basic group) go one by one.
+        """Late members of a scheduled gang (and every member of a basic group) go as they come.
 
-        A late member joins the group's incarnation (its record), so its loss counts as a member's.
+        They are planned together on this cycle's snapshot (minCount 1: every one that fits goes) and released in
+        one reservation, so a cycle reads the cluster once, not once per pod. A late member joins the group's
+        incarnation (its record), so its loss counts as a member's.
         """
         joined: list[schema.Reservation] = []
-        for pod in waiting:
-            if not self._claims_ready(pod):
-                continue
-            result = plan(self._snapshot(), inputs.group(pod_group, [pod], 1), self.matcher)
+        ready = [p for p in waiting if self._claims_ready(p)]
+        if ready:
+            result = plan(self._snapshot(), inputs.group(pod_group, ready, 1), self.matcher)  # one plan: every member that fits goes
             if isinstance(result, Fits):
                 try:
                     joined.append(await self.releaser.release_member(pod_group, result))
-                except (ReleaseAborted, GatesRefused) as exc:
-                    logger.warning("%s/%s: member %s not released: %s", _ns(pod_group), _name(pod_group), _name(pod), exc)
+                except GatesRefused as exc:
+                    joined.append(exc.reservation)  # its claims are written: the record keeps them for a teardown
+                    logger.warning("%s/%s: late members not all released: %s", _ns(pod_group), _name(pod_group), exc)
+                except ReleaseAborted as exc:
+                    logger.warning("%s/%s: late members not released: %s", _ns(pod_group), _name(pod_group), exc)
         record = inputs.reservation(pod_group)
         if joined and record is not None:
             grown = record.model_copy(
