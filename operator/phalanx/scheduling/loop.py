@@ -37,7 +37,7 @@ from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Snapshot
-from phalanx.scheduling import conditions, disruption, inputs, metrics, repair, teardown, victims
+from phalanx.scheduling import conditions, disruption, inputs, metrics, repair, shortfall, teardown, victims
 from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.nomination import Preemptor, nominated_devices
 from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser
@@ -128,6 +128,10 @@ class SchedulingLoop:
         """(device, claim uid) of double allocations already counted: a conflict takes cycles to end, it counts once."""
         self._evicting: dict[str, float] = {}
         """Pod uid -> not before: an eviction already sent is not sent again until then."""
+        self.shortfalls = shortfall.Shortfalls()
+        """Groups found short, planned again only when capacity they could use is freed or they change."""
+        self._built: tuple[int, Snapshot] | None = None
+        """(view revision, snapshot): built once per state of the view, not once per group."""
 
     async def run(self) -> None:
         while True:
@@ -195,6 +199,7 @@ class SchedulingLoop:
             del self._mine[uid]
         for uid in [u for u in self._backoff if u not in live]:
             del self._backoff[uid]
+        self.shortfalls.keep_only(live)
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
         """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
@@ -307,10 +312,21 @@ class SchedulingLoop:
         return names is not None and all(self.view.claims.get(pod["metadata"]["namespace"], n) for n in names)
 
     def _snapshot(self, for_group: Mapping[str, Any] | None = None) -> Snapshot:
-        """This cycle's cluster; devices a preemption freed for another group count as held."""
-        snapshot = inputs.build(
-            self.view.nodes.items(), self.view.pods.items(), self.view.slices.items(), self.view.claims.items(), self.view.classes.items()
-        )
+        """This cycle's cluster; devices a preemption freed for another group count as held.
+
+        Built again only when the view changed; each build is what `shortfalls` compares capacity on."""
+        if self._built is None or self._built[0] != self.view.revision:
+            built = inputs.build(
+                self.view.nodes.items(),
+                self.view.pods.items(),
+                self.view.slices.items(),
+                self.view.claims.items(),
+                self.view.classes.items(),
+            )
+            self._built = (self.view.revision, built)
+            nominated = {d for g in self.view.podgroups.items() if (n := _nomination(g)) is not None for d in nominated_devices(n)}
+            self.shortfalls.observe(shortfall.capacity(replace(built, held=built.held | nominated), self._policy()))
+        snapshot = self._built[1]
         others = {
             d
             for g in self.view.podgroups.items()
@@ -318,6 +334,12 @@ class SchedulingLoop:
             for d in nominated_devices(nominated)
         }
         return replace(snapshot, held=snapshot.held | others) if others else snapshot
+
+    def _policy(self) -> tuple[Any, ...]:
+        """What preemption reads besides capacity: priority classes, disruption budgets, the groups' specs."""
+        objs = [*self.view.priorities.items(), *self.view.budgets.items()]
+        specs = [(g["metadata"]["uid"], g["metadata"].get("generation")) for g in self.view.podgroups.items()]
+        return (frozenset((o["metadata"]["uid"], o["metadata"]["resourceVersion"]) for o in objs), frozenset(specs))
 
     def _group(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]], min_count: int) -> Group:
         topology = (pod_group["spec"].get("schedulingConstraints") or {}).get("topology") or []
@@ -331,9 +353,12 @@ class SchedulingLoop:
         snapshot = self._snapshot(pod_group)
         decided = time.monotonic()
         group = self._group(pod_group, ready, min_count)
+        nomination = _nomination(pod_group)
+        key = shortfall.group_key(group, snapshot, self._priority(pod_group))
+        if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
+            return True  # its status already says why; nothing it could use was freed
         result = plan(snapshot, group, self.matcher)
         metrics.ALGORITHM_DURATION.observe(time.monotonic() - decided)
-        nomination = _nomination(pod_group)
         if not isinstance(result, Fits):
             if nomination is not None:
                 return await self._preempting(pod_group, nomination, result.message)
@@ -344,6 +369,7 @@ class SchedulingLoop:
             metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable").inc()
             metrics.ATTEMPT_DURATION.labels(result="unschedulable").observe(time.monotonic() - started)
             why_not = f"; preemption: {verdict.reason}" if isinstance(verdict, NoVictims) else ""
+            self.shortfalls.remember(pod_group["metadata"]["uid"], key)
             await self._set(pod_group, False, "Unschedulable", result.message + why_not, warn=True)
             return True
         try:
