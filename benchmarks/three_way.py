@@ -243,6 +243,7 @@ async def throughput_run(way: Way, gangs: int, capacity: int, limit: float, seed
     await asyncio.gather(*(way.submit(g, GANG_OF) for g in state))
     result = Throughput()
     by_gang: dict[str, int] = {}
+    finishing: list[asyncio.Task[None]] = []
     while True:
         now = time.monotonic()
         by_gang.clear()
@@ -261,7 +262,7 @@ async def throughput_run(way: Way, gangs: int, capacity: int, limit: float, seed
                 result.stranded_device_seconds += held * interval
             if gang.finish_at is not None and now >= gang.finish_at:
                 gang.finish_at = math.inf
-                asyncio.create_task(way.finish(name))
+                finishing.append(asyncio.create_task(way.finish(name)))
         result.utilisation.append((round(now - started, 2), sum(by_gang.values()) / devices))
         admitted = [g.admitted for g in state.values() if g.admitted is not None]
         if len(admitted) == gangs or now - started > limit:
@@ -269,7 +270,7 @@ async def throughput_run(way: Way, gangs: int, capacity: int, limit: float, seed
             result.elapsed = (max(admitted) if len(admitted) == gangs else now) - started
             break
         await asyncio.sleep(interval)
-    await asyncio.gather(*(way.finish(g) for g in state))
+    await asyncio.gather(*finishing, *(way.finish(g) for g in state))
     await way.drained()
     return result
 
@@ -332,6 +333,7 @@ class Plan:
     limit: float
     ballast: int
     idle: float
+    workloads: tuple[str, ...] = ("latency", "throughput", "footprint")
 
 
 QUICK = Plan(sizes=[4, 32], runs=2, gangs=24, capacity=6, limit=90, ballast=2000, idle=10)
@@ -363,7 +365,7 @@ async def measure(plan: Plan, phalanx: LocalCluster, upstream: LocalCluster, ope
     ways = {"vanilla": vanilla, "phalanx": p, "in-tree": tree}
     out: dict[str, Any] = {"latency": {}, "throughput": {}}
     try:
-        for size in plan.sizes:
+        for size in plan.sizes if "latency" in plan.workloads else []:
             samples: dict[str, list[dict[str, float | None]]] = {w: [] for w in WAYS}
             for run in range(plan.runs):
                 for w in WAYS:
@@ -371,18 +373,21 @@ async def measure(plan: Plan, phalanx: LocalCluster, upstream: LocalCluster, ope
                     samples[w].append(sample)
                     _say(f"latency {size} ranks run {run + 1} {w}: {sample}")
             out["latency"][size] = samples
-        workers = phalanx.spec.workers
-        off = [f"worker-{i}" for i in range(plan.capacity + 1, workers + 1)]
-        for w in (p, tree):
-            await _taint(w, off, True)
-        for w in WAYS:
-            tp = await throughput_run(ways[w], plan.gangs, plan.capacity, plan.limit, seed=7)
-            out["throughput"][w] = tp.__dict__
-            _say(f"throughput {w}: {tp.admitted} of {plan.gangs} admitted in {tp.elapsed:.1f}s, stranded {tp.stranded_device_seconds:.0f}")
-        for w in (p, tree):
-            await _taint(w, off, False)
-        out["footprint"] = await footprint(p, plan.ballast, plan.idle)
-        _say(f"footprint: {out['footprint']}")
+        if "throughput" in plan.workloads:
+            off = [f"worker-{i}" for i in range(plan.capacity + 1, phalanx.spec.workers + 1)]
+            for w in (p, tree):
+                await _taint(w, off, True)
+            for w in WAYS:
+                tp = await throughput_run(ways[w], plan.gangs, plan.capacity, plan.limit, seed=7)
+                out["throughput"][w] = tp.__dict__
+                _say(
+                    f"throughput {w}: {tp.admitted} of {plan.gangs} admitted in {tp.elapsed:.1f}s, stranded {tp.stranded_device_seconds:.0f}"
+                )
+            for w in (p, tree):
+                await _taint(w, off, False)
+        if "footprint" in plan.workloads:
+            out["footprint"] = await footprint(p, plan.ballast, plan.idle)
+            _say(f"footprint: {out['footprint']}")
     finally:
         for w in (p, tree):
             await w.pods.stop()
@@ -477,6 +482,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer sizes and runs, a smaller throughput and footprint (a few minutes)")
     parser.add_argument("--sizes", help="gang sizes, comma separated (default 4,32,128,512; quick 4,32)")
     parser.add_argument("--runs", type=int, help="runs per size and scheduler (default 3; quick 2)")
+    parser.add_argument("--workloads", help="which to run, comma separated (default latency,throughput,footprint)")
     parser.add_argument("--name", default="bench", help="cluster name prefix (two clusters: NAME-phalanx, NAME-intree)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose CRDs and RBAC to install (default: this one)")
     args = parser.parse_args()
@@ -485,7 +491,9 @@ def main() -> int:
         plan = Plan(**{**plan.__dict__, "sizes": [int(s) for s in args.sizes.split(",")]})
     if args.runs:
         plan = Plan(**{**plan.__dict__, "runs": args.runs})
-    workers = max(math.ceil(max(plan.sizes) / GPUS_PER_WORKER), plan.capacity)
+    if args.workloads:
+        plan = Plan(**{**plan.__dict__, "workloads": tuple(args.workloads.split(","))})
+    workers = max(math.ceil(max(plan.sizes) / GPUS_PER_WORKER), plan.capacity if "throughput" in plan.workloads else 1)
     spec = {"workers": workers, "gpus_per_worker": GPUS_PER_WORKER, "driver": "fakegpu"}
     phalanx = LocalCluster(ClusterSpec(name=f"{args.name}-phalanx", **spec))
     upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec))

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from builders import GPU, cluster, gang, node
-
 from phalanx.planner import DeviceMatcher, Short, plan
 from phalanx.planner.model import Pod, PodTerm, Requirement, frozen_map
 from phalanx.scheduling import shortfall

@@ -104,14 +104,24 @@ def allocate(
     taken: frozenset[DeviceId] | set[DeviceId],
     classes: Mapping[str, DeviceClass],
     matcher: DeviceMatcher,
+    memo: dict[tuple[Any, ...], list[Device]] | None = None,
+    where: str = "",
 ) -> tuple[Result, ...] | None:
-    """Devices for every request of `claim` from `reachable`, none of them in `taken`; None if impossible."""
+    """Devices for every request of `claim` from `reachable`, none of them in `taken`; None if impossible.
+
+    `memo` keeps, per `where` (the node `reachable` belongs to) and request, the devices that match: a planner
+    tries many claims alike on the same node, and the match does not depend on what is taken."""
     candidates: dict[str, list[Device]] = {}
     for request in claim.requests:
         device_class = classes.get(request.device_class)
         if device_class is None:
             return None
-        matching = [d for d in reachable if matcher.eligible(d, device_class, request)]
+        key = (where, request.device_class, request.selectors)
+        matching = memo.get(key) if memo is not None else None
+        if matching is None:
+            matching = [d for d in reachable if matcher.eligible(d, device_class, request)]
+            if memo is not None:
+                memo[key] = matching
         if request.mode == "All":
             if not matching or any(d.id in taken for d in matching):
                 return None
