@@ -1,4 +1,4 @@
-"""Planner decision time for a 64-pod gang on 1,000 nodes x 8 fake GPUs.
+"""Planner decision time for a 64-pod and a 512-pod gang on 1,000 nodes x 8 fake GPUs.
 
 A standalone script, not a test: it times `plan()` and prints a table, with
 no timed assertions (timings depend on the machine). It does check the
@@ -23,6 +23,8 @@ Cases:
   apart  the free cluster, every rank with required pod anti-affinity on the
          hostname against the gang's label, so one rank per node; warm
          matcher. The cost of the inter-pod rules (phalanx.planner.pods).
+  large  the free cluster, a 512-rank gang (64 nodes' worth); warm matcher;
+         target 100 ms.
 
 Usage: python benchmarks/planner_bench.py [--runs N]
 """
@@ -56,6 +58,8 @@ from phalanx.planner.model import (
 NODES = 1_000
 DEVICES_PER_NODE = 8
 MEMBERS = 64
+LARGE = 512
+LARGE_TARGET_MS = 100.0
 FREE_IN_SHORT_CASE = 40
 CPU_MILLI = 50
 TARGET_MS = 50.0
@@ -91,13 +95,13 @@ def device_class() -> DeviceClass:
     return DeviceClass(obj["metadata"]["name"], tuple(s["cel"]["expression"] for s in obj["spec"]["selectors"]))
 
 
-def build() -> tuple[Snapshot, Snapshot, Group]:
-    """The cluster with every device free, the same cluster with only 40 free, and the gang."""
+def build() -> tuple[Snapshot, Snapshot, Group, Group]:
+    """The cluster with every device free, the same cluster with only 40 free, the gang, and the large gang."""
     names = fakegpu.worker_names(NODES)
     nodes = tuple(snapshot_node(n) for n in names)
     devices = tuple(d for n in names for d in snapshot_devices(n))
     claims, members = {}, []
-    for rank in range(MEMBERS):
+    for rank in range(max(MEMBERS, LARGE)):
         claim = Claim(NAMESPACE, f"train-{rank}-gpu", f"uid-claim-{rank}", (DeviceRequest("gpu", dradriver.DEVICE_CLASS),))
         claims[claim.key] = claim
         members.append(Member(NAMESPACE, f"train-{rank}", f"uid-pod-{rank}", requests=frozen_map({"cpu": CPU_MILLI}), claims=(claim.name,)))
@@ -106,7 +110,7 @@ def build() -> tuple[Snapshot, Snapshot, Group]:
     # 40 free devices spread over 40 nodes (gpu-0 of every 25th node): fragmented, as a busy cluster is.
     keep = {(dradriver.DRIVER, names[i], "gpu-0") for i in range(0, NODES, NODES // FREE_IN_SHORT_CASE)}
     short = Snapshot(nodes, devices, classes, frozen_map(claims), frozenset(d.id for d in devices if d.id not in keep))
-    return free, short, Group(NAMESPACE, "train", MEMBERS, tuple(members))
+    return free, short, Group(NAMESPACE, "train", MEMBERS, tuple(members[:MEMBERS])), Group(NAMESPACE, "large", LARGE, tuple(members))
 
 
 def apart(group: Group) -> Group:
@@ -135,12 +139,16 @@ def measure(runs: int, decide: Callable[[], Fits | Short], check: Callable[[Fits
     return samples, wrong
 
 
-def fits_all(result: Fits | Short) -> str | None:
+def fits_all(result: Fits | Short, members: int = MEMBERS) -> str | None:
     if not isinstance(result, Fits):
         return f"expected Fits, got {result.message}"
-    if len(result.placements) != MEMBERS or len(result.claims) != MEMBERS:
-        return f"expected {MEMBERS} placements and claims, got {len(result.placements)} and {len(result.claims)}"
+    if len(result.placements) != members or len(result.claims) != members:
+        return f"expected {members} placements and claims, got {len(result.placements)} and {len(result.claims)}"
     return None
+
+
+def fits_large(result: Fits | Short) -> str | None:
+    return fits_all(result, LARGE)
 
 
 def is_short(result: Fits | Short) -> str | None:
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1:
         parser.error("--runs must be at least 1")
 
-    free, short, group = build()
+    free, short, group, large = build()
     print(
         f"nodes: {len(free.nodes):,}  devices: {len(free.devices):,} ({DEVICES_PER_NODE} per node)  "
         f"members: {len(group.members)} (min_count {group.min_count}, 1 GPU claim + {CPU_MILLI}m cpu each)"
@@ -172,12 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     warm = DeviceMatcher()
     plan(free, group, warm)  # untimed: fills the warm matcher's cache, as the operator's first cycle does
     plan(short, group, warm)
+    plan(free, large, warm)
     spread_out = apart(group)
     cases = [
         ("cold (fresh matcher)", *measure(args.runs, lambda: plan(free, group, DeviceMatcher()), fits_all)),
         ("warm (reused matcher)", *measure(args.runs, lambda: plan(free, group, warm), fits_all)),
         (f"short ({FREE_IN_SHORT_CASE} free, warm)", *measure(args.runs, lambda: plan(short, group, warm), is_short)),
         ("apart (anti-affinity)", *measure(args.runs, lambda: plan(free, spread_out, warm), fits_apart)),
+        (f"large ({LARGE} ranks, warm)", *measure(args.runs, lambda: plan(free, large, warm), fits_large)),
     ]
 
     header = f"{'case':<24}{'median ms':>11}{'p90 ms':>10}{'min ms':>10}{'target ms':>11}{'median/target':>15}"
@@ -186,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     for name, samples, wrong in cases:
         median = statistics.median(samples)
-        print(f"{name:<24}{median:>11.1f}{p90(samples):>10.1f}{min(samples):>10.1f}{TARGET_MS:>11.0f}{median / TARGET_MS:>14.2f}x")
+        target = LARGE_TARGET_MS if name.startswith("large") else TARGET_MS
+        print(f"{name:<24}{median:>11.1f}{p90(samples):>10.1f}{min(samples):>10.1f}{target:>11.0f}{median / target:>14.2f}x")
         if wrong:
             failures.append(f"{name}: {wrong}")
     print()
@@ -196,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     for failure in failures:
         print(f"WRONG ANSWER  {failure}", file=sys.stderr)
     if not failures:
-        print("answers: cold and warm Fits with 64 placements, short Short, apart one rank per node: as expected")
+        print(f"answers: cold and warm Fits with {MEMBERS} placements, short Short, apart one rank per node, large {LARGE}: as expected")
     return 1 if failures else 0
 
 

@@ -47,6 +47,7 @@ import json
 import math
 import os
 import random
+import signal
 import statistics
 import sys
 import time
@@ -499,6 +500,7 @@ def main() -> int:
     upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec))
     operator = None
     started = time.monotonic()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clusters and the operator are stopped on the way out
     try:
         for cluster in (phalanx, upstream):
             cluster.up()

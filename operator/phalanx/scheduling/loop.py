@@ -245,9 +245,8 @@ class SchedulingLoop:
             return True
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) < min_count:
-            await self._set(
-                pod_group, False, "Pending", f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims"
-            )
+            # No running count in the message: status.members counts, and one status write per arriving member is enough.
+            await self._set(pod_group, False, "Pending", f"waiting for quorum: minCount {min_count} members created with their claims")
             return True
         return await self._attempt(pod_group, ready, min_count)
 

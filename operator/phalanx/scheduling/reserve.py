@@ -6,8 +6,9 @@ The reservation cycle, each step idempotent:
    restarted operator can finish or undo it;
 2. for every claim, concurrently: add the delete-protection finalizer
    (metadata), then write the allocation and `reservedFor` (status), both
-   conditional on the claim's resourceVersion: a lost write is a `Conflict`
-   and aborts the release;
+   conditional on the claim's resourceVersion (from the watch's copy; a
+   stale copy is read afresh and tried once more): a write that loses on a
+   fresh read is a `Conflict` and aborts the release;
 3. wait until our own watch shows the writes, then read every claim afresh:
    a device also held by another claim (kube-scheduler allocated it in the
    window; nothing upstream coordinates two allocators, kubernetes#128980)
@@ -29,6 +30,7 @@ leaves a group that cannot reach quorum: the loop tears it down at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Iterable, Mapping
@@ -277,6 +279,14 @@ class Releaser:
                     )
 
     async def _reserve_claim(self, namespace: str, claim: schema.ClaimReservation, users: list[dict[str, str]]) -> None:
+        """Both writes are conditional on the resourceVersion read. The watch's copy saves a read on the critical
+        path; if it was stale (a Conflict, or it looks allocated), the claim is read afresh and tried once more, and
+        only a write that loses on a fresh read is a lost race."""
+        cached = self.view.claims.get(namespace, claim.name)
+        if cached is not None and cached["metadata"]["uid"] == claim.uid and consuming_ids(cached) is None:
+            with contextlib.suppress(Conflict):
+                await self._write_claim(namespace, claim, users, cached)
+                return
         obj = await self.kube.get(claim_path(namespace, claim.name))
         if obj is None or obj["metadata"]["uid"] != claim.uid:
             raise ReleaseAborted(f"claim {claim.name} is gone")
@@ -286,6 +296,16 @@ class Releaser:
             if set(current) == wanted:
                 return  # written before a restart
             raise ReleaseAborted(f"claim {claim.name} was allocated elsewhere meanwhile")
+        try:
+            await self._write_claim(namespace, claim, users, obj)
+        except Conflict:
+            metrics.CONFLICTS.labels(stage="write").inc()
+            raise ReleaseAborted(f"claim {claim.name} changed while reserving it (resourceVersion conflict)") from None
+
+    async def _write_claim(
+        self, namespace: str, claim: schema.ClaimReservation, users: list[dict[str, str]], obj: Mapping[str, Any]
+    ) -> None:
+        """The delete-protection finalizer (metadata), then the allocation (status), each conditional on `obj`'s version."""
         try:
             if keys.DELETE_PROTECTION not in (obj["metadata"].get("finalizers") or []):
                 obj = await self.kube.merge_patch(
@@ -304,9 +324,6 @@ class Releaser:
                     "status": {"allocation": allocation(claim), "reservedFor": users},
                 },
             )
-        except Conflict:
-            metrics.CONFLICTS.labels(stage="write").inc()
-            raise ReleaseAborted(f"claim {claim.name} changed while reserving it (resourceVersion conflict)") from None
         except NotFound:
             raise ReleaseAborted(f"claim {claim.name} is gone") from None
 
