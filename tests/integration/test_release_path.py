@@ -291,7 +291,8 @@ class _LosingKube(Kube):
         first = not self.provoked or (path == self.provoked[0] and len(self.provoked) < 2)
         if path.endswith("/status") and "/resourceclaims/" in path and first and (patch.get("status") or {}).get("allocation"):
             self.provoked.append(path)
-            await self.rival.merge_patch(path.removesuffix("/status"), {"metadata": {"labels": {"rival": "wrote-first"}}})
+            labels = {"rival": f"wrote-first-{len(self.provoked)}"}  # a new value each time: a no-op patch changes no version
+            await self.rival.merge_patch(path.removesuffix("/status"), {"metadata": {"labels": labels}})
         try:
             return await super().merge_patch(path, patch)
         except Conflict:
