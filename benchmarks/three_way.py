@@ -359,21 +359,23 @@ async def _taint(way: Way, nodes: list[str], on: bool) -> None:
         await core.patch_node(node, {"spec": {"taints": taints}})
 
 
-async def measure(plan: Plan, phalanx: LocalCluster, upstream: LocalCluster, operator: operatorproc.OperatorProcess) -> dict[str, Any]:
+async def measure(
+    plan: Plan, phalanx: LocalCluster, upstream: LocalCluster, operator: operatorproc.OperatorProcess, out: dict[str, Any]
+) -> None:
+    """Fills `out` as it goes, so a run cut short still reports what it measured."""
     p = await _open("phalanx", phalanx, operator)
     tree = await _open("in-tree", upstream, None)
     vanilla = Way("vanilla", upstream, tree.api, tree.pods)
     ways = {"vanilla": vanilla, "phalanx": p, "in-tree": tree}
-    out: dict[str, Any] = {"latency": {}, "throughput": {}}
     try:
         for size in plan.sizes if "latency" in plan.workloads else []:
             samples: dict[str, list[dict[str, float | None]]] = {w: [] for w in WAYS}
+            out["latency"][size] = samples
             for run in range(plan.runs):
                 for w in WAYS:
                     sample = await latency_run(ways[w], size, timeout=max(120.0, size * 0.6))
                     samples[w].append(sample)
                     _say(f"latency {size} ranks run {run + 1} {w}: {sample}")
-            out["latency"][size] = samples
         if "throughput" in plan.workloads:
             off = [f"worker-{i}" for i in range(plan.capacity + 1, phalanx.spec.workers + 1)]
             for w in (p, tree):
@@ -393,10 +395,10 @@ async def measure(plan: Plan, phalanx: LocalCluster, upstream: LocalCluster, ope
         for w in (p, tree):
             await w.pods.stop()
             await w.api.close()
-    return out
 
 
 def _median(samples: list[dict[str, float | None]], key: str) -> float | None:
+    """None when a run timed out (or none ran): a median that hides a timeout would flatter."""
     values = [s[key] for s in samples if s[key] is not None]
     return statistics.median(values) if values and len(values) == len(samples) else None
 
@@ -414,7 +416,11 @@ def summarise(plan: Plan, raw: dict[str, Any]) -> dict[str, Any]:
     for size, samples in raw["latency"].items():
         row: dict[str, Any] = {"ranks": size}
         for w in WAYS:
-            row[w] = {"create_to_bound": _median(samples[w], "create_to_bound"), "quorum_to_bound": _median(samples[w], "quorum_to_bound")}
+            row[w] = {
+                "create_to_bound": _median(samples[w], "create_to_bound"),
+                "quorum_to_bound": _median(samples[w], "quorum_to_bound"),
+                "runs": len(samples[w]),
+            }
         latency.append(row)
     throughput = {}
     for w, tp in raw["throughput"].items():
@@ -438,6 +444,8 @@ def table(plan: Plan, summary: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in summary["latency"]:
+        if any(not row[w]["runs"] for w in WAYS):
+            continue  # cut short before every scheduler ran this size
         v, t, p = (row[w]["create_to_bound"] for w in ("vanilla", "in-tree", "phalanx"))
         lines.append(
             f"| {row['ranks']} | {_fmt(v)} | {_fmt(t)} | {_fmt(p)} | {_fmt(row['phalanx']['quorum_to_bound'])} "
@@ -500,6 +508,7 @@ def main() -> int:
     upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec))
     operator = None
     started = time.monotonic()
+    raw: dict[str, Any] = {"latency": {}, "throughput": {}}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clusters and the operator are stopped on the way out
     try:
         for cluster in (phalanx, upstream):
@@ -507,12 +516,17 @@ def main() -> int:
             cluster.kubectl("create", "namespace", NAMESPACE)
             cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(CLAIM_TEMPLATE))
         operator = operatorproc.start(phalanx, args.repo)
-        raw = asyncio.run(measure(plan, phalanx, upstream, operator))
+        asyncio.run(measure(plan, phalanx, upstream, operator, raw))
     finally:
         if operator is not None:
             operator.stop()
         for cluster in (phalanx, upstream):
             cluster.down()
+        report(args, plan, workers, started, raw)
+    return 0
+
+
+def report(args: argparse.Namespace, plan: Plan, workers: int, started: float, raw: dict[str, Any]) -> None:
     summary = summarise(plan, raw)
     text = table(plan, summary)
     print(text)
@@ -522,7 +536,6 @@ def main() -> int:
     doc = {"plan": plan.__dict__, "workers": workers, "seconds": time.monotonic() - started, "summary": summary, "raw": raw}
     out.write_text(json.dumps(doc, indent=1, default=str))
     print(f"\nwritten to {out.relative_to(ROOT)} ({time.monotonic() - started:.0f} s in all)")
-    return 0
 
 
 if __name__ == "__main__":
