@@ -26,6 +26,11 @@ Cases:
   large  the free cluster, a 512-rank gang (64 nodes' worth); warm matcher;
          target 100 ms.
 
+Then the scheduling loop's cost per watch change with 40 such gangs waiting
+on the short cluster, for a change that frees nothing (a bind): planning all
+40 again, against the shortfall rule (phalanx.scheduling.shortfall: one
+capacity summary of the snapshot, then one comparison per group).
+
 Usage: python benchmarks/planner_bench.py [--runs N]
 """
 
@@ -54,6 +59,7 @@ from phalanx.planner.model import (
     Snapshot,
     frozen_map,
 )
+from phalanx.scheduling import shortfall
 
 NODES = 1_000
 DEVICES_PER_NODE = 8
@@ -161,6 +167,28 @@ def p90(samples: list[float]) -> float:
     return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
 
 
+def waiting(short: Snapshot, group: Group, warm: DeviceMatcher, runs: int, count: int = 40) -> tuple[float, float]:
+    """Milliseconds per watch change with `count` short gangs waiting: (plan every one, the shortfall rule)."""
+    groups = [replace(group, name=f"train-{i}") for i in range(count)]
+    memo = shortfall.Shortfalls()
+    memo.observe(shortfall.capacity(short))
+    for i, g in enumerate(groups):
+        memo.remember(str(i), shortfall.group_key(g, short, 0))
+    bound = replace(short, held=short.held | {next(d.id for d in short.devices if d.id not in short.held)})
+    start = time.perf_counter()
+    for g in groups:
+        plan(bound, g, warm)
+    replanned = (time.perf_counter() - start) * 1000
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        memo.observe(shortfall.capacity(bound))
+        skipped = all(memo.still_short(str(i), shortfall.group_key(g, bound, 0)) for i, g in enumerate(groups))
+        samples.append((time.perf_counter() - start) * 1000)
+        assert skipped, "a change that frees nothing must not wake a short group"
+    return replanned, statistics.median(samples)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30, help="timed runs per case (default 30)")
@@ -200,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<24}{median:>11.1f}{p90(samples):>10.1f}{min(samples):>10.1f}{target:>11.0f}{median / target:>14.2f}x")
         if wrong:
             failures.append(f"{name}: {wrong}")
+    print()
+    replanned, ruled = waiting(short, group, warm, args.runs)
+    print(
+        f"40 short gangs waiting, one watch change that frees nothing: planning all {replanned:.0f} ms, "
+        f"shortfall rule {ruled:.1f} ms (capacity summary of {len(short.nodes):,} nodes + 40 comparisons)"
+    )
     print()
     last = plan(short, group, warm)
     if isinstance(last, Short):
