@@ -491,6 +491,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer sizes and runs, a smaller throughput and footprint (a few minutes)")
     parser.add_argument("--sizes", help="gang sizes, comma separated (default 4,32,128,512; quick 4,32)")
     parser.add_argument("--runs", type=int, help="runs per size and scheduler (default 3; quick 2)")
+    parser.add_argument("--gangs", type=int, help="throughput: gangs of 8 submitted (default 200; quick 24)")
+    parser.add_argument("--capacity", type=int, help="throughput: gangs that fit at once (default 60; quick 6)")
+    parser.add_argument("--pods", type=int, help="footprint: pods in the cluster (default 10,000; quick 2,000)")
     parser.add_argument("--workloads", help="which to run, comma separated (default latency,throughput,footprint)")
     parser.add_argument("--name", default="bench", help="cluster name prefix (two clusters: NAME-phalanx, NAME-intree)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose CRDs and RBAC to install (default: this one)")
@@ -500,6 +503,9 @@ def main() -> int:
         plan = Plan(**{**plan.__dict__, "sizes": [int(s) for s in args.sizes.split(",")]})
     if args.runs:
         plan = Plan(**{**plan.__dict__, "runs": args.runs})
+    for flag, knob in (("gangs", "gangs"), ("capacity", "capacity"), ("pods", "ballast")):
+        if getattr(args, flag):
+            plan = Plan(**{**plan.__dict__, knob: getattr(args, flag)})
     if args.workloads:
         plan = Plan(**{**plan.__dict__, "workloads": tuple(args.workloads.split(","))})
     workers = max(math.ceil(max(plan.sizes) / GPUS_PER_WORKER), plan.capacity if "throughput" in plan.workloads else 1)
@@ -527,6 +533,8 @@ def main() -> int:
 
 
 def report(args: argparse.Namespace, plan: Plan, workers: int, started: float, raw: dict[str, Any]) -> None:
+    if not raw["latency"] and not raw["throughput"] and "footprint" not in raw:
+        return  # nothing was measured
     summary = summarise(plan, raw)
     text = table(plan, summary)
     print(text)
