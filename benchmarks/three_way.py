@@ -518,7 +518,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clusters and the operator are stopped on the way out
     try:
         for cluster in (phalanx, upstream):
-            cluster.up()
+            _up(cluster)
             cluster.kubectl("create", "namespace", NAMESPACE)
             cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(CLAIM_TEMPLATE))
         operator = operatorproc.start(phalanx, args.repo)
@@ -530,6 +530,17 @@ def main() -> int:
             cluster.down()
         report(args, plan, workers, started, raw)
     return 0
+
+
+def _up(cluster: LocalCluster) -> None:
+    """Once more on failure: kwokctl picks its ports before starting the processes, and on a machine where other
+    clusters start at the same time one may be taken in between (`bind: address already in use`)."""
+    try:
+        cluster.up()
+    except (RuntimeError, TimeoutError) as exc:
+        _say(f"cluster {cluster.spec.name} did not come up ({exc}); once more")
+        cluster.down()
+        cluster.up()
 
 
 def report(args: argparse.Namespace, plan: Plan, workers: int, started: float, raw: dict[str, Any]) -> None:
