@@ -153,7 +153,12 @@ class ClusterView:
         scheduling = client.SchedulingV1Api(api)
         custom = client.CustomObjectsApi(api)
         self.changed = asyncio.Event()
-        touch = self.changed.set
+        self.revision = 0
+        """Moves on with every change any informer sees: equal revisions, equal view."""
+
+        def touch() -> None:
+            self.revision += 1
+            self.changed.set()
 
         def podgroups(**kwargs: Any) -> Awaitable[Any]:
             return custom.list_cluster_custom_object(GROUP, VERSION, "podgroups", **kwargs)

@@ -37,7 +37,7 @@ from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Snapshot
-from phalanx.scheduling import conditions, disruption, inputs, metrics, quorum, repair, teardown, victims
+from phalanx.scheduling import conditions, disruption, inputs, metrics, quorum, repair, shortfall, teardown, victims
 from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.nomination import Preemptor
 from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser
@@ -122,8 +122,10 @@ class SchedulingLoop:
         """PodGroup uid -> when this loop first saw its quorum waiting (monotonic), until the group is released."""
         self._owners: dict[str, tuple[frozenset[str], dict[str, Any] | None]] = {}
         """PodGroup uid -> (its lost members, its Job as read when they were lost)."""
-        self._base: tuple[tuple[int, ...], Snapshot] | None = None
-        """The snapshot of the informers' revisions it was built from: rebuilt only when one of them changed."""
+        self._base: tuple[tuple[Any, ...], Snapshot] | None = None
+        """(view revision and pins, snapshot): built once per state of the view, not once per group or member."""
+        self.shortfalls = shortfall.Shortfalls()
+        """Groups found short, planned again only when capacity they could use is freed or they change."""
         self.leading: Callable[[], bool] = lambda: True
         """False once this replica may have lost its Lease: no group is touched after that."""
 
@@ -201,6 +203,7 @@ class SchedulingLoop:
         pods = {p["metadata"]["uid"] for p in self.view.pods.items()}
         now = time.monotonic()
         self._evicting = {uid: until for uid, until in self._evicting.items() if uid in pods and until > now}
+        self.shortfalls.keep_only(live)
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
         """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
@@ -249,9 +252,8 @@ class SchedulingLoop:
             return True
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) < min_count:
-            await self._set(
-                pod_group, False, "Pending", f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims"
-            )
+            # No running count in the message: status.members counts, and one status write per arriving member is enough.
+            await self._set(pod_group, False, "Pending", f"waiting for quorum: minCount {min_count} members created with their claims")
             return True
         self._quorum_at.setdefault(pod_group["metadata"]["uid"], time.monotonic())
         return await self._attempt(pod_group, ready, min_count)
@@ -333,29 +335,39 @@ class SchedulingLoop:
     def _snapshot(self, for_group: Mapping[str, Any] | None = None) -> Snapshot:
         """This cycle's cluster; devices a preemption freed for another group count as held.
 
-        Built once per state of the informers it reads (and of the pins), however many groups and members are
-        planned on it.
+        Built once per state of the view (and of the pins), however many groups and members are planned on it;
+        each build is what `shortfalls` compares capacity on.
         """
         view = self.view
-        sources = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules, view.podgroups)
-        key = (tuple(i.revision for i in sources), tuple(sorted(self.releaser.pinned.items())))
+        key = (view.revision, tuple(sorted(self.releaser.pinned.items())))
         if self._base is None or self._base[0] != key:
-            built = inputs.build(*(i.items() for i in sources[:-1]), pinned=self._pins())
+            sources = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules)
+            built = inputs.build(*(i.items() for i in sources), pinned=self._pins())
             self._base = (key, built)
+            self.shortfalls.observe(shortfall.capacity(inputs.nominated_elsewhere(built, view.podgroups.items(), None), self._policy()))
         return inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group)
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
         return {**inputs.pins(self.view.podgroups.items()), **self.releaser.pinned}
 
+    def _policy(self) -> tuple[Any, ...]:
+        """What preemption reads besides capacity: priority classes, disruption budgets, the groups' specs."""
+        objs = [*self.view.priorities.items(), *self.view.budgets.items()]
+        specs = [(g["metadata"]["uid"], g["metadata"].get("generation")) for g in self.view.podgroups.items()]
+        return (frozenset((o["metadata"]["uid"], o["metadata"]["resourceVersion"]) for o in objs), frozenset(specs))
+
     async def _attempt(self, pod_group: dict[str, Any], ready: list[dict[str, Any]], min_count: int) -> bool:
         started = time.monotonic()
         snapshot = self._snapshot(pod_group)
         decided = time.monotonic()
         group = inputs.group(pod_group, ready, min_count)
+        nomination = inputs.nomination(pod_group)
+        key = shortfall.group_key(group, snapshot, self._priority(pod_group))
+        if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
+            return True  # its status already says why; nothing it could use was freed
         result = plan(snapshot, group, self.matcher)
         metrics.ALGORITHM_DURATION.observe(time.monotonic() - decided)
-        nomination = inputs.nomination(pod_group)
         if not isinstance(result, Fits):
             if nomination is not None:
                 return await self._preempting(pod_group, nomination, result.message)
@@ -366,6 +378,7 @@ class SchedulingLoop:
             metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable", profile=metrics.PROFILE).inc()
             metrics.ATTEMPT_DURATION.labels(result="unschedulable", profile=metrics.PROFILE).observe(time.monotonic() - started)
             why_not = f"; preemption: {verdict.reason}" if isinstance(verdict, NoVictims) else ""
+            self.shortfalls.remember(pod_group["metadata"]["uid"], key)
             await self._set(pod_group, False, "Unschedulable", result.message + why_not, warn=True)
             return True
         try:
