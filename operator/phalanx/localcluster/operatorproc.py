@@ -67,7 +67,10 @@ def install(cluster: LocalCluster, repo: Path) -> None:
     cluster.kubectl("apply", "-f", str(repo / "manifests" / "namespace.yaml"), "-f", str(repo / "manifests" / "rbac.yaml"))
 
 
-def start(cluster: LocalCluster, repo: Path, *, extra_args: tuple[str, ...] = (), timeout: float = 60) -> OperatorProcess:
+def start(
+    cluster: LocalCluster, repo: Path, *, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None, timeout: float = 60
+) -> OperatorProcess:
+    """`env` adds to the operator's environment (the fault suite arms a crash point with it)."""
     install(cluster, repo)
     kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, "phalanx")
     log = Path(tempfile.mkstemp(prefix=f"phalanx-operator-{cluster.spec.name}-", suffix=".log")[1])
@@ -93,7 +96,7 @@ def start(cluster: LocalCluster, repo: Path, *, extra_args: tuple[str, ...] = ()
     ]
     with log.open("wb") as out:
         process = subprocess.Popen(
-            args, env=dict(os.environ, KUBECONFIG=str(kubeconfig)), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            args, env={**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     handle = OperatorProcess(process, log, metrics_port)
     try:

@@ -33,6 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 from phalanx.api import keys, schema
+from phalanx.crashpoints import crash_point
 from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
@@ -485,11 +486,13 @@ class SchedulingLoop:
         message = f"gang {_name(pod_group)} torn down as a unit: {why}"
         released = [p for p in pods if not inputs.gated(p) or keys.PINNED_NODE in (p["metadata"].get("annotations") or {})]
         standing = await teardown.evict_all(self.kube, released, reason=reason, message=message)
+        crash_point("teardown.after-evictions")
         if reservation is not None:
             ran = {_name(p) for p in pods if p["spec"].get("nodeName")}
             users = self.releaser.claim_users(_ns(pod_group), reservation)
             never_ran = [c for c in reservation.claims if not any(u["name"] in ran for u in users.get(c.name, []))]
             await self.releaser.deallocate_claims(_ns(pod_group), never_ran)
+            crash_point("teardown.after-deallocate")
         if standing:
             await self._set(pod_group, False, "TearingDown", f"{why}; waiting for the eviction of {', '.join(standing)}")
             return False

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys, schema
+from phalanx.crashpoints import crash_point
 from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, claim_path, custom_path, pod_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits
@@ -125,6 +126,7 @@ class Releaser:
         """Record, reserve, verify, pin, lift. Raises ReleaseAborted (after a rollback) or GatesRefused."""
         reservation = reservation_of(fits)
         await self.record(pod_group, reservation)
+        crash_point("reserve.after-record")
         return await self.complete(pod_group, reservation)
 
     async def release_member(self, pod_group: Mapping[str, Any], fits: Fits) -> schema.Reservation:
@@ -147,6 +149,7 @@ class Releaser:
             await self._verify(namespace, reservation)
             await _all(self._pin(pod, p.node) for pod, p in zip(pods, reservation.placements, strict=True))
             await self._await_pinned(namespace, reservation)
+            crash_point("reserve.after-pins")
         except ReleaseAborted as exc:
             await self.holes.cover(exc.shared, str(exc))
             await self.rollback(pod_group, reservation, str(exc), record=record)
@@ -160,6 +163,7 @@ class Releaser:
             why = "; ".join(f"{name}: {exc}" for name, exc in refused)
             await self.rollback(pod_group, reservation, f"every gate lift was refused: {why}", record=record)
             raise ReleaseAborted(f"the gate lift was refused ({why})")
+        crash_point("reserve.after-gates")
         released = reservation.model_copy(update={"state": "Released", "released_at": conditions.now()})
         if record:
             await self.record(pod_group, released)
@@ -273,6 +277,7 @@ class Releaser:
                     "status": {"allocation": allocation(claim), "reservedFor": users},
                 },
             )
+            crash_point("reserve.mid-claims")
         except Conflict:
             metrics.CONFLICTS.labels(stage="write").inc()
             raise ReleaseAborted(f"claim {claim.name} changed while reserving it (resourceVersion conflict)") from None
@@ -338,6 +343,7 @@ class Releaser:
             except ApiError as exc:
                 logger.warning("gate lift of %s/%s refused: %s", meta["namespace"], meta["name"], exc)
                 return meta["name"], exc
+            crash_point("reserve.mid-gates")
             return None
 
         return [r for r in await asyncio.gather(*(lift(p) for p in pods)) if r is not None]
