@@ -146,8 +146,6 @@ def fingerprint(snapshot: Snapshot) -> tuple[Any, ...]:
 
 
 def summary(snapshot: Snapshot) -> str:
-    phases = Counter(
-        "gated" if gated(p) else ("bound" if p["spec"].get("nodeName") else "pending") for p in snapshot.pods if live(p)
-    )
+    phases = Counter("gated" if gated(p) else ("bound" if p["spec"].get("nodeName") else "pending") for p in snapshot.pods if live(p))
     devices = sum(len(held(c)) for c in snapshot.claims)
     return f"{dict(phases)} live pods, {devices}/{snapshot.devices} devices held, {len(snapshot.podgroups)} PodGroups"

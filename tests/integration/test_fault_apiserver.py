@@ -14,13 +14,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import faultcheck
 import pytest
 from conftest import WORKLOADS, Cluster, wait_for
-from test_fault_crash import bound, settle
 
+import faultcheck
 from jobs import gpu_gang
 from phalanx.localcluster import demo, operatorproc
+from test_fault_crash import bound, settle
 
 ROOT = Path(__file__).parents[2]
 
@@ -38,7 +38,11 @@ def operator_process(cluster: Cluster) -> Iterator[operatorproc.OperatorProcess]
 
 def expired_relists(metrics_port: int) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("phalanx_watch_relists_total{") and 'reason="expired"' in line)
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("phalanx_watch_relists_total{") and 'reason="expired"' in line
+    )
 
 
 def test_an_api_server_restart_with_expired_watches_leaves_no_phantom_and_no_double_allocation(

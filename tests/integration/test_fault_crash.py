@@ -17,10 +17,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import faultcheck
 import pytest
 from conftest import WORKLOADS, Cluster, wait_for
 
+import faultcheck
 from jobs import gpu_gang
 from phalanx.crashpoints import ENV
 from phalanx.localcluster import demo, operatorproc

@@ -95,13 +95,18 @@ BAD = [
         4,
         f"{ANN}min-count]: Invalid value: 3: contradicts spec.scheduling.schedulingPolicy.gang.minCount (4)",
     ),
-    ({}, {"schedulingPolicy": {"gang": {"minCount": 0}}}, 4, f"{ANN}min-count]: Invalid value: 0: must be greater than or equal to 1"),
+    (
+        {},
+        {"schedulingPolicy": {"gang": {"minCount": 0}}},
+        4,
+        "spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 0: must be greater than or equal to 1",
+    ),
     ({}, {"schedulingPolicy": {"gang": {}, "basic": {}}}, 4, "spec.scheduling.schedulingPolicy: Invalid value: "),
     (
         {},
         {"disruptionMode": {"all": {}}},
         4,
-        f'{ANN}disruption-mode]: Invalid value: "all": the disruptionMode `all` is not supported with the basic',
+        'spec.scheduling.disruptionMode: Invalid value: "all": the disruptionMode `all` is not supported with the basic',
     ),
 ]
 

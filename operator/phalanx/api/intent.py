@@ -154,12 +154,24 @@ def from_job_scheduling(scheduling: dict[str, Any]) -> GangIntent:
     return GangIntent(policy=policy, min_count=min_count, disruption_mode=mode, topology_key=key)
 
 
-def validate(intent: GangIntent, parallelism: int | None) -> None:
-    """Rules for one Job on create (and for the new state on update)."""
+SPEC_PATHS = {
+    "policy": "spec.scheduling.schedulingPolicy",
+    "min_count": "spec.scheduling.schedulingPolicy.gang.minCount",
+    "disruption_mode": "spec.scheduling.disruptionMode",
+    "topology_key": "spec.scheduling.schedulingConstraints.topology[0].key",
+}
+"""Where each field of the intent is written in upstream's spelling."""
+
+
+def validate(intent: GangIntent, parallelism: int | None, *, spelled_in: GangIntent | None = None) -> None:
+    """Rules for one Job on create (and for the new state on update).
+
+    `spelled_in` is the intent as read from `spec.scheduling`: a value the user wrote there is reported at
+    that path, not at the annotation Phalanx copies it to.
+    """
     paths = {
-        "min_count": annotation_path(MIN_COUNT),
-        "disruption_mode": annotation_path(DISRUPTION_MODE),
-        "topology_key": annotation_path(TOPOLOGY_KEY),
+        attr: SPEC_PATHS[attr] if spelled_in is not None and getattr(spelled_in, attr) is not None else annotation_path(key)
+        for attr, key in (("min_count", MIN_COUNT), ("disruption_mode", DISRUPTION_MODE), ("topology_key", TOPOLOGY_KEY))
     }
     errors: list[FieldError] = []
     if intent.min_count is not None:
@@ -232,12 +244,8 @@ def validate_update(old: GangIntent | None, new: GangIntent | None) -> None:
 def contradictions(annotated: GangIntent, spec: GangIntent) -> list[FieldError]:
     """Both spellings given: each field set in both must agree."""
     errors = []
-    for attr, key, path in (
-        ("policy", POLICY, "spec.scheduling.schedulingPolicy"),
-        ("min_count", MIN_COUNT, "spec.scheduling.schedulingPolicy.gang.minCount"),
-        ("disruption_mode", DISRUPTION_MODE, "spec.scheduling.disruptionMode"),
-        ("topology_key", TOPOLOGY_KEY, "spec.scheduling.schedulingConstraints.topology[0].key"),
-    ):
+    for attr, key in (("policy", POLICY), ("min_count", MIN_COUNT), ("disruption_mode", DISRUPTION_MODE), ("topology_key", TOPOLOGY_KEY)):
+        path = SPEC_PATHS[attr]
         a, s = getattr(annotated, attr), getattr(spec, attr)
         if a is not None and s is not None and a != s:
             errors.append(FieldError(annotation_path(key), a, f"contradicts {path} ({json.dumps(s)})", "set the value in one place only"))

@@ -49,6 +49,10 @@ def mutate_job(job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_
     intent = _merge(annotated, from_spec, old is not None)
     if intent is None:
         return Mutation()
+    if from_spec is not None:
+        # The validating webhook only sees the annotations this copies the intent to: judged here, a bad value
+        # is reported where the user wrote it.
+        validate(intent, (job.get("spec") or {}).get("parallelism"), spelled_in=from_spec)
     if old is None:
         intent = intent.with_default_mode(gang_default_mode)
     else:

@@ -96,7 +96,11 @@ def start(
     ]
     with log.open("wb") as out:
         process = subprocess.Popen(
-            args, env={**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            args,
+            env={**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     handle = OperatorProcess(process, log, metrics_port)
     try:
