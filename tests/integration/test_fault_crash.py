@@ -3,8 +3,8 @@ and once the cluster settles nothing is leaked, nothing is half released, and ev
 
 Each run arms one crash point (`phalanx.crashpoints`, PHALANX_CRASH_AT) in a fresh operator, drives the scenario
 that reaches it, proves the operator died there (its exit by SIGKILL and the point's own log line), starts a clean
-operator and judges the settled cluster with `faultcheck.violations`. The short form (`./task test`) crashes once
-in each of the three paths; PHALANX_FAULT_RUNS=N (`./task faults` sets 50) cycles N runs over every point, the
+operator and judges the settled cluster with `faultcheck.violations`. The short form (`./task test`) crashes once,
+mid-reservation; PHALANX_FAULT_RUNS=N (`./task faults` sets 50) cycles N runs over every point, the
 points inside a concurrent step (a claim written, a gate lifted, a pod evicted) at their 1st, 2nd and 3rd hit.
 """
 
@@ -40,7 +40,7 @@ SCENARIO = {
     "teardown.after-evictions": "disrupt",
 }
 CONCURRENT = ("reserve.mid-claims", "reserve.mid-gates", "evicted.PreemptedByGang", "evicted.GangDisrupted")
-SHORT = ["reserve.mid-claims", "nomination.after-record", "teardown.after-evictions"]
+SHORT = ["reserve.mid-claims"]
 
 
 def runs() -> list[str]:

@@ -17,23 +17,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import faultcheck
 import pytest
 from conftest import WORKLOADS, Cluster, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fault_crash import bound
 
+import faultcheck
 from jobs import gang_job, gpu_gang
 from phalanx.api import keys
 from phalanx.localcluster import demo, operatorproc
+from test_fault_crash import bound
 
 ROOT = Path(__file__).parents[2]
 RUNS = int(os.environ.get("PHALANX_FAULT_RUNS", "0"))
-EXAMPLES = 40 if RUNS > 0 else 12
-FUZZ = settings(
-    max_examples=EXAMPLES, deadline=None, derandomize=RUNS <= 0, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+EXAMPLES = 60 if RUNS > 0 else 8
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=RUNS <= 0, suppress_health_check=[HealthCheck.function_scoped_fixture])
 ACCEPTED: dict[str, list[dict[str, Any]]] = {"jobs": [], "podgroups": [], "workloads": []}
 
 # Values chosen to sit on and around every rule, and arbitrary ones besides.
@@ -53,7 +51,12 @@ gang_policy = st.one_of(
 modes = st.one_of(st.just({"single": {}}), st.just({"all": {}}), st.just({"single": {}, "all": {}}), st.just({"sometimes": {}}), texts)
 topology = st.lists(st.fixed_dictionaries({"key": texts}), max_size=2)
 job_scheduling = st.fixed_dictionaries(
-    {}, optional={"schedulingPolicy": gang_policy, "disruptionMode": modes, "schedulingConstraints": st.fixed_dictionaries({"topology": topology})}
+    {},
+    optional={
+        "schedulingPolicy": gang_policy,
+        "disruptionMode": modes,
+        "schedulingConstraints": st.fixed_dictionaries({"topology": topology}),
+    },
 ).filter(bool)
 pod_group_spec = st.fixed_dictionaries(
     {"schedulingPolicy": gang_policy},
