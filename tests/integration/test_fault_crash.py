@@ -30,6 +30,7 @@ LOW, URGENT = "fault-low", "fault-urgent"
 SCENARIO = {
     "reserve.after-record": "release",
     "reserve.mid-claims": "release",
+    "reserve.after-claims": "release",
     "reserve.after-pins": "release",
     "reserve.mid-gates": "release",
     "reserve.after-gates": "release",
@@ -38,6 +39,7 @@ SCENARIO = {
     "evicted.PreemptedByGang": "preempt",
     "evicted.GangDisrupted": "disrupt",
     "teardown.after-evictions": "disrupt",
+    "member.after-claims": "late",
 }
 CONCURRENT = ("reserve.mid-claims", "reserve.mid-gates", "evicted.PreemptedByGang", "evicted.GangDisrupted")
 SHORT = ["reserve.mid-claims"]
@@ -113,7 +115,12 @@ def apply(cluster: Cluster, namespace: str, job: dict) -> None:
 
 
 def drive(cluster: Cluster, namespace: str, scenario: str) -> dict[str, int]:
-    """Start what reaches the armed point; returns how many members of each Job must be bound once settled."""
+    """Start what reaches the armed point; returns how many members of each Job must be bound once settled.
+
+    release: a gang of 4 on 6 free GPUs. preempt: a low-priority gang of 4 runs, an urgent one of 4 arrives.
+    disrupt: a member of a running gang in disruptionMode all is deleted. late: the same in disruptionMode single,
+    so the Job's replacement is released alone, as a late member.
+    """
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     if scenario == "release":
         apply(cluster, namespace, gpu_gang("gang", 4, mode="all"))
@@ -123,7 +130,7 @@ def drive(cluster: Cluster, namespace: str, scenario: str) -> dict[str, int]:
         wait_for(lambda: bound(faultcheck.take(cluster.kubectl, namespace), "low") == 4, "the low-priority gang running", timeout=120)
         apply(cluster, namespace, gpu_gang("urgent", 4, mode="all", priority_class=URGENT))
         return {"urgent": 4, "low": 0}
-    apply(cluster, namespace, gpu_gang("gang", 4, mode="all"))
+    apply(cluster, namespace, gpu_gang("gang", 4, mode="single" if scenario == "late" else "all"))
     snapshot = wait_for(
         lambda: (s := faultcheck.take(cluster.kubectl, namespace)) and bound(s, "gang") == 4 and s, "the gang running", timeout=120
     )

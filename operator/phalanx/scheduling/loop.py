@@ -517,6 +517,7 @@ class SchedulingLoop:
         for conflict in repair.double_allocations(self.view.claims.items(), shareable):
             device = "/".join(conflict.device)
             await self.holes.cover([conflict.device], f"held by {_name(conflict.keep)} and {len(conflict.later)} later claim(s)")
+            crash_point("repair.after-cover")
             kept = reserved.get(repair.key(conflict.keep))
             kept_by = f"gang {_name(kept)}" if kept else f"claim {_ns(conflict.keep)}/{_name(conflict.keep)}"
             for later in conflict.later:

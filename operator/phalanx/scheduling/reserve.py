@@ -144,6 +144,7 @@ class Releaser:
             users = self.claim_users(namespace, reservation)
             await _all(self._reserve_claim(namespace, c, users.get(c.name, [])) for c in reservation.claims)
             await self._await_observed(namespace, reservation)
+            crash_point("reserve.after-claims" if record else "member.after-claims")
             if self.settle:
                 await asyncio.sleep(self.settle)  # kube-scheduler's in-flight allocations reach the API server
             await self._verify(namespace, reservation)
