@@ -157,3 +157,13 @@ def test_the_operator_survives_what_was_accepted_and_still_releases_a_gang(
     assert fuzzed_operator.process.poll() is None, "the operator is alive"
     crashes = re.findall(r"Traceback \(most recent call last\)", fuzzed_operator.logs())
     assert not crashes, f"{len(crashes)} unhandled errors in the operator's log:\n{fuzzed_operator.logs()[-6000:]}"
+
+
+@pytest.mark.parametrize("mode", [{"single": {}, "all": {}}, {}])
+def test_a_pod_group_with_both_or_no_disruption_modes_is_refused(cluster: Cluster, module_namespace: str, mode: dict) -> None:
+    """Found by the fuzzing: the type's exactly-one-of rule was lost under the field's immutability rule."""
+    spec = {"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": mode}
+    message = submit(
+        cluster, module_namespace, {"apiVersion": keys.API_VERSION, "kind": "PodGroup", "metadata": {"name": "m"}, "spec": spec}
+    )
+    assert message is not None and "spec.disruptionMode" in message and "exactly one of: `single`, `all`" in message, message
