@@ -200,13 +200,19 @@ class LocalCluster:
         revision = int(_etcd(etcd, "range", {"key": base64.b64encode(b"/registry").decode()})["header"]["revision"])
         if compact:
             _etcd(etcd, "compaction", {"revision": revision, "physical": True})
-        with (self.cluster_dir / "logs" / "kube-apiserver.log").open("ab") as log:
-            server = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log = self.cluster_dir / "logs" / "kube-apiserver.log"
+        start = log.stat().st_size if log.exists() else 0
+        with log.open("ab") as out:
+            server = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         pid_file.write_text(str(server.pid))
-        while self.kubectl("get", "--raw", "/readyz", check=False).returncode != 0:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"kube-apiserver not ready {timeout}s after its restart")
+        while (ready := self.kubectl("get", "--raw", "/readyz", check=False)).returncode != 0:
+            if time.monotonic() > deadline or server.poll() is not None:
+                tail = log.read_bytes()[start:][-3000:].decode(errors="replace")
+                raise TimeoutError(f"kube-apiserver not ready after its restart (exit {server.poll()}): {ready.stderr}\n{tail}")
             time.sleep(0.3)
+        gone = [c for c in ("kube-controller-manager", "kube-scheduler") if not _alive(self.cluster_dir / "pids" / f"{c}.pid")]
+        if gone:
+            raise RuntimeError(f"{', '.join(gone)} exited while kube-apiserver was down")
         return revision
 
     def stop_driver(self) -> None:
@@ -314,6 +320,11 @@ async def _wait_nodes_ready(core: client.CoreV1Api, count: int, timeout: float =
         if time.monotonic() > deadline:
             raise TimeoutError(f"{len(ready)} of {count} nodes Ready after {timeout}s")
         await asyncio.sleep(0.5)
+
+
+def _alive(pid_file: Path) -> bool:
+    status = Path(f"/proc/{pid_file.read_text().strip()}/status")
+    return status.exists() and "zombie" not in status.read_text().lower()
 
 
 def _etcd(endpoint: str, call: str, body: dict[str, object]) -> dict[str, Any]:
