@@ -98,6 +98,7 @@ def submit(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> str | None:
 
 
 def names_a_written_field(message: str, paths: list[str]) -> bool:
+    """`paths` holds the fields the input wrote, and the refusal of a required one it left out."""
     return any(path in message for path in paths)
 
 
@@ -115,7 +116,8 @@ def test_fuzzed_gang_annotations_are_refused_naming_the_annotation(
     cluster: Cluster, fuzzed_operator: Any, module_namespace: str, written: dict[str, str], parallelism: int
 ) -> None:
     job = gang_job("fuzz", annotations=written, parallelism=parallelism)
-    judge(cluster, module_namespace, job, [f"metadata.annotations[{k}]" for k in written], "jobs")
+    missing = [] if keys.POLICY in written else [f"metadata.annotations[{keys.POLICY}]: Invalid value: null: required"]
+    judge(cluster, module_namespace, job, [f"metadata.annotations[{k}]" for k in written] + missing, "jobs")
 
 
 @FUZZ
