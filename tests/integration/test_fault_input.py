@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import WORKLOADS, Cluster, wait_for
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import faultcheck
@@ -112,6 +112,7 @@ def judge(cluster: Cluster, namespace: str, obj: dict[str, Any], paths: list[str
 
 @FUZZ
 @given(written=annotations, parallelism=st.integers(1, 6))
+@example(written={keys.MIN_COUNT: "2", keys.DISRUPTION_MODE: "all"}, parallelism=3)  # one accepted input, at least
 def test_fuzzed_gang_annotations_are_refused_naming_the_annotation(
     cluster: Cluster, fuzzed_operator: Any, module_namespace: str, written: dict[str, str], parallelism: int
 ) -> None:
@@ -131,6 +132,7 @@ def test_fuzzed_spec_scheduling_is_refused_naming_its_path(
 
 @FUZZ
 @given(spec=pod_group_spec)
+@example(spec={"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"single": {}}})
 def test_fuzzed_pod_groups_are_refused_naming_the_field(cluster: Cluster, fuzzed_operator: Any, module_namespace: str, spec: dict) -> None:
     obj = {"apiVersion": keys.API_VERSION, "kind": "PodGroup", "metadata": {"name": "fuzz"}, "spec": spec}
     missing = [f"spec.{k}: Required value" for k in ("schedulingPolicy", "disruptionMode") if k not in spec]
