@@ -1,13 +1,16 @@
 """The operator's view of the cluster: list-then-watch caches that never keep a phantom.
 
 Each `Informer` lists, then watches from the list's resourceVersion. When the
-watch ends, errors or expires (410 Gone), it lists again and REPLACES its
-store, so an object deleted while no watch was open cannot linger, and one
-created meanwhile cannot be missed. Objects are kept as the API server's JSON
-(dicts), trimmed to what the operator reads (`trim`): managedFields and
-last-applied annotations go from every object, a pod keeps only what
-scheduling reads. Lists are read in pages, so neither the answer nor the
-store ever holds a whole collection of untrimmed objects.
+watch ends or breaks (its timeout, a lost connection, an API server restart),
+it watches again from the last resourceVersion it saw, so no change in
+between is missed. When that version has expired (410 Gone: etcd compacted
+it), it lists again and REPLACES its store, so an object deleted while no
+watch was open cannot linger, and one created meanwhile cannot be missed.
+Objects are kept as the API server's JSON (dicts), trimmed to what the
+operator reads (`trim`): managedFields and last-applied annotations go from
+every object, a pod keeps only what scheduling reads. Lists are read in
+pages, so neither the answer nor the store ever holds a whole collection of
+untrimmed objects.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from phalanx.api.keys import GROUP, VERSION
 from phalanx.kube import trim
 from phalanx.kube.client import ApiError, Kube
+from phalanx.scheduling import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +65,8 @@ class Informer:
         self.relists = 0
         self.revision = 0
         """Counts changes to the store: what is built from it need not be rebuilt while it stays."""
+        self.version: str | None = None
+        """The last resourceVersion seen (list or event): a watch that breaks resumes from it."""
         self._tick = asyncio.Event()
 
     def _changed(self) -> None:
@@ -87,22 +93,29 @@ class Informer:
         backoff = 0.5
         while True:
             try:
-                version = await self._relist()
+                if self.version is None:
+                    self.version = await self._relist()
+                await self._watch()
                 backoff = 0.5
-                await self._watch(version)
             except asyncio.CancelledError:
                 raise
             except (ApiException, ApiError) as exc:
                 if exc.status == 404 and self.optional:
                     self.store = {}
+                    self.version = None
                     self.synced.set()
                     await asyncio.sleep(60)
-                elif exc.status != 410:
-                    logger.warning("%s: watch failed (%s), listing again", self.name, exc.status)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 30)
-            except Exception:  # a broken connection or a decode error: list again, never give up
-                logger.exception("%s: watch broke, listing again", self.name)
+                    continue
+                if exc.status == 410:
+                    logger.info("%s: watch expired (410 Gone at resourceVersion %s), listing again", self.name, self.version)
+                    metrics.RELISTS.labels(resource=self.name, reason="expired").inc()
+                    self.version = None
+                    continue
+                logger.warning("%s: watch failed (%s), watching again from %s", self.name, exc.status, self.version)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30)
+            except Exception:  # a broken connection or a decode error: watch again, never give up
+                logger.exception("%s: watch broke, watching again from %s", self.name, self.version)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30)
 
@@ -119,17 +132,21 @@ class Informer:
         self._changed()
         return version
 
-    async def _watch(self, version: str) -> None:
+    async def _watch(self) -> None:
+        """Apply events from `self.version` until the stream ends, advancing it, so a break resumes where it left off."""
         async with watch.Watch(return_type="object") as stream:
-            async for event in stream.stream(self._watch_fn, resource_version=version, timeout_seconds=300, allow_watch_bookmarks=True):
+            events = stream.stream(self._watch_fn, resource_version=self.version, timeout_seconds=300, allow_watch_bookmarks=True)
+            async for event in events:
                 kind, obj = _event(event)
-                if kind == "BOOKMARK" or obj is None:
+                if obj is None:
                     continue
-                if kind == "DELETED":
-                    self.store.pop(key_of(obj), None)
-                else:
-                    self.store[key_of(obj)] = self._keep(obj)
-                self._changed()
+                if kind != "BOOKMARK":
+                    if kind == "DELETED":
+                        self.store.pop(key_of(obj), None)
+                    else:
+                        self.store[key_of(obj)] = self._keep(obj)
+                    self._changed()
+                self.version = obj["metadata"].get("resourceVersion") or self.version
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.store.get((namespace, name))

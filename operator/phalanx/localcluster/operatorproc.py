@@ -102,6 +102,7 @@ def start(
     repo: Path,
     *,
     extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
     timeout: float = 60,
     webhook_port: int | None = None,
     advertise_port: int | None = None,
@@ -109,7 +110,8 @@ def start(
     token_duration: str = "24h",
 ) -> OperatorProcess:
     """One replica; it logs to `log` (a fresh temporary file by default). Alone, it is started once it admits a
-    gang Job; behind a balancer on `advertise_port` (several replicas), once its readiness endpoint says it serves."""
+    gang Job; behind a balancer on `advertise_port` (several replicas), once its readiness endpoint says it serves. `env` adds to its environment (the fault
+    suite arms a crash point with it)."""
     install(cluster, repo)
     kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, "phalanx", duration=token_duration)
     if log is None:
@@ -140,7 +142,11 @@ def start(
     ]
     with log.open("wb") as out:
         process = subprocess.Popen(
-            args, env=dict(os.environ, KUBECONFIG=str(kubeconfig)), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            args,
+            env={**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     handle = OperatorProcess(process, log, metrics_port, readiness_port, webhook_port, scrape.port_file(cluster.cluster_dir))
     try:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from phalanx.api import keys, schema
+from phalanx.crashpoints import crash_point
 from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
@@ -534,11 +535,13 @@ class SchedulingLoop:
         pinned = self._pins()
         released = [p for p in pods if not inputs.gated(p) or p["metadata"]["uid"] in pinned]
         standing = await teardown.evict_all(self.kube, released, reason=reason, message=message)
+        crash_point("teardown.after-evictions")
         if reservation is not None:
             ran = {_name(p) for p in pods if p["spec"].get("nodeName")}
             users = self.releaser.claim_users(_ns(pod_group), reservation)
             never_ran = [c for c in reservation.claims if not any(u["name"] in ran for u in users.get(c.name, []))]
             await self.releaser.deallocate_claims(_ns(pod_group), never_ran)
+            crash_point("teardown.after-deallocate")
         if standing:
             await self._set(pod_group, False, "TearingDown", f"{why}; waiting for the eviction of {', '.join(standing)}")
             return False
@@ -563,6 +566,7 @@ class SchedulingLoop:
         for conflict in repair.double_allocations(self.view.claims.items(), shareable):
             device = "/".join(conflict.device)
             await self.holes.cover([conflict.device], f"held by {_name(conflict.keep)} and {len(conflict.later)} later claim(s)")
+            crash_point("repair.after-cover")
             kept = reserved.get(repair.key(conflict.keep))
             kept_by = f"gang {_name(kept)}" if kept else f"claim {_ns(conflict.keep)}/{_name(conflict.keep)}"
             for later in conflict.later:

@@ -38,6 +38,7 @@ from decimal import Decimal
 from typing import Any
 
 from phalanx.api import keys, schema
+from phalanx.crashpoints import crash_point
 from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, claim_path, custom_path, pod_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits
@@ -195,6 +196,7 @@ class Releaser:
         """Record, reserve, verify, pin, lift. Raises ReleaseAborted (after a rollback) or GatesRefused."""
         reservation = reservation_of(fits)
         await self.record(pod_group, reservation)
+        crash_point("reserve.after-record")
         return await self.complete(pod_group, reservation)
 
     async def release_member(self, pod_group: Mapping[str, Any], fits: Fits) -> schema.Reservation:
@@ -219,6 +221,7 @@ class Releaser:
                 await asyncio.sleep(self.settle)  # kube-scheduler's in-flight allocations reach the API server
             await self._verify(namespace, reservation)
             steps.done("settle+verify")
+            crash_point("reserve.after-claims" if record else "member.after-claims")
         except ReleaseAborted as exc:
             await self.holes.cover(exc.shared, str(exc))
             await self.rollback(pod_group, reservation, str(exc), record=record)
@@ -233,6 +236,7 @@ class Releaser:
             why = "; ".join(f"{name}: {exc}" for name, exc in refused)
             await self.rollback(pod_group, reservation, f"every gate lift was refused: {why}", record=record)
             raise ReleaseAborted(f"the gate lift was refused ({why})")
+        crash_point("reserve.after-gates")
         released = reservation.model_copy(update={"state": "Released", "released_at": conditions.now()})
         if record:
             await self.record(pod_group, released)
@@ -370,6 +374,7 @@ class Releaser:
                     "status": {"allocation": {**allocation(claim), "allocationTimestamp": conditions.now()}, "reservedFor": users},
                 },
             )
+            crash_point("reserve.mid-claims")
         except NotFound:
             raise ReleaseAborted(f"claim {claim.name} is gone") from None
 
@@ -430,6 +435,7 @@ class Releaser:
                 logger.warning("release of %s/%s refused: %s", meta["namespace"], meta["name"], exc)
                 return meta["name"], exc
             self.pinned[meta["uid"]] = node
+            crash_point("reserve.mid-gates")
             return None
 
         results = await asyncio.gather(*(release(p, n) for p, n in zip(pods, nodes, strict=True)))
