@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from phalanx import explain, scrape
 from phalanx.api import crdgen
@@ -108,7 +109,50 @@ def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
         "server serves and deleted on a clean shutdown; default 127.0.0.1)",
     )
     endpoint.add_argument("--webhook-service", help="reach the webhooks through this Service in --namespace (in cluster)")
-    run.add_argument("--tls-dir", type=Path, help="tls.crt, tls.key and ca.crt to serve with; generated when absent")
+    run.add_argument(
+        "--webhook-advertise-port",
+        type=int,
+        help="with --webhook-host: the port the API server connects to, when a balancer in front of several replicas "
+        "listens on another one than --webhook-port (default: --webhook-port)",
+    )
+    run.add_argument(
+        "--tls-dir",
+        type=Path,
+        help="tls.crt, tls.key and ca.crt to serve with, re-read when they change; without it every replica serves "
+        "the CA and certificate kept in --tls-secret",
+    )
+    run.add_argument(
+        "--tls-secret",
+        default="phalanx-webhook-tls",
+        help="Secret in --namespace holding the webhook CA and serving certificate: created by the first replica, "
+        "renewed before expiry (default phalanx-webhook-tls)",
+    )
+    run.add_argument(
+        "--readiness",
+        default="http://0.0.0.0:8081/readyz",
+        help="readiness endpoint: 200 once the webhook server serves TLS and the informers have synced ('' turns it off)",
+    )
+    run.add_argument("--leader-lease", default="phalanx-leader", help="Lease in --namespace the replicas elect their leader on")
+    run.add_argument(
+        "--leader-identity",
+        default=os.environ.get("POD_NAME", ""),
+        help="this replica's name in the Lease; unique per replica (default $POD_NAME, else hostname and a random suffix)",
+    )
+    run.add_argument(
+        "--leader-lease-duration",
+        type=float,
+        default=10.0,
+        help="seconds a standby waits after the leader's last renewal before it takes over (default 10)",
+    )
+    run.add_argument(
+        "--leader-renew-deadline",
+        type=float,
+        default=7.0,
+        help="seconds the leader keeps acting without a successful renewal; below the lease duration (default 7)",
+    )
+    run.add_argument(
+        "--leader-retry-period", type=float, default=1.0, help="seconds between renewals and between a standby's attempts (default 1)"
+    )
     run.add_argument("--metrics-port", type=int, default=8000, help="Prometheus metrics port (0: off; default 8000)")
     run.add_argument(
         "--race-settle", type=float, default=0.2, help="seconds to wait after reserving before the fresh-read check (default 0.2)"
@@ -168,6 +212,12 @@ def _run(args: argparse.Namespace) -> int:
                 webhook_listen=args.webhook_listen,
                 webhook_port=args.webhook_port,
                 webhook_url_host=args.webhook_host,
+                webhook_url_port=args.webhook_advertise_port,
+                tls_secret=args.tls_secret,
+                readiness=args.readiness or None,
+                lease_name=args.leader_lease,
+                identity=args.leader_identity,
+                lease_timing=_lease_timing(args),
                 webhook_service=args.webhook_service,
                 tls_dir=args.tls_dir,
                 liveness=args.liveness,
@@ -180,6 +230,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"phalanx run: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _lease_timing(args: argparse.Namespace) -> Any:
+    from phalanx.kube.lease import Timing
+
+    try:
+        return Timing(args.leader_lease_duration, args.leader_renew_deadline, args.leader_retry_period)
+    except ValueError as exc:
+        raise SystemExit(f"phalanx run: {exc}") from None
 
 
 def _crds(args: argparse.Namespace) -> int:

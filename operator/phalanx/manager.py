@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,17 @@ from kubernetes_asyncio import client
 from phalanx import preflight
 from phalanx.api.intent import Mode
 from phalanx.jobs import controller, webhook_config, webhooks
-from phalanx.kube import tls
+from phalanx.kube import lease, servingcert
 from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
+from phalanx.kube.webhookserver import WebhookServer
+from phalanx.readiness import Readiness
 from phalanx.scheduling.loop import SchedulingLoop
 
 __all__ = ["controller", "webhooks"]  # imported for their Kopf handlers, registered on import
 logger = logging.getLogger(__name__)
+
+NEVER = 10.0**9
 
 
 @dataclass(frozen=True)
@@ -34,17 +39,24 @@ class OperatorConfig:
     webhook_port: int = 9443
     liveness: str = "http://0.0.0.0:8080/healthz"
     webhook_url_host: str | None = None
+    webhook_url_port: int | None = None
     webhook_service: str | None = None
     tls_dir: Path | None = None
     job_scheduling_dropped: bool | None = None
     race_settle: float = 0.2
     bind_deadline: float = 60.0
     metrics_port: int | None = 8000
+    readiness: str | None = "http://0.0.0.0:8081/readyz"
+    tls_secret: str = "phalanx-webhook-tls"
+    lease_name: str = "phalanx-leader"
+    lease_timing: lease.Timing = field(default_factory=lease.Timing)
+    identity: str = ""
 
     def endpoint(self) -> webhook_config.Endpoint:
         if self.webhook_service:
             return webhook_config.Endpoint(service_namespace=self.namespace, service_name=self.webhook_service)
-        return webhook_config.Endpoint(url=f"https://{self.webhook_url_host or '127.0.0.1'}:{self.webhook_port}")
+        port = self.webhook_url_port or self.webhook_port
+        return webhook_config.Endpoint(url=f"https://{self.webhook_url_host or '127.0.0.1'}:{port}")
 
     def cert_hosts(self) -> list[str]:
         if self.webhook_service:
@@ -63,50 +75,76 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     memo.kube = Kube(api)
     dropped = await _job_scheduling_dropped(api)
     memo.config = cfg = OperatorConfig(**{**cfg.__dict__, "job_scheduling_dropped": dropped})
-    cert = tls.load(cfg.tls_dir) if cfg.tls_dir else tls.generate(Path(tempfile.mkdtemp(prefix="phalanx-tls-")), cfg.cert_hosts())
-    bodies = webhook_config.configurations(cfg.endpoint(), cert.ca_pem, cfg.namespace)
-    on_serving = None
-    if cfg.webhook_service:
-        await webhook_config.publish(memo.kube, cfg.endpoint(), cert.ca_pem, cfg.namespace)
-    else:
-        memo.webhooks = webhook_config.SelfManaged(memo.kube, bodies)
-        on_serving = memo.webhooks.publish
-    settings.admission.server = _PublishingServer(
-        on_serving=on_serving, addr=cfg.webhook_listen, port=cfg.webhook_port, certfile=str(cert.cert_file), pkeyfile=str(cert.key_file)
+    memo.webhooks = None if cfg.webhook_service else webhook_config.SelfManaged(memo.kube)
+
+    async def publish(ca_bundle: bytes) -> None:
+        """A new CA bundle reaches the webhook configurations before a certificate it signs is served."""
+        if memo.webhooks is None:
+            await webhook_config.publish(memo.kube, cfg.endpoint(), ca_bundle, cfg.namespace)
+        else:
+            await memo.webhooks.update(webhook_config.configurations(cfg.endpoint(), ca_bundle, cfg.namespace))
+
+    source: servingcert.Source = (
+        servingcert.DirectorySource(cfg.tls_dir)
+        if cfg.tls_dir
+        else servingcert.SecretSource(
+            memo.kube, cfg.namespace, cfg.tls_secret, cfg.cert_hosts(), Path(tempfile.mkdtemp(prefix="phalanx-tls-")), publish
+        )
+    )
+    memo.certs = servingcert.Keeper(source, publish)
+    cert = await memo.certs.load()
+    memo.cert_task = asyncio.create_task(memo.certs.run(), name="webhook-certificate")
+    settings.admission.server = WebhookServer(
+        on_serving=memo.webhooks.publish if memo.webhooks is not None else None,
+        addr=cfg.webhook_listen,
+        port=cfg.webhook_port,
+        context=memo.certs.context,
+        certfile=str(cert.cert_file),
+        pkeyfile=str(cert.key_file),
+        file_check_interval=NEVER,  # the Keeper reloads the live context in place; Kopf would close the port to restart
     )
     if cfg.metrics_port:
         prometheus_client.start_http_server(cfg.metrics_port)
     memo.view = ClusterView(memo.kube)
     await memo.view.start()
-    memo.loop = SchedulingLoop(memo.kube, memo.view, settle=cfg.race_settle, bind_deadline=cfg.bind_deadline)
-    memo.loop_task = asyncio.create_task(memo.loop.run(), name="scheduling-loop")
+    identity = cfg.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    memo.elector = lease.Elector(memo.kube, cfg.namespace, cfg.lease_name, identity, cfg.lease_timing)
+    memo.loop_task = asyncio.create_task(memo.elector.run(lambda: _lead(memo, logger)), name="leader-election")
+    if cfg.readiness:
+        memo.readiness = Readiness(cfg.readiness, (cfg.webhook_listen, cfg.webhook_port), memo.view.synced)
+        await memo.readiness.start()
     logger.info(
         f"webhooks at {cfg.endpoint().url or cfg.webhook_service}; spec.scheduling "
         f"{'is dropped by this API server' if dropped else 'may be kept by this API server'}"
     )
 
 
-class _PublishingServer(kopf.WebhookServer):
-    """Kopf's webhook server that calls `on_serving` each time it starts listening, before anything is routed to it."""
+async def _lead(memo: kopf.Memo, logger: Any) -> None:
+    """What only the leader does, until the Lease may be lost: the scheduling loop (a release the last leader left
+    half-done is resumed on its first cycle) and, beside it, one resync of every gang Job."""
+    cfg: OperatorConfig = memo.config
+    loop = SchedulingLoop(memo.kube, memo.view, settle=cfg.race_settle, bind_deadline=cfg.bind_deadline)
+    loop.leading = lambda: memo.elector.leading
 
-    def __init__(self, *, on_serving: Callable[[], Awaitable[None]] | None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._on_serving = on_serving
+    async def resync() -> None:
+        logger.info(f"leading: {await controller.resync(memo.kube, logger)} gang Job(s) reconciled")
 
-    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        async for client_config in super().__call__(fn):
-            if self._on_serving is not None:
-                await self._on_serving()
-                logger.info("webhook server listening; webhook configurations %s written", webhook_config.CONFIGURATION_NAME)
-            yield client_config
+    await asyncio.gather(loop.run(), resync())
 
 
 @kopf.on.cleanup()
 async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
-    task = getattr(memo, "loop_task", None)
-    if task is not None:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    for name in ("loop_task", "cert_task"):
+        task = getattr(memo, name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    elector = getattr(memo, "elector", None)
+    if elector is not None:
+        await elector.release()
+    readiness = getattr(memo, "readiness", None)
+    if readiness is not None:
+        await readiness.stop()
     view = getattr(memo, "view", None)
     if view is not None:
         await view.stop()

@@ -170,7 +170,8 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
         "  first-3-xxxxx  Running  worker-2  worker-2/gpu-1",
         "Conditions:",
         "  TYPE  STATUS  REASON  MESSAGE",
-        "  PodsGated  True  Gated  pods are held by scheduling.phalanx.dev/gang until the group can be placed",
+        "  PodsGated  False  GatesLifted  the whole group was placed and scheduling.phalanx.dev/gang lifted from its members; "
+        "later members are released as they fit",
         "  PodGroupInitiallyScheduled  True  Scheduled  4 of 4 members bound to 2 node(s)",
         "Events:",
         "  AGE  TYPE  REASON  OBJECT  MESSAGE",
@@ -234,7 +235,8 @@ def test_disrupted_gang(cluster: Cluster, operator: Operator, namespace: str, co
         "  research-3-xxxxx  Running  worker-2  worker-2/gpu-1",
         "Conditions:",
         "  TYPE  STATUS  REASON  MESSAGE",
-        "  PodsGated  True  Gated  pods are held by scheduling.phalanx.dev/gang until the group can be placed",
+        "  PodsGated  False  GatesLifted  the whole group was placed and scheduling.phalanx.dev/gang lifted from its members; "
+        "later members are released as they fit",
         "  PodGroupInitiallyScheduled  True  Scheduled  4 of 4 members bound to 2 node(s)",
         f"  DisruptionTarget  True  BelowMinCount  {below}",
         "Events:",

@@ -217,4 +217,4 @@ def test_a_resumed_gang_is_released_as_a_gang_again(cluster: Cluster, operator: 
     placed = {p["uid"] for p in pod_group["status"]["reservation"]["placements"]}
     assert len(placed) == 2 and not placed & first, "the new incarnation's record holds the new pods only"
     released = [e for e in _events(cluster, namespace, "Released") if e["involvedObject"]["kind"] == "PodGroup"]
-    assert len(released) == 2 and all("released 2 members" in e["message"] for e in released), "both times as a whole gang"
+    assert len(released) == 2 and all("all 2 members placed on" in e["message"] for e in released), "both times as a whole gang"

@@ -38,6 +38,9 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
 }
 
 
+RULES = "x-kubernetes-validations"
+
+
 def openapi_schema(model: type[schema.Model]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="serialization")
     defs = raw.pop("$defs", {})
@@ -48,16 +51,23 @@ def openapi_schema(model: type[schema.Model]) -> dict[str, Any]:
     return out
 
 
+def _merged(schema_: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """A field's own keywords over its type's, except validation rules: the field's (immutable) add to the type's
+    (exactly one of), or the type's would be lost."""
+    rules = [*schema_.get(RULES, []), *extra.get(RULES, [])]
+    return {**schema_, **extra, **({RULES: rules} if rules else {})}
+
+
 def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if "$ref" in node:
         extra = {k: v for k, v in node.items() if k != "$ref"}
-        node = {**defs[node["$ref"].rsplit("/", 1)[-1]], **extra}
+        node = _merged(defs[node["$ref"].rsplit("/", 1)[-1]], extra)
     if "anyOf" in node:
         members = [m for m in node["anyOf"] if m.get("type") != "null"]
         if len(members) != 1:
             raise ValueError(f"only Optional[X] unions map to a structural schema, got {node['anyOf']}")
         extra = {k: v for k, v in node.items() if k != "anyOf"}
-        node = {**_structural(members[0], defs), **extra}
+        node = _merged(_structural(members[0], defs), extra)
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROP:

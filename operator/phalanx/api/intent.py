@@ -286,12 +286,8 @@ def validate_update(old: GangIntent | None, new: GangIntent | None, paths: dict[
 def contradictions(annotated: GangIntent, spec: GangIntent) -> list[FieldError]:
     """Both spellings given: each field set in both must agree."""
     errors = []
-    for attr, key, path in (
-        ("policy", POLICY, "spec.scheduling.schedulingPolicy"),
-        ("min_count", MIN_COUNT, "spec.scheduling.schedulingPolicy.gang.minCount"),
-        ("disruption_mode", DISRUPTION_MODE, "spec.scheduling.disruptionMode"),
-        ("topology_key", TOPOLOGY_KEY, "spec.scheduling.schedulingConstraints.topology[0].key"),
-    ):
+    for attr, key in (("policy", POLICY), ("min_count", MIN_COUNT), ("disruption_mode", DISRUPTION_MODE), ("topology_key", TOPOLOGY_KEY)):
+        path = SPEC_PATHS[attr]
         a, s = getattr(annotated, attr), getattr(spec, attr)
         if a is not None and s is not None and a != s:
             errors.append(FieldError(annotation_path(key), a, f"contradicts {path} ({json.dumps(s)})", "set the value in one place only"))

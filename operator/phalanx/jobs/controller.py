@@ -14,7 +14,7 @@ import kopf
 from phalanx.api import keys
 from phalanx.api.intent import GangSpecError
 from phalanx.jobs import objects
-from phalanx.kube.client import Kube, custom_path
+from phalanx.kube.client import ApiError, Kube, custom_path
 from phalanx.scheduling import conditions
 
 NOT_GATED_MESSAGE = (
@@ -30,6 +30,8 @@ def _is_gang_job(annotations: Any, **_: Any) -> bool:
 
 @kopf.on.event("batch", "v1", "jobs", when=_is_gang_job)
 async def job_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    if not memo.elector.leading:
+        return  # a standby: the leader reconciles, and resyncs every Job when this replica takes over
     if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
         return  # ownerReferences hand the Workload and PodGroup to the garbage collector
     job = dict(body)
@@ -40,6 +42,23 @@ async def job_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, *
         return
     if source is not None:
         await reconcile(memo.kube, job, source, logger)
+
+
+async def resync(kube: Kube, logger: Any) -> int:
+    """Reconcile every gang Job once, as a new leader: events that arrived while this replica stood by were dropped."""
+    done = 0
+    async for page in kube.pages("/apis/batch/v1/jobs"):
+        for job in page.get("items") or []:
+            if not _is_gang_job(job["metadata"].get("annotations")) or job["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                source = objects.from_job(job)
+                if source is not None:
+                    await reconcile(kube, job, source, logger)
+                    done += 1
+            except (GangSpecError, ApiError) as exc:
+                logger.warning(f"resync of Job {job['metadata']['namespace']}/{job['metadata']['name']}: {exc}")
+    return done
 
 
 async def reconcile(kube: Kube, job: dict[str, Any], source: objects.GangSource, logger: Any) -> None:

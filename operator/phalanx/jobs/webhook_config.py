@@ -169,10 +169,16 @@ class SelfManaged:
     In-cluster mode (a Service) keeps `Fail` semantics and never withdraws.
     """
 
-    def __init__(self, kube: Kube, bodies: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self.bodies = bodies
+        self.bodies: dict[str, dict[str, Any]] = {}
         self.published = False
+
+    async def update(self, bodies: dict[str, dict[str, Any]]) -> None:
+        """New configurations (a new CA bundle): written at once if already published, else once serving."""
+        self.bodies = bodies
+        if self.published:
+            await self.publish()
 
     async def publish(self) -> None:
         for kind, body in self.bodies.items():

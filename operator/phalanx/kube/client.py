@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -30,6 +31,8 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 JSON_PATCH = "application/json-patch+json"
+PAGE = 500
+"""Objects per list page: the page size client-go's reflector uses."""
 
 
 class ApiError(Exception):
@@ -131,6 +134,10 @@ class Kube:
     async def create(self, path: str, body: JSON) -> JSON:
         return await self.request("POST", path, body)
 
+    async def replace(self, path: str, body: JSON) -> JSON:
+        """PUT: conditional on the body's `metadata.resourceVersion` (a lost race is a `Conflict`)."""
+        return await self.request("PUT", path, body)
+
     async def merge_patch(self, path: str, patch: JSON) -> JSON:
         """Include `metadata.resourceVersion` in the patch to make it conditional (a lost race is a `Conflict`).
 
@@ -169,9 +176,25 @@ class Kube:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name, "namespace": namespace}, "status": status}
         return await self.apply(custom_path(kind.lower() + "s", namespace, name, status=True), body, manager)
 
+    async def pages(self, path: str, *, limit: int = PAGE) -> AsyncIterator[JSON]:
+        """A list read in pages of `limit` (one consistent snapshot): never the whole collection in one answer.
+
+        Each page is yielded as the API server sent it; the last one carries the list's resourceVersion.
+        """
+        token = None
+        while True:
+            page = await self.request("GET", path, query={"limit": limit, **({"continue": token} if token else {})})
+            yield page
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    async def list_all(self, path: str) -> list[JSON]:
+        return [item async for page in self.pages(path) for item in page.get("items") or []]
+
     async def list_claims(self) -> list[JSON]:
         """Every claim in the cluster, read afresh: a race check must not trust any cache."""
-        return (await self.request("GET", "/apis/resource.k8s.io/v1/resourceclaims"))["items"]
+        return await self.list_all("/apis/resource.k8s.io/v1/resourceclaims")
 
     async def evict(self, namespace: str, name: str, uid: str) -> JSON:
         """The Eviction API: PodDisruptionBudgets are honoured (a refusal is `Throttled`), and the pod gets a DisruptionTarget condition."""

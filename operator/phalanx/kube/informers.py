@@ -1,10 +1,16 @@
 """The operator's view of the cluster: list-then-watch caches that never keep a phantom.
 
 Each `Informer` lists, then watches from the list's resourceVersion. When the
-watch ends, errors or expires (410 Gone), it lists again and REPLACES its
-store, so an object deleted while no watch was open cannot linger, and one
-created meanwhile cannot be missed. Objects are kept as the API server's JSON
-(dicts): the planner's snapshot is built from them per cycle.
+watch ends or breaks (its timeout, a lost connection, an API server restart),
+it watches again from the last resourceVersion it saw, so no change in
+between is missed. When that version has expired (410 Gone: etcd compacted
+it), it lists again and REPLACES its store, so an object deleted while no
+watch was open cannot linger, and one created meanwhile cannot be missed.
+Objects are kept as the API server's JSON (dicts), trimmed to what the
+operator reads (`trim`): managedFields and last-applied annotations go from
+every object, a pod keeps only what scheduling reads. Lists are read in
+pages, so neither the answer nor the store ever holds a whole collection of
+untrimmed objects.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.api.keys import GROUP, VERSION
+from phalanx.kube import trim
 from phalanx.kube.client import ApiError, Kube
+from phalanx.scheduling import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +48,12 @@ class Informer:
         path: str,
         watch_fn: Callable[..., Awaitable[Any]],
         on_change: Callable[[], None],
+        keep: Callable[[dict[str, Any]], dict[str, Any]] = trim.common,
         *,
         optional: bool = False,
     ) -> None:
         self.name = name
+        self._keep = keep
         self.optional = optional
         """A resource the server may not serve (404): then it is synced and empty, and asked for again now and then."""
         self._kube = kube
@@ -53,9 +63,14 @@ class Informer:
         self.store: dict[Key, dict[str, Any]] = {}
         self.synced = asyncio.Event()
         self.relists = 0
+        self.revision = 0
+        """Counts changes to the store: what is built from it need not be rebuilt while it stays."""
+        self.version: str | None = None
+        """The last resourceVersion seen (list or event): a watch that breaks resumes from it."""
         self._tick = asyncio.Event()
 
     def _changed(self) -> None:
+        self.revision += 1
         tick, self._tick = self._tick, asyncio.Event()
         tick.set()
         self._on_change()
@@ -78,44 +93,60 @@ class Informer:
         backoff = 0.5
         while True:
             try:
-                version = await self._relist()
+                if self.version is None:
+                    self.version = await self._relist()
+                await self._watch()
                 backoff = 0.5
-                await self._watch(version)
             except asyncio.CancelledError:
                 raise
             except (ApiException, ApiError) as exc:
                 if exc.status == 404 and self.optional:
                     self.store = {}
+                    self.version = None
                     self.synced.set()
                     await asyncio.sleep(60)
-                elif exc.status != 410:
-                    logger.warning("%s: watch failed (%s), listing again", self.name, exc.status)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 30)
-            except Exception:  # a broken connection or a decode error: list again, never give up
-                logger.exception("%s: watch broke, listing again", self.name)
+                    continue
+                if exc.status == 410:
+                    logger.info("%s: watch expired (410 Gone at resourceVersion %s), listing again", self.name, self.version)
+                    metrics.RELISTS.labels(resource=self.name, reason="expired").inc()
+                    self.version = None
+                    continue
+                logger.warning("%s: watch failed (%s), watching again from %s", self.name, exc.status, self.version)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30)
+            except Exception:  # a broken connection or a decode error: watch again, never give up
+                logger.exception("%s: watch broke, watching again from %s", self.name, self.version)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30)
 
     async def _relist(self) -> str:
-        body = await self._kube.request("GET", self._path)
-        self.store = {key_of(obj): obj for obj in body.get("items", [])}
+        store: dict[Key, dict[str, Any]] = {}
+        version = ""
+        async for page in self._kube.pages(self._path):
+            for obj in page.get("items") or []:
+                store[key_of(obj)] = self._keep(obj)
+            version = page["metadata"]["resourceVersion"]
+        self.store = store
         self.relists += 1
         self.synced.set()
         self._changed()
-        return body["metadata"]["resourceVersion"]
+        return version
 
-    async def _watch(self, version: str) -> None:
+    async def _watch(self) -> None:
+        """Apply events from `self.version` until the stream ends, advancing it, so a break resumes where it left off."""
         async with watch.Watch(return_type="object") as stream:
-            async for event in stream.stream(self._watch_fn, resource_version=version, timeout_seconds=300, allow_watch_bookmarks=True):
+            events = stream.stream(self._watch_fn, resource_version=self.version, timeout_seconds=300, allow_watch_bookmarks=True)
+            async for event in events:
                 kind, obj = _event(event)
-                if kind == "BOOKMARK" or obj is None:
+                if obj is None:
                     continue
-                if kind == "DELETED":
-                    self.store.pop(key_of(obj), None)
-                else:
-                    self.store[key_of(obj)] = obj
-                self._changed()
+                if kind != "BOOKMARK":
+                    if kind == "DELETED":
+                        self.store.pop(key_of(obj), None)
+                    else:
+                        self.store[key_of(obj)] = self._keep(obj)
+                    self._changed()
+                self.version = obj["metadata"].get("resourceVersion") or self.version
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.store.get((namespace, name))
@@ -139,21 +170,34 @@ class ClusterView:
         scheduling = client.SchedulingV1Api(api)
         custom = client.CustomObjectsApi(api)
         self.changed = asyncio.Event()
-        touch = self.changed.set
+        self.revision = 0
+        """Moves on with every change any informer sees: equal revisions, equal view."""
+
+        def touch() -> None:
+            self.revision += 1
+            self.changed.set()
 
         def podgroups(**kwargs: Any) -> Awaitable[Any]:
             return custom.list_cluster_custom_object(GROUP, VERSION, "podgroups", **kwargs)
 
-        def informer(name: str, path: str, watch_fn: Callable[..., Awaitable[Any]], optional: bool = False) -> Informer:
-            return Informer(name, kube, path, watch_fn, touch, optional=optional)
+        def informer(
+            name: str,
+            path: str,
+            watch_fn: Callable[..., Awaitable[Any]],
+            keep: Callable[[dict[str, Any]], dict[str, Any]] = trim.common,
+            optional: bool = False,
+        ) -> Informer:
+            return Informer(name, kube, path, watch_fn, touch, keep, optional=optional)
 
         def taint_rules(**kwargs: Any) -> Awaitable[Any]:
             return custom.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules", **kwargs)
 
-        self.nodes = informer("nodes", "/api/v1/nodes", core.list_node)
-        self.pods = informer("pods", "/api/v1/pods", core.list_pod_for_all_namespaces)
+        self.nodes = informer("nodes", "/api/v1/nodes", core.list_node, trim.node)
+        self.pods = informer("pods", "/api/v1/pods", core.list_pod_for_all_namespaces, trim.pod)
         self.slices = informer("resourceslices", "/apis/resource.k8s.io/v1/resourceslices", resource.list_resource_slice)
-        self.claims = informer("resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", resource.list_resource_claim_for_all_namespaces)
+        self.claims = informer(
+            "resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", resource.list_resource_claim_for_all_namespaces, trim.claim
+        )
         self.classes = informer("deviceclasses", "/apis/resource.k8s.io/v1/deviceclasses", resource.list_device_class)
         self.priorities = informer("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", scheduling.list_priority_class)
         self.podgroups = informer("podgroups", f"/apis/{GROUP}/{VERSION}/podgroups", podgroups)
@@ -180,6 +224,9 @@ class ClusterView:
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in self.informers]
         await asyncio.gather(*(i.synced.wait() for i in self.informers))
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
 
     async def stop(self) -> None:
         for task in self._tasks:

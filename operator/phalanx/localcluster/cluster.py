@@ -16,12 +16,14 @@ import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from kubernetes_asyncio import client, config
@@ -180,6 +182,45 @@ class LocalCluster:
         self._kwokctl(self._env(), "delete", "cluster")
         shutil.rmtree(self.cluster_dir, ignore_errors=True)
 
+    def restart_apiserver(self, *, compact: bool = False, timeout: float = 120) -> int:
+        """Kill kube-apiserver and start it again with the same flags, port and etcd; returns etcd's revision at the restart.
+
+        With `compact`, etcd's history is compacted to that revision while the server is down, so a watch
+        resumed from any older resourceVersion is answered 410 Gone, for real. kwokctl can only stop the whole
+        cluster, so the process is restarted from its own command line, environment and directory, and its
+        pid file is updated so `down` still stops it.
+        """
+        pid_file = self.cluster_dir / "pids" / "kube-apiserver.pid"
+        pid = int(pid_file.read_text().strip())
+        proc = Path(f"/proc/{pid}")
+        argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        env = dict(e.split("=", 1) for e in (proc / "environ").read_bytes().decode().split("\0") if "=" in e)
+        cwd = os.readlink(proc / "cwd")
+        etcd = next(a.split("=", 1)[1].split(",")[0] for a in argv if a.startswith("--etcd-servers="))
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while proc.exists() and "zombie" not in (proc / "status").read_text().lower():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"kube-apiserver (pid {pid}) still running {timeout}s after SIGKILL")
+            time.sleep(0.1)
+        revision = int(_etcd(etcd, "range", {"key": base64.b64encode(b"/registry").decode()})["header"]["revision"])
+        if compact:
+            _etcd(etcd, "compaction", {"revision": revision, "physical": True})
+        log = self.cluster_dir / "logs" / "kube-apiserver.log"
+        start = log.stat().st_size if log.exists() else 0
+        with log.open("ab") as out:
+            server = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        pid_file.write_text(str(server.pid))
+        while (ready := self.kubectl("get", "--raw", "/readyz", check=False)).returncode != 0:
+            if time.monotonic() > deadline or server.poll() is not None:
+                tail = log.read_bytes()[start:][-3000:].decode(errors="replace")
+                raise TimeoutError(f"kube-apiserver not ready after its restart (exit {server.poll()}): {ready.stderr}\n{tail}")
+            time.sleep(0.3)
+        gone = [c for c in ("kube-controller-manager", "kube-scheduler") if not _alive(self.cluster_dir / "pids" / f"{c}.pid")]
+        if gone:
+            raise RuntimeError(f"{', '.join(gone)} exited while kube-apiserver was down")
+        return revision
+
     def stop_driver(self) -> None:
         """Stop every plugin, then delete the driver's slices: they outlive the plugin, which would publish them again if still up."""
         dradriver.stop(self.kubeconfig)
@@ -285,6 +326,18 @@ async def _wait_nodes_ready(core: client.CoreV1Api, count: int, timeout: float =
         if time.monotonic() > deadline:
             raise TimeoutError(f"{len(ready)} of {count} nodes Ready after {timeout}s")
         await asyncio.sleep(0.5)
+
+
+def _alive(pid_file: Path) -> bool:
+    status = Path(f"/proc/{pid_file.read_text().strip()}/status")
+    return status.exists() and "zombie" not in status.read_text().lower()
+
+
+def _etcd(endpoint: str, call: str, body: dict[str, object]) -> dict[str, Any]:
+    """One call to etcd's v3 JSON gateway (`range`, `compaction`): no etcdctl needed."""
+    request = urllib.request.Request(f"{endpoint}/v3/kv/{call}", data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
 
 
 def _log(message: str) -> None:

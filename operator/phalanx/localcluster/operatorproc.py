@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,8 +53,22 @@ class OperatorProcess:
     process: subprocess.Popen[bytes]
     log: Path
     metrics_port: int
+    readiness_port: int = 0
     webhook_port: int = 0
     port_file: Path | None = None
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.readiness_port}/readyz", timeout=2) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL, as a node or OOM kill does: no cleanup, the Lease is not handed over."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
 
     def logs(self) -> str:
         return self.log.read_text()
@@ -87,16 +102,22 @@ def start(
     repo: Path,
     *,
     extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
     timeout: float = 60,
+    webhook_port: int | None = None,
+    advertise_port: int | None = None,
     log: Path | None = None,
     token_duration: str = "24h",
 ) -> OperatorProcess:
-    """Install, start and wait until the operator admits Jobs; it logs to `log` (a fresh temporary file by default)."""
+    """One replica; it logs to `log` (a fresh temporary file by default). Alone, it is started once it admits a
+    gang Job; behind a balancer on `advertise_port` (several replicas), once its readiness endpoint says it serves. `env` adds to its environment (the fault
+    suite arms a crash point with it)."""
     install(cluster, repo)
     kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, "phalanx", duration=token_duration)
     if log is None:
         log = Path(tempfile.mkstemp(prefix=f"phalanx-operator-{cluster.spec.name}-", suffix=".log")[1])
-    webhook_port, metrics_port, liveness_port = free_ports(3)
+    free_webhook, metrics_port, liveness_port, readiness_port = free_ports(4)
+    webhook_port = webhook_port or free_webhook
     args = [
         sys.executable,
         "-m",
@@ -114,20 +135,40 @@ def start(
         f"http://127.0.0.1:{liveness_port}/healthz",
         "--metrics-port",
         str(metrics_port),
+        "--readiness",
+        f"http://127.0.0.1:{readiness_port}/readyz",
+        *(("--webhook-advertise-port", str(advertise_port)) if advertise_port else ()),
         *extra_args,
     ]
     with log.open("wb") as out:
         process = subprocess.Popen(
-            args, env=dict(os.environ, KUBECONFIG=str(kubeconfig)), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            args,
+            env={**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-    handle = OperatorProcess(process, log, metrics_port, webhook_port, scrape.port_file(cluster.cluster_dir))
+    handle = OperatorProcess(process, log, metrics_port, readiness_port, webhook_port, scrape.port_file(cluster.cluster_dir))
     try:
-        _wait_admitting(cluster, handle, timeout)
+        if advertise_port:
+            _wait_ready(handle, timeout)
+        else:
+            _wait_admitting(cluster, handle, timeout)
     except BaseException:
         handle.stop()
         raise
     handle.port_file.write_text(f"{metrics_port}\n")  # for `phalanx metrics` (./task metrics)
     return handle
+
+
+def _wait_ready(operator: OperatorProcess, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not operator.ready():
+        if operator.process.poll() is not None:
+            raise RuntimeError(f"operator exited with {operator.process.returncode}:\n{operator.logs()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"operator not ready after {timeout}s:\n{operator.logs()}")
+        time.sleep(0.3)
 
 
 def _wait_admitting(cluster: LocalCluster, operator: OperatorProcess, timeout: float) -> None:

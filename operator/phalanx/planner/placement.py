@@ -21,7 +21,7 @@ the planner cannot judge it names in `Short.unmodelled` instead of guessing.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +133,7 @@ class _Planner:
             else:
                 self._network.append(device)
         self._reach: dict[str, list[Device]] = {}
+        self._member_needs: dict[str, Counter[str]] = {}
         self._eligible: dict[tuple[int, str], str | None] = {}
         users = Counter((m.namespace, c) for m in group.members for c in m.claims)
         self._alone = {
@@ -197,8 +198,7 @@ class _Planner:
         if self.reason(state, member, node) is not None:
             return None
         free = state.free[node.name]
-        needs = Counter(member.requests)
-        needs["pods"] += 1
+        needs = self._needs(member)
         if any(free.get(k, 0) < v for k, v in needs.items() if v > 0):
             return None
         pending: list[Claim] = []
@@ -237,9 +237,16 @@ class _Planner:
             self.rules.add(state.tally, member, node)
         return new
 
+    def _needs(self, member: Member) -> Counter[str]:
+        """What placing `member` takes from a node's free resources: its requests and one pod slot (never mutated)."""
+        needs = self._member_needs.get(member.uid)
+        if needs is None:
+            needs = self._member_needs[member.uid] = Counter(member.requests)
+            needs["pods"] += 1
+        return needs
+
     def undo(self, state: _State, member: Member, node: Node, new: list[ClaimPlan]) -> None:
-        needs = Counter(member.requests)
-        needs["pods"] += 1
+        needs = self._needs(member)
         state.free[node.name].update(needs)
         for plan in new:
             del state.claims[(plan.namespace, plan.name)]
@@ -252,10 +259,14 @@ class _Planner:
         if state.tally is not None:
             self.rules.remove(state.tally, member, node)
 
-    def order(self, domain: Sequence[Node], state: _State) -> list[Node]:
-        """Packing: nodes this plan already uses, then the busiest nodes first."""
-        used = [self.node_by_name[n] for n in state.used_nodes]
-        return used + [n for n in domain if n.name not in state.used_nodes]
+    def order(self, domain: Sequence[Node], state: _State) -> Iterator[Node]:
+        """Packing: nodes this plan already uses, then the busiest nodes first.
+
+        Lazy: a member usually fits on one of the first few, so the rest of a large domain is never listed.
+        The caller stops at the first placement (the only change to `state.used_nodes`)."""
+        used = list(state.used_nodes)
+        yield from (self.node_by_name[n] for n in used)
+        yield from (n for n in domain if n.name not in state.used_nodes)
 
     def greedy(self, domain: Sequence[Node], members: Sequence[Member]) -> _State:
         state = self.initial_state()

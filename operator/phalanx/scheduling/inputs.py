@@ -621,6 +621,11 @@ def snapshot(
     `pinned` is every pin Phalanx made (default: those the PodGroups' reservations record)."""
     podgroups = list(podgroups)
     built = build(nodes, pods, slices, claims, classes, taint_rules, pins(podgroups) if pinned is None else pinned)
+    return nominated_elsewhere(built, podgroups, for_group)
+
+
+def nominated_elsewhere(built: Snapshot, podgroups: Iterable[Mapping[str, Any]], for_group: Mapping[str, Any] | None) -> Snapshot:
+    """`built` with the devices a preemption freed for another group than `for_group` counted as held."""
     others = {
         d
         for g in podgroups

@@ -29,15 +29,16 @@ import datetime
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from phalanx.api import keys, schema
+from phalanx.crashpoints import crash_point
 from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Snapshot
-from phalanx.scheduling import conditions, disruption, inputs, metrics, quorum, repair, teardown, victims
+from phalanx.scheduling import conditions, disruption, inputs, metrics, quorum, repair, shortfall, teardown, victims
 from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.nomination import Preemptor
 from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser
@@ -122,6 +123,12 @@ class SchedulingLoop:
         """PodGroup uid -> when this loop first saw its quorum waiting (monotonic), until the group is released."""
         self._owners: dict[str, tuple[frozenset[str], dict[str, Any] | None]] = {}
         """PodGroup uid -> (its lost members, its Job as read when they were lost)."""
+        self._base: tuple[tuple[Any, ...], Snapshot] | None = None
+        """(view revision and pins, snapshot): built once per state of the view, not once per group or member."""
+        self.shortfalls = shortfall.Shortfalls()
+        """Groups found short, planned again only when capacity they could use is freed or they change."""
+        self.leading: Callable[[], bool] = lambda: True
+        """False once this replica may have lost its Lease: no group is touched after that."""
 
     async def run(self) -> None:
         while True:
@@ -161,6 +168,8 @@ class SchedulingLoop:
             logger.exception("double-allocation repair failed; retrying next cycle")
         metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
         for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
+            if not self.leading():
+                return
             uid = pod_group["metadata"]["uid"]
             if self._backoff.get(uid, (0.0, 0.0))[0] > time.monotonic():
                 continue
@@ -190,6 +199,12 @@ class SchedulingLoop:
             del self._quorum_at[uid]
         for uid in [u for u in self._owners if u not in live]:
             del self._owners[uid]
+        claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
+        self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
+        pods = {p["metadata"]["uid"] for p in self.view.pods.items()}
+        now = time.monotonic()
+        self._evicting = {uid: until for uid, until in self._evicting.items() if uid in pods and until > now}
+        self.shortfalls.keep_only(live)
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
         """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
@@ -238,9 +253,8 @@ class SchedulingLoop:
             return True
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) < min_count:
-            await self._set(
-                pod_group, False, "Pending", f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims"
-            )
+            # No running count in the message: status.members counts, and one status write per arriving member is enough.
+            await self._set(pod_group, False, "Pending", f"waiting for quorum: minCount {min_count} members created with their claims")
             return True
         self._quorum_at.setdefault(pod_group["metadata"]["uid"], time.monotonic())
         return await self._attempt(pod_group, ready, min_count)
@@ -320,24 +334,42 @@ class SchedulingLoop:
         return inputs.claims_ready(pod, self.view.claims.get)
 
     def _snapshot(self, for_group: Mapping[str, Any] | None = None) -> Snapshot:
-        """This cycle's cluster; devices a preemption freed for another group count as held."""
+        """This cycle's cluster; devices a preemption freed for another group count as held.
+
+        Built once per state of the view (and of the pins), however many groups and members are planned on it;
+        each build is what `shortfalls` compares capacity on.
+        """
         view = self.view
-        items = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.podgroups)
-        return inputs.snapshot(*(i.items() for i in items), for_group=for_group, taint_rules=view.taint_rules.items(), pinned=self._pins())
+        key = (view.revision, tuple(sorted(self.releaser.pinned.items())))
+        if self._base is None or self._base[0] != key:
+            sources = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules)
+            built = inputs.build(*(i.items() for i in sources), pinned=self._pins())
+            self._base = (key, built)
+            self.shortfalls.observe(shortfall.capacity(inputs.nominated_elsewhere(built, view.podgroups.items(), None), self._policy()))
+        return inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group)
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
         return {**inputs.pins(self.view.podgroups.items()), **self.releaser.pinned}
+
+    def _policy(self) -> tuple[Any, ...]:
+        """What preemption reads besides capacity: priority classes, disruption budgets, the groups' specs."""
+        objs = [*self.view.priorities.items(), *self.view.budgets.items()]
+        specs = [(g["metadata"]["uid"], g["metadata"].get("generation")) for g in self.view.podgroups.items()]
+        return (frozenset((o["metadata"]["uid"], o["metadata"]["resourceVersion"]) for o in objs), frozenset(specs))
 
     async def _attempt(self, pod_group: dict[str, Any], ready: list[dict[str, Any]], min_count: int) -> bool:
         started = time.monotonic()
         snapshot = self._snapshot(pod_group)
         decided = time.monotonic()
         group = inputs.group(pod_group, ready, min_count)
+        nomination = inputs.nomination(pod_group)
+        key = shortfall.group_key(group, snapshot, self._priority(pod_group))
+        if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
+            return True  # its status already says why; nothing it could use was freed
         # in a worker thread: a costly claim must not keep the webhooks and probes this event loop serves from answering
         result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
         metrics.ALGORITHM_DURATION.observe(time.monotonic() - decided)
-        nomination = inputs.nomination(pod_group)
         if not isinstance(result, Fits):
             if nomination is not None:
                 return await self._preempting(pod_group, nomination, result.message)
@@ -348,6 +380,7 @@ class SchedulingLoop:
             metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable", profile=metrics.PROFILE).inc()
             metrics.ATTEMPT_DURATION.labels(result="unschedulable", profile=metrics.PROFILE).observe(time.monotonic() - started)
             why_not = f"; preemption: {verdict.reason}" if isinstance(verdict, NoVictims) else ""
+            self.shortfalls.remember(pod_group["metadata"]["uid"], key)
             await self._set(pod_group, False, "Unschedulable", result.message + why_not, warn=True)
             return True
         try:
@@ -438,20 +471,24 @@ class SchedulingLoop:
         return [p for p in latest if p is not None and not p["metadata"].get("deletionTimestamp")]
 
     async def _release_each(self, pod_group: dict[str, Any], waiting: list[dict[str, Any]]) -> None:
-        """Late members of a scheduled gang (and every member of a basic group) go one by one.
+        """Late members of a scheduled gang (and every member of a basic group) go as they come.
 
-        A late member joins the group's incarnation (its record), so its loss counts as a member's.
+        They are planned together on this cycle's snapshot (minCount 1: every one that fits goes) and released in
+        one reservation, so a cycle reads the cluster once, not once per pod. A late member joins the group's
+        incarnation (its record), so its loss counts as a member's.
         """
         joined: list[schema.Reservation] = []
-        for pod in waiting:
-            if not self._claims_ready(pod):
-                continue
-            result = plan(self._snapshot(), inputs.group(pod_group, [pod], 1), self.matcher)
+        ready = [p for p in waiting if self._claims_ready(p)]
+        if ready:
+            result = plan(self._snapshot(), inputs.group(pod_group, ready, 1), self.matcher)  # one plan: every member that fits goes
             if isinstance(result, Fits):
                 try:
                     joined.append(await self.releaser.release_member(pod_group, result))
-                except (ReleaseAborted, GatesRefused) as exc:
-                    logger.warning("%s/%s: member %s not released: %s", _ns(pod_group), _name(pod_group), _name(pod), exc)
+                except GatesRefused as exc:
+                    joined.append(exc.reservation)  # its claims are written: the record keeps them for a teardown
+                    logger.warning("%s/%s: late members not all released: %s", _ns(pod_group), _name(pod_group), exc)
+                except ReleaseAborted as exc:
+                    logger.warning("%s/%s: late members not released: %s", _ns(pod_group), _name(pod_group), exc)
         record = inputs.reservation(pod_group)
         if joined and record is not None:
             grown = record.model_copy(
@@ -499,11 +536,13 @@ class SchedulingLoop:
         pinned = self._pins()
         released = [p for p in pods if not inputs.gated(p) or p["metadata"]["uid"] in pinned]
         standing = await teardown.evict_all(self.kube, released, reason=reason, message=message)
+        crash_point("teardown.after-evictions")
         if reservation is not None:
             ran = {_name(p) for p in pods if p["spec"].get("nodeName")}
             users = self.releaser.claim_users(_ns(pod_group), reservation)
             never_ran = [c for c in reservation.claims if not any(u["name"] in ran for u in users.get(c.name, []))]
             await self.releaser.deallocate_claims(_ns(pod_group), never_ran)
+            crash_point("teardown.after-deallocate")
         if standing:
             await self._set(pod_group, False, "TearingDown", f"{why}; waiting for the eviction of {', '.join(standing)}")
             return False
@@ -528,6 +567,7 @@ class SchedulingLoop:
         for conflict in repair.double_allocations(self.view.claims.items(), shareable):
             device = "/".join(conflict.device)
             await self.holes.cover([conflict.device], f"held by {_name(conflict.keep)} and {len(conflict.later)} later claim(s)")
+            crash_point("repair.after-cover")
             kept = reserved.get(repair.key(conflict.keep))
             kept_by = f"gang {_name(kept)}" if kept else f"claim {_ns(conflict.keep)}/{_name(conflict.keep)}"
             for later in conflict.later:

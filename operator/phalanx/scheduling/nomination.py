@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx.api import schema
+from phalanx.crashpoints import crash_point
 from phalanx.kube.client import Kube, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Preemption
@@ -49,7 +50,9 @@ class Preemptor:
             nominated_at=conditions.now(),
         )
         await self.record(pod_group, nomination)
+        crash_point("nomination.after-record")
         await self.nominated.cover(nominated_devices(nomination), why)
+        crash_point("nomination.after-taints")
         metrics.PREEMPTION_VICTIMS.observe(len(nomination.victims))
         metrics.PREEMPTION_DISRUPTIONS.labels(preemptor="podgroup").observe(len(preemption.victims))
         await self.evict(nomination, why)

@@ -6,29 +6,39 @@ The reservation cycle, each step idempotent:
    restarted operator can finish or undo it;
 2. for every claim, concurrently: add the delete-protection finalizer
    (metadata), then write the allocation and `reservedFor` (status), both
-   conditional on the claim's resourceVersion: a lost write is a `Conflict`
-   and aborts the release;
+   conditional on the claim's resourceVersion (from the watch's copy; a
+   stale copy is read afresh and tried once more): a write that loses on a
+   fresh read is a `Conflict` and aborts the release;
 3. wait until our own watch shows the writes, then read every claim afresh:
    a device also held by another claim (kube-scheduler allocated it in the
    window; nothing upstream coordinates two allocators, kubernetes#128980)
    aborts. Our reservation yields: nobody else is evicted for it;
-4. pin every pod to its node (required node affinity + annotation), then
-   lift Phalanx's gate on every member, concurrently (state Released).
-An abort before any gate is lifted rolls back every allocation this
+4. release every member, concurrently: one patch per pod pins it to its
+   node (required node affinity + annotation) and lifts Phalanx's gate
+   (state Released). One write per member, not a pin and then a lift: the
+   API server accepts the affinity change because the pod it updates is
+   still gated, and a member refused (a policy, gone) is neither pinned nor
+   released, which is the refused gate lift below;
+5. wait until the watch shows the pins, so the next plan counts the members
+   on their nodes.
+An abort before any member is released rolls back every allocation this
 reservation made (and only those), so no device is leaked and no pod of an
-incomplete group is released. A refused gate lift after others were lifted
+incomplete group is released. A member refused after others were released
 leaves a group that cannot reach quorum: the loop tears it down at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
 from phalanx.api import keys, schema
+from phalanx.crashpoints import crash_point
 from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, claim_path, custom_path, pod_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits
@@ -156,6 +166,22 @@ async def _all(calls: Iterable[Awaitable[Any]]) -> list[Any]:
     return results
 
 
+class _Steps:
+    """How long each step of a release took, for the log: where the time between quorum and bound goes."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.spent: list[tuple[str, float]] = []
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.spent.append((step, now - self.last))
+        self.last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{step} {seconds * 1000:.0f} ms" for step, seconds in self.spent)
+
+
 class Releaser:
     def __init__(self, kube: Kube, view: ClusterView, holes: Holes, *, settle: float = 0.2, observe_timeout: float = 10.0) -> None:
         self.kube = kube
@@ -170,6 +196,7 @@ class Releaser:
         """Record, reserve, verify, pin, lift. Raises ReleaseAborted (after a rollback) or GatesRefused."""
         reservation = reservation_of(fits)
         await self.record(pod_group, reservation)
+        crash_point("reserve.after-record")
         return await self.complete(pod_group, reservation)
 
     async def release_member(self, pod_group: Mapping[str, Any], fits: Fits) -> schema.Reservation:
@@ -180,18 +207,21 @@ class Releaser:
         self, pod_group: Mapping[str, Any], reservation: schema.Reservation, *, record: bool = True, resumed: bool = False
     ) -> schema.Reservation:
         namespace = pod_group["metadata"]["namespace"]
+        steps = _Steps()
         try:
             pods = [self._pod(namespace, p) for p in reservation.placements]
             if resumed:
                 await self._revalidate(namespace, reservation)
             users = self.claim_users(namespace, reservation)
             await _all(self._reserve_claim(namespace, c, users.get(c.name, [])) for c in reservation.claims)
+            steps.done("reserve")
             await self._await_observed(namespace, reservation)
+            steps.done("observe")
             if self.settle:
                 await asyncio.sleep(self.settle)  # kube-scheduler's in-flight allocations reach the API server
             await self._verify(namespace, reservation)
-            await _all(self._pin(pod, p.node) for pod, p in zip(pods, reservation.placements, strict=True))
-            await self._await_pinned(namespace, reservation)
+            steps.done("settle+verify")
+            crash_point("reserve.after-claims" if record else "member.after-claims")
         except ReleaseAborted as exc:
             await self.holes.cover(exc.shared, str(exc))
             await self.rollback(pod_group, reservation, str(exc), record=record)
@@ -199,15 +229,22 @@ class Releaser:
         except ApiError as exc:
             await self.rollback(pod_group, reservation, f"a write was refused: {exc}", record=record)
             raise ReleaseAborted(f"a write was refused: {exc}") from exc
-        refused = await self._lift_gates(pods)
+        refused = await self._release_pods(pods, [p.node for p in reservation.placements])
+        steps.done("pin+lift")
         metrics.RELEASED_PODS.inc(len(pods) - len(refused))
         if refused and len(refused) == len(pods):
             why = "; ".join(f"{name}: {exc}" for name, exc in refused)
             await self.rollback(pod_group, reservation, f"every gate lift was refused: {why}", record=record)
             raise ReleaseAborted(f"the gate lift was refused ({why})")
+        crash_point("reserve.after-gates")
         released = reservation.model_copy(update={"state": "Released", "released_at": conditions.now()})
         if record:
             await self.record(pod_group, released)
+            steps.done("record")
+        if not await self.view.pods.wait_until(lambda: self._pinned(namespace, reservation, refused), self.observe_timeout):
+            logger.warning("%s: the pins of %s did not show up in the watch in time", namespace, pod_group["metadata"]["name"])
+        steps.done("observe pins")
+        logger.info("%s/%s: %d members released, %s", namespace, pod_group["metadata"]["name"], len(pods), steps)
         if refused:
             raise GatesRefused("; ".join(f"gate lift of {name} refused: {exc}" for name, exc in refused), released)
         return released
@@ -291,6 +328,14 @@ class Releaser:
                     )
 
     async def _reserve_claim(self, namespace: str, claim: schema.ClaimReservation, users: list[dict[str, str]]) -> None:
+        """Both writes are conditional on the resourceVersion read. The watch's copy saves a read on the critical
+        path; if it was stale (a Conflict, or it looks allocated), the claim is read afresh and tried once more, and
+        only a write that loses on a fresh read is a lost race."""
+        cached = self.view.claims.get(namespace, claim.name)
+        if cached is not None and cached["metadata"]["uid"] == claim.uid and allocated_ids(cached) is None:
+            with contextlib.suppress(Conflict):
+                await self._write_claim(namespace, claim, users, cached)
+                return
         obj = await self.kube.get(claim_path(namespace, claim.name))
         if obj is None or obj["metadata"]["uid"] != claim.uid:
             raise ReleaseAborted(f"claim {claim.name} is gone")
@@ -300,6 +345,16 @@ class Releaser:
             if set(current) == wanted:
                 return  # written before a restart
             raise ReleaseAborted(f"claim {claim.name} was allocated elsewhere meanwhile")
+        try:
+            await self._write_claim(namespace, claim, users, obj)
+        except Conflict:
+            metrics.CONFLICTS.labels(stage="write").inc()
+            raise ReleaseAborted(f"claim {claim.name} changed while reserving it (resourceVersion conflict)") from None
+
+    async def _write_claim(
+        self, namespace: str, claim: schema.ClaimReservation, users: list[dict[str, str]], obj: Mapping[str, Any]
+    ) -> None:
+        """The delete-protection finalizer (metadata), then the allocation (status), each conditional on `obj`'s version."""
         try:
             if keys.DELETE_PROTECTION not in (obj["metadata"].get("finalizers") or []):
                 obj = await self.kube.merge_patch(
@@ -319,9 +374,7 @@ class Releaser:
                     "status": {"allocation": {**allocation(claim), "allocationTimestamp": conditions.now()}, "reservedFor": users},
                 },
             )
-        except Conflict:
-            metrics.CONFLICTS.labels(stage="write").inc()
-            raise ReleaseAborted(f"claim {claim.name} changed while reserving it (resourceVersion conflict)") from None
+            crash_point("reserve.mid-claims")
         except NotFound:
             raise ReleaseAborted(f"claim {claim.name} is gone") from None
 
@@ -332,15 +385,11 @@ class Releaser:
         if not await self.view.claims.wait_until(seen, self.observe_timeout):
             raise ReleaseAborted("our claim allocations did not show up in the watch in time")
 
-    async def _await_pinned(self, namespace: str, reservation: schema.Reservation) -> None:
-        """The next plan must count these pods on their nodes: wait until the watch shows the pins."""
-
-        def seen() -> bool:
-            pods = [self.view.pods.get(namespace, p.name) for p in reservation.placements]
-            return all(p is not None and (p["metadata"].get("annotations") or {}).get(keys.PINNED_NODE) for p in pods)
-
-        if not await self.view.pods.wait_until(seen, self.observe_timeout):
-            raise ReleaseAborted("our pod pins did not show up in the watch in time")
+    def _pinned(self, namespace: str, reservation: schema.Reservation, refused: list[tuple[str, ApiError]]) -> bool:
+        """The watch shows every member released as pinned: the next plan counts them on their nodes."""
+        skip = {name for name, _ in refused}
+        pods = [self.view.pods.get(namespace, p.name) for p in reservation.placements if p.name not in skip]
+        return all(p is None or (p["metadata"].get("annotations") or {}).get(keys.PINNED_NODE) for p in pods)
 
     async def _verify(self, namespace: str, reservation: schema.Reservation) -> None:
         """A fresh read of every claim: no device of ours may be held by anyone else."""
@@ -365,34 +414,29 @@ class Releaser:
         for uid in [u for u in self.pinned if u not in live]:
             del self.pinned[uid]
 
-    async def _pin(self, pod: Mapping[str, Any], node: str) -> None:
-        """Annotation and node affinity; an annotation alone (anyone may write one) is no pin, so both are checked."""
-        meta = pod["metadata"]
-        affinity = pinned_affinity(pod, node)
-        if (meta.get("annotations") or {}).get(keys.PINNED_NODE) != node or pod["spec"].get("affinity") != affinity:
-            try:
-                await self.kube.merge_patch(
-                    pod_path(meta["namespace"], meta["name"]),
-                    {"metadata": {"annotations": {keys.PINNED_NODE: node}}, "spec": {"affinity": affinity}},
-                )
-            except NotFound:
-                raise ReleaseAborted(f"member {meta['name']} is gone") from None
-        self.pinned[meta["uid"]] = node
+    async def _release_pods(self, pods: list[Mapping[str, Any]], nodes: list[str]) -> list[tuple[str, ApiError]]:
+        """Pin each member to its node and lift Phalanx's gate, in one patch per member, concurrently; returns the
+        refusals (a policy, a vanished pod) by pod name."""
 
-    async def _lift_gates(self, pods: list[Mapping[str, Any]]) -> list[tuple[str, ApiError]]:
-        """Lift every gate, concurrently; returns the refusals (a policy, a vanished pod) by pod name."""
-
-        async def lift(pod: Mapping[str, Any]) -> tuple[str, ApiError] | None:
+        async def release(pod: Mapping[str, Any], node: str) -> tuple[str, ApiError] | None:
             gates = pod["spec"].get("schedulingGates") or []
             remaining = [g for g in gates if g.get("name") != keys.SCHEDULING_GATE]
             if len(remaining) == len(gates):
-                return None
+                return None  # released before a restart
             meta = pod["metadata"]
+            patch: dict[str, Any] = {"spec": {"schedulingGates": remaining or None}}
+            affinity = pinned_affinity(pod, node)
+            # an annotation alone (anyone may write one) is no pin: both it and the node affinity are checked
+            if (meta.get("annotations") or {}).get(keys.PINNED_NODE) != node or pod["spec"].get("affinity") != affinity:
+                patch = {"metadata": {"annotations": {keys.PINNED_NODE: node}}, "spec": {**patch["spec"], "affinity": affinity}}
             try:
-                await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), {"spec": {"schedulingGates": remaining or None}})
+                await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch)
             except ApiError as exc:
-                logger.warning("gate lift of %s/%s refused: %s", meta["namespace"], meta["name"], exc)
+                logger.warning("release of %s/%s refused: %s", meta["namespace"], meta["name"], exc)
                 return meta["name"], exc
+            self.pinned[meta["uid"]] = node
+            crash_point("reserve.mid-gates")
             return None
 
-        return [r for r in await asyncio.gather(*(lift(p) for p in pods)) if r is not None]
+        results = await asyncio.gather(*(release(p, n) for p, n in zip(pods, nodes, strict=True)))
+        return [r for r in results if r is not None]

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx.api import keys
+from phalanx.crashpoints import crash_point
 from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, Throttled, pod_path
 from phalanx.scheduling import conditions, metrics
 
@@ -54,6 +55,7 @@ async def evict(kube: Kube, pod: Mapping[str, Any], *, reason: str, message: str
     except Throttled as exc:
         logger.warning("eviction of %s/%s refused for now: %s", meta["namespace"], meta["name"], exc.message)
         return False
+    crash_point(f"evicted.{reason}")
     metrics.EVICTIONS.labels(reason=reason).inc()
     await kube.event({"apiVersion": "v1", "kind": "Pod", "metadata": meta}, type_="Warning", reason=reason, message=message)
     return True

@@ -1,0 +1,561 @@
+"""The same gang workloads three ways, in one run: kube-scheduler alone, Phalanx, and the in-tree gang feature.
+
+A standalone script, not a test: it prints a table of absolute figures and
+ratios and writes it as JSON under benchmarks/results/, and asserts nothing
+about time. Two local control planes run side by side (kwok workers x 8
+devices published by the `fakegpu` stand-in), and the runs of the three
+schedulers are interleaved, so a machine that gets busier mid-run slows all
+three alike:
+
+  phalanx   cluster with the operator (its ServiceAccount, its webhooks);
+            Jobs carry `scheduling.phalanx.dev/min-count`;
+  in-tree   cluster with GenericWorkload, WorkloadWithJob and
+            DRAWorkloadResourceClaims on (`ClusterSpec(upstream_gang=True)`);
+            Jobs carry `spec.scheduling.schedulingPolicy.gang.minCount`;
+  vanilla   the in-tree cluster, Jobs without `spec.scheduling`: the default
+            kube-scheduler with no gang semantics and no operator.
+
+Workloads:
+
+  latency     one gang of N ranks (1 device each): Job creation -> every member
+              bound (create->bound), and every member present with its claim ->
+              every member bound (quorum->bound); median of --runs runs;
+  throughput  G gangs of 8 submitted at once on capacity for C of them (the
+              other workers are tainted for the duration); a gang whose 8
+              members are bound is finished (its Job deleted) after a random
+              hold of 2-8 s (seeded, the same for the three). Reported: gangs
+              admitted per second (admitted / time to the last admission, or
+              to the time limit), mean device utilisation and its series, and
+              stranded device-seconds: devices held (bound members) by a gang
+              that is not whole, counted once that gang has held devices for
+              5 s without becoming whole (an admission in progress is not a
+              deadlock; vanilla's partial gangs are);
+  footprint   the operator's resident memory and CPU with P pods in the Phalanx
+              cluster (bound directly to the workers, no claims): idle before,
+              while they are created, and idle after.
+
+Usage: python benchmarks/three_way.py [--quick] [--sizes 4,32,128,512] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import math
+import os
+import random
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client, watch
+
+from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
+
+ROOT = Path(__file__).parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+GPUS_PER_WORKER = 8
+GANG_OF = 8
+NAMESPACE = "bench"
+WAYS = ("vanilla", "phalanx", "in-tree")
+STRANDED_AFTER = 5.0
+CLAIM_TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "one-gpu"},
+    "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", "count": 1}}]}}},
+}
+
+
+def job(name: str, size: int, way: str) -> dict[str, Any]:
+    """One rank per pod, one device per rank; the gang spelled as `way` reads it."""
+    spec: dict[str, Any] = {
+        "parallelism": size,
+        "completions": size,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "template": {
+            "metadata": {"labels": {"bench-gang": name}},
+            "spec": {
+                "restartPolicy": "Never",
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                "containers": [
+                    {
+                        "name": "rank",
+                        "image": "busybox:1.36",
+                        "command": ["sleep", "3600"],
+                        "resources": {"requests": {"cpu": "50m"}, "claims": [{"name": "gpu"}]},
+                    }
+                ],
+            },
+        },
+    }
+    annotations = {}
+    if way == "phalanx":
+        annotations["scheduling.phalanx.dev/min-count"] = str(size)
+    elif way == "in-tree":
+        spec["scheduling"] = {"schedulingPolicy": {"gang": {"minCount": size}}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "annotations": annotations}, "spec": spec}
+
+
+class Pods:
+    """Every pod of the bench namespace, from one list-then-watch; `changed` ticks on each event."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.store: dict[str, dict[str, Any]] = {}
+        self._tick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        listed = await self.core.list_namespaced_pod(NAMESPACE)
+        self.store = {p.metadata.name: self.core.api_client.sanitize_for_serialization(p) for p in listed.items}
+        self._task = asyncio.create_task(self._run(listed.metadata.resource_version))
+
+    async def _run(self, version: str) -> None:
+        while True:
+            try:
+                async with watch.Watch() as stream:
+                    async for event in stream.stream(
+                        self.core.list_namespaced_pod, NAMESPACE, resource_version=version, timeout_seconds=600, _request_timeout=620
+                    ):
+                        pod = event["raw_object"]
+                        version = pod["metadata"]["resourceVersion"]
+                        if event["type"] == "DELETED":
+                            self.store.pop(pod["metadata"]["name"], None)
+                        else:
+                            self.store[pod["metadata"]["name"]] = pod
+                        tick, self._tick = self._tick, asyncio.Event()
+                        tick.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # an expired version: list again
+                listed = await self.core.list_namespaced_pod(NAMESPACE)
+                self.store = {p.metadata.name: self.core.api_client.sanitize_for_serialization(p) for p in listed.items}
+                version = listed.metadata.resource_version
+
+    async def until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._tick.wait(), min(left, 1.0))
+        return True
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def of(self, gang: str) -> list[dict[str, Any]]:
+        return [p for p in self.store.values() if (p["metadata"].get("labels") or {}).get("bench-gang") == gang]
+
+
+@dataclass
+class Way:
+    """One scheduler under test: its cluster, its API client, its pod watch."""
+
+    name: str
+    cluster: LocalCluster
+    api: client.ApiClient
+    pods: Pods
+    operator: operatorproc.OperatorProcess | None = None
+
+    @property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api)
+
+    async def submit(self, name: str, size: int) -> None:
+        await self.batch.create_namespaced_job(NAMESPACE, job(name, size, self.name))
+
+    async def finish(self, name: str) -> None:
+        with contextlib.suppress(client.ApiException):
+            await self.batch.delete_namespaced_job(name, NAMESPACE, propagation_policy="Background")
+
+    async def drained(self, timeout: float = 300) -> None:
+        """Nothing of the previous run left: no pod, no claim (a claim goes after its pod)."""
+        resource = client.ResourceV1Api(self.api)
+        deadline = time.monotonic() + timeout
+        while self.pods.store or (await resource.list_namespaced_resource_claim(NAMESPACE)).items:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: the previous run's pods and claims did not go away in {timeout:.0f}s")
+            await asyncio.sleep(0.3)
+
+
+def _bound(pods: list[dict[str, Any]]) -> int:
+    return sum(1 for p in pods if p["spec"].get("nodeName"))
+
+
+async def latency_run(way: Way, size: int, timeout: float) -> dict[str, float | None]:
+    """create->bound and quorum->bound of one gang, seconds (None: not every member bound within `timeout`)."""
+    name = f"lat-{size}"
+    started = time.monotonic()
+    await way.submit(name, size)
+    quorum_at: float | None = None
+
+    def done() -> bool:
+        nonlocal quorum_at
+        pods = way.pods.of(name)
+        if quorum_at is None and len(pods) >= size and all((p.get("status") or {}).get("resourceClaimStatuses") for p in pods):
+            quorum_at = time.monotonic()
+        return len(pods) >= size and _bound(pods) >= size
+
+    ok = await way.pods.until(done, timeout)
+    bound_at = time.monotonic()
+    await way.finish(name)
+    await way.drained()
+    if not ok:
+        return {"create_to_bound": None, "quorum_to_bound": None}
+    return {"create_to_bound": bound_at - started, "quorum_to_bound": bound_at - (quorum_at or bound_at)}
+
+
+@dataclass
+class Gang:
+    name: str
+    first_held: float | None = None
+    admitted: float | None = None
+    finish_at: float | None = None
+
+
+@dataclass
+class Throughput:
+    admitted: int = 0
+    elapsed: float = 0.0
+    utilisation: list[tuple[float, float]] = field(default_factory=list)
+    stranded_device_seconds: float = 0.0
+
+
+async def throughput_run(way: Way, gangs: int, capacity: int, limit: float, seed: int, interval: float = 0.25) -> Throughput:
+    """Submit every gang at once; finish each admitted gang after its hold; sample until all are admitted or `limit`."""
+    devices = capacity * GANG_OF
+    holds = random.Random(seed)
+    state = {f"tp-{i:03d}": Gang(f"tp-{i:03d}") for i in range(gangs)}
+    started = time.monotonic()
+    await asyncio.gather(*(way.submit(g, GANG_OF) for g in state))
+    result = Throughput()
+    by_gang: dict[str, int] = {}
+    finishing: list[asyncio.Task[None]] = []
+    while True:
+        now = time.monotonic()
+        by_gang.clear()
+        for pod in way.pods.store.values():
+            gang = (pod["metadata"].get("labels") or {}).get("bench-gang")
+            if gang in state and pod["spec"].get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
+                by_gang[gang] = by_gang.get(gang, 0) + 1
+        for name, gang in state.items():
+            held = by_gang.get(name, 0)
+            if held and gang.first_held is None:
+                gang.first_held = now
+            if gang.admitted is None and held >= GANG_OF:
+                gang.admitted = now
+                gang.finish_at = now + holds.uniform(2.0, 8.0)
+            if gang.admitted is None and held and gang.first_held is not None and now - gang.first_held > STRANDED_AFTER:
+                result.stranded_device_seconds += held * interval
+            if gang.finish_at is not None and now >= gang.finish_at:
+                gang.finish_at = math.inf
+                finishing.append(asyncio.create_task(way.finish(name)))
+        result.utilisation.append((round(now - started, 2), sum(by_gang.values()) / devices))
+        admitted = [g.admitted for g in state.values() if g.admitted is not None]
+        if len(admitted) == gangs or now - started > limit:
+            result.admitted = len(admitted)
+            result.elapsed = (max(admitted) if len(admitted) == gangs else now) - started
+            break
+        await asyncio.sleep(interval)
+    await asyncio.gather(*finishing, *(way.finish(g) for g in state))
+    await way.drained()
+    return result
+
+
+def _proc_stat(pid: int) -> tuple[float, float]:
+    """(resident MiB, CPU seconds so far) of one process, from /proc."""
+    rss_kib = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return rss_kib / 1024, (int(fields[11]) + int(fields[12])) / ticks
+
+
+async def footprint(way: Way, pods: int, idle: float) -> dict[str, float]:
+    """The operator's memory and CPU: idle, while `pods` pods are created (bound directly to workers), idle again."""
+    assert way.operator is not None
+    pid = way.operator.process.pid
+    core = client.CoreV1Api(way.api)
+    await core.create_namespace({"metadata": {"name": "ballast"}})
+    workers = [n.metadata.name for n in (await core.list_node()).items if n.metadata.name.startswith("worker-")]
+    _, cpu0 = _proc_stat(pid)
+    await asyncio.sleep(idle)
+    rss_idle, cpu1 = _proc_stat(pid)
+    created = time.monotonic()
+    queue = iter(range(pods))
+
+    async def creator() -> None:
+        for i in queue:
+            body = {
+                "metadata": {"name": f"ballast-{i}", "labels": {"app": "ballast"}},
+                "spec": {
+                    "nodeName": workers[i % len(workers)],
+                    "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "1m"}}}],
+                },
+            }
+            await core.create_namespaced_pod("ballast", body)
+
+    await asyncio.gather(*(creator() for _ in range(16)))
+    creating = time.monotonic() - created
+    rss_loaded, cpu2 = _proc_stat(pid)
+    await asyncio.sleep(idle)
+    rss_after, cpu3 = _proc_stat(pid)
+    return {
+        "pods": pods,
+        "rss_idle_mib": rss_idle,
+        "cpu_idle_percent": 100 * (cpu1 - cpu0) / idle,
+        "rss_after_create_mib": rss_loaded,
+        "cpu_while_creating_percent": 100 * (cpu2 - cpu1) / creating,
+        "create_seconds": creating,
+        "rss_loaded_idle_mib": rss_after,
+        "cpu_loaded_idle_percent": 100 * (cpu3 - cpu2) / idle,
+    }
+
+
+@dataclass(frozen=True)
+class Plan:
+    sizes: list[int]
+    runs: int
+    gangs: int
+    capacity: int
+    limit: float
+    ballast: int
+    idle: float
+    workloads: tuple[str, ...] = ("latency", "throughput", "footprint")
+
+
+QUICK = Plan(sizes=[4, 32], runs=2, gangs=24, capacity=6, limit=90, ballast=2000, idle=10)
+FULL = Plan(sizes=[4, 32, 128, 512], runs=3, gangs=200, capacity=60, limit=240, ballast=10_000, idle=20)
+
+
+def _say(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+async def _open(name: str, cluster: LocalCluster, operator: operatorproc.OperatorProcess | None) -> Way:
+    api = await cluster.api_client()
+    pods = Pods(api)
+    await pods.start()
+    return Way(name, cluster, api, pods, operator)
+
+
+async def _taint(way: Way, nodes: list[str], on: bool) -> None:
+    core = client.CoreV1Api(way.api)
+    taints = [{"key": "bench.phalanx.dev/off", "value": "true", "effect": "NoSchedule"}] if on else None
+    for node in nodes:
+        await core.patch_node(node, {"spec": {"taints": taints}})
+
+
+async def measure(
+    plan: Plan, phalanx: LocalCluster, upstream: LocalCluster, operator: operatorproc.OperatorProcess, out: dict[str, Any]
+) -> None:
+    """Fills `out` as it goes, so a run cut short still reports what it measured."""
+    p = await _open("phalanx", phalanx, operator)
+    tree = await _open("in-tree", upstream, None)
+    vanilla = Way("vanilla", upstream, tree.api, tree.pods)
+    ways = {"vanilla": vanilla, "phalanx": p, "in-tree": tree}
+    try:
+        for size in plan.sizes if "latency" in plan.workloads else []:
+            samples: dict[str, list[dict[str, float | None]]] = {w: [] for w in WAYS}
+            out["latency"][size] = samples
+            for run in range(plan.runs):
+                for w in WAYS:
+                    sample = await latency_run(ways[w], size, timeout=max(120.0, size * 0.6))
+                    samples[w].append(sample)
+                    _say(f"latency {size} ranks run {run + 1} {w}: {sample}")
+        if "throughput" in plan.workloads:
+            off = [f"worker-{i}" for i in range(plan.capacity + 1, phalanx.spec.workers + 1)]
+            for w in (p, tree):
+                await _taint(w, off, True)
+            for w in WAYS:
+                tp = await throughput_run(ways[w], plan.gangs, plan.capacity, plan.limit, seed=7)
+                out["throughput"][w] = tp.__dict__
+                _say(
+                    f"throughput {w}: {tp.admitted} of {plan.gangs} admitted in {tp.elapsed:.1f}s, stranded {tp.stranded_device_seconds:.0f}"
+                )
+            for w in (p, tree):
+                await _taint(w, off, False)
+        if "footprint" in plan.workloads:
+            out["footprint"] = await footprint(p, plan.ballast, plan.idle)
+            _say(f"footprint: {out['footprint']}")
+    finally:
+        for w in (p, tree):
+            await w.pods.stop()
+            await w.api.close()
+
+
+def _median(samples: list[dict[str, float | None]], key: str) -> float | None:
+    """None when a run timed out (or none ran): a median that hides a timeout would flatter."""
+    values = [s[key] for s in samples if s[key] is not None]
+    return statistics.median(values) if values and len(values) == len(samples) else None
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    return "timeout" if value is None else f"{value:.2f}{unit}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+def summarise(plan: Plan, raw: dict[str, Any]) -> dict[str, Any]:
+    latency = []
+    for size, samples in raw["latency"].items():
+        row: dict[str, Any] = {"ranks": size}
+        for w in WAYS:
+            row[w] = {
+                "create_to_bound": _median(samples[w], "create_to_bound"),
+                "quorum_to_bound": _median(samples[w], "quorum_to_bound"),
+                "runs": len(samples[w]),
+            }
+        latency.append(row)
+    throughput = {}
+    for w, tp in raw["throughput"].items():
+        series = [u for _, u in tp["utilisation"]]
+        throughput[w] = {
+            "admitted": tp["admitted"],
+            "gangs": plan.gangs,
+            "seconds": tp["elapsed"],
+            "gangs_per_second": tp["admitted"] / tp["elapsed"] if tp["elapsed"] else 0.0,
+            "mean_utilisation": statistics.fmean(series) if series else 0.0,
+            "stranded_device_seconds": tp["stranded_device_seconds"],
+        }
+    return {"latency": latency, "throughput": throughput, "footprint": raw.get("footprint")}
+
+
+def table(plan: Plan, summary: dict[str, Any]) -> str:
+    lines = [
+        f"latency: one gang, 1 device per rank, median of {plan.runs} runs, seconds",
+        "| ranks | vanilla create->bound | in-tree create->bound | Phalanx create->bound | Phalanx quorum->bound "
+        "| in-tree quorum->bound | Phalanx / vanilla | Phalanx / in-tree |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in summary["latency"]:
+        if any(not row[w]["runs"] for w in WAYS):
+            continue  # cut short before every scheduler ran this size
+        v, t, p = (row[w]["create_to_bound"] for w in ("vanilla", "in-tree", "phalanx"))
+        lines.append(
+            f"| {row['ranks']} | {_fmt(v)} | {_fmt(t)} | {_fmt(p)} | {_fmt(row['phalanx']['quorum_to_bound'])} "
+            f"| {_fmt(row['in-tree']['quorum_to_bound'])} | {_ratio(p, v)} | {_ratio(p, t)} |"
+        )
+    lines += [
+        "",
+        f"throughput: {plan.gangs} gangs of {GANG_OF} submitted at once, capacity for {plan.capacity}, "
+        f"holds 2-8 s, limit {plan.limit:.0f} s",
+        "| scheduler | admitted | seconds | gangs/s | mean device utilisation | stranded device-seconds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for w in WAYS:
+        t = summary["throughput"].get(w)
+        if t:
+            lines.append(
+                f"| {w} | {t['admitted']}/{t['gangs']} | {t['seconds']:.1f} | {t['gangs_per_second']:.2f} "
+                f"| {100 * t['mean_utilisation']:.0f}% | {t['stranded_device_seconds']:.0f} |"
+            )
+    tp = summary["throughput"]
+    if "phalanx" in tp and "vanilla" in tp and "in-tree" in tp:
+        rate = {w: tp[w]["gangs_per_second"] for w in WAYS}
+        lines.append(
+            f"gangs/s ratios: Phalanx / vanilla {_ratio(rate['phalanx'], rate['vanilla'])}, "
+            f"Phalanx / in-tree {_ratio(rate['phalanx'], rate['in-tree'])}"
+        )
+    fp = summary.get("footprint")
+    if fp:
+        lines += [
+            "",
+            f"operator footprint with {fp['pods']:,} pods",
+            "| idle RSS | RSS after create | RSS loaded idle | CPU idle | CPU while creating | CPU loaded idle | create time |",
+            "|---|---|---|---|---|---|---|",
+            f"| {fp['rss_idle_mib']:.0f} MiB | {fp['rss_after_create_mib']:.0f} MiB | {fp['rss_loaded_idle_mib']:.0f} MiB "
+            f"| {fp['cpu_idle_percent']:.1f}% | {fp['cpu_while_creating_percent']:.1f}% | {fp['cpu_loaded_idle_percent']:.1f}% "
+            f"| {fp['create_seconds']:.0f} s |",
+        ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and runs, a smaller throughput and footprint (a few minutes)")
+    parser.add_argument("--sizes", help="gang sizes, comma separated (default 4,32,128,512; quick 4,32)")
+    parser.add_argument("--runs", type=int, help="runs per size and scheduler (default 3; quick 2)")
+    parser.add_argument("--gangs", type=int, help="throughput: gangs of 8 submitted (default 200; quick 24)")
+    parser.add_argument("--capacity", type=int, help="throughput: gangs that fit at once (default 60; quick 6)")
+    parser.add_argument("--pods", type=int, help="footprint: pods in the cluster (default 10,000; quick 2,000)")
+    parser.add_argument("--workloads", help="which to run, comma separated (default latency,throughput,footprint)")
+    parser.add_argument("--name", default="bench", help="cluster name prefix (two clusters: NAME-phalanx, NAME-intree)")
+    parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose CRDs and RBAC to install (default: this one)")
+    args = parser.parse_args()
+    plan = QUICK if args.quick else FULL
+    if args.sizes:
+        plan = Plan(**{**plan.__dict__, "sizes": [int(s) for s in args.sizes.split(",")]})
+    if args.runs:
+        plan = Plan(**{**plan.__dict__, "runs": args.runs})
+    for flag, knob in (("gangs", "gangs"), ("capacity", "capacity"), ("pods", "ballast")):
+        if getattr(args, flag):
+            plan = Plan(**{**plan.__dict__, knob: getattr(args, flag)})
+    if args.workloads:
+        plan = Plan(**{**plan.__dict__, "workloads": tuple(args.workloads.split(","))})
+    workers = max(math.ceil(max(plan.sizes) / GPUS_PER_WORKER), plan.capacity if "throughput" in plan.workloads else 1)
+    spec = {"workers": workers, "gpus_per_worker": GPUS_PER_WORKER, "driver": "fakegpu"}
+    phalanx = LocalCluster(ClusterSpec(name=f"{args.name}-phalanx", **spec))
+    upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec))
+    operator = None
+    started = time.monotonic()
+    raw: dict[str, Any] = {"latency": {}, "throughput": {}}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clusters and the operator are stopped on the way out
+    try:
+        for cluster in (phalanx, upstream):
+            _up(cluster)
+            cluster.kubectl("create", "namespace", NAMESPACE)
+            cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(CLAIM_TEMPLATE))
+        operator = operatorproc.start(phalanx, args.repo)
+        asyncio.run(measure(plan, phalanx, upstream, operator, raw))
+    finally:
+        if operator is not None:
+            operator.stop()
+        for cluster in (phalanx, upstream):
+            cluster.down()
+        report(args, plan, workers, started, raw)
+    return 0
+
+
+def _up(cluster: LocalCluster) -> None:
+    """Once more on failure: kwokctl picks its ports before starting the processes, and on a machine where other
+    clusters start at the same time one may be taken in between (`bind: address already in use`)."""
+    try:
+        cluster.up()
+    except (RuntimeError, TimeoutError) as exc:
+        _say(f"cluster {cluster.spec.name} did not come up ({exc}); once more")
+        cluster.down()
+        cluster.up()
+
+
+def report(args: argparse.Namespace, plan: Plan, workers: int, started: float, raw: dict[str, Any]) -> None:
+    if not raw["latency"] and not raw["throughput"] and "footprint" not in raw:
+        return  # nothing was measured
+    summary = summarise(plan, raw)
+    text = table(plan, summary)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = RESULTS / f"three_way-{'quick-' if args.quick else ''}{stamp}.json"
+    doc = {"plan": plan.__dict__, "workers": workers, "seconds": time.monotonic() - started, "summary": summary, "raw": raw}
+    out.write_text(json.dumps(doc, indent=1, default=str))
+    print(f"\nwritten to {out.relative_to(ROOT)} ({time.monotonic() - started:.0f} s in all)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The API server killed and restarted mid-run, its etcd history compacted meanwhile: every watch the operator
+resumes is answered 410 Gone for real, and the relisted view holds no phantom capacity and allocates nothing twice.
+
+Gang `a` holds 4 of the 6 GPUs; `b` (2) and `c` (4) are submitted and the API server is restarted at once, while
+`b` is being planned or reserved. Once it is back, `a` is deleted: `c` only runs if the operator's view dropped
+`a`'s claims (no phantom), and `b` and `c` together must hold 6 distinct devices (no double allocation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import WORKLOADS, Cluster, wait_for
+
+import faultcheck
+from jobs import gpu_gang
+from phalanx.localcluster import demo, operatorproc
+from test_fault_crash import bound, settle
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture
+def operator_process(cluster: Cluster) -> Iterator[operatorproc.OperatorProcess]:
+    if cluster.local is None:
+        pytest.skip("restarts the local control plane's API server")
+    handle = operatorproc.start(cluster.local, ROOT)
+    yield handle
+    handle.stop()
+    if not os.environ.get("PHALANX_KEEP_LOGS"):
+        handle.log.unlink(missing_ok=True)
+
+
+def expired_relists(metrics_port: int) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("phalanx_watch_relists_total{") and 'reason="expired"' in line
+    )
+
+
+def test_an_api_server_restart_with_expired_watches_leaves_no_phantom_and_no_double_allocation(
+    cluster: Cluster, operator_process: operatorproc.OperatorProcess, namespace: str
+) -> None:
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("a", 4, mode="all")))
+    wait_for(lambda: bound(faultcheck.take(cluster.kubectl, namespace), "a") == 4, "gang a running", timeout=120)
+    assert expired_relists(operator_process.metrics_port) == 0, "no watch expired before the restart"
+    for job in (gpu_gang("b", 2, mode="all"), gpu_gang("c", 4, mode="all")):
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(job))
+
+    revision = cluster.local.restart_apiserver(compact=True)
+
+    assert revision > 0
+    wait_for(lambda: expired_relists(operator_process.metrics_port) > 0, "a resumed watch answered 410 Gone", timeout=120)
+    assert "410 Gone" in operator_process.logs(), "the operator logged the expired watch"
+    cluster.kubectl("delete", "job", "a", "-n", namespace, "--wait=false")
+    snapshot = settle(cluster, namespace, {"a": 0, "b": 2, "c": 4})
+    assert operator_process.process.poll() is None, "the operator lived through the restart"
+    problems = faultcheck.violations(snapshot)
+    assert not problems, f"after the API server restart: {problems}\n{faultcheck.summary(snapshot)}"
+    held = [d for c in snapshot.claims for d in faultcheck.held(c)]
+    assert len(held) == len(set(held)) == 6, f"b and c hold all six devices, none twice: {held}"

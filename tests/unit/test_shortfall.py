@@ -1,0 +1,155 @@
+"""The rule that keeps a group known to be short from being planned again on every watch change."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from builders import GPU, cluster, gang, node
+from phalanx.planner import DeviceMatcher, Short, plan
+from phalanx.planner.model import Pod, PodTerm, Requirement, frozen_map
+from phalanx.scheduling import shortfall
+from phalanx.scheduling.shortfall import Shortfalls, capacity, dimensions_of, freed, group_key
+
+
+def _with_claims(snapshot, claims):
+    return replace(snapshot, claims=frozen_map({c.key: c for c in claims}))
+
+
+def _held(snapshot, *devices):
+    return replace(snapshot, held=frozenset((GPU, n, d) for n, d in devices))
+
+
+def test_binding_consumes_and_frees_nothing() -> None:
+    before = cluster(workers=3, gpus_per_worker=2)
+    after = _held(before, ("worker-1", "gpu-0"), ("worker-1", "gpu-1"))
+    after = replace(after, nodes=tuple(replace(n, requested=frozen_map({"cpu": 100})) for n in after.nodes))
+    assert freed(capacity(before), capacity(after)) == set()
+
+
+def test_a_device_given_back_frees_devices() -> None:
+    before = _held(cluster(), ("worker-1", "gpu-0"), ("worker-2", "gpu-0"))
+    after = _held(cluster(), ("worker-1", "gpu-0"))
+    assert freed(capacity(before), capacity(after)) == {shortfall.DEVICES}
+
+
+def test_a_republished_device_counts_as_new() -> None:
+    before = cluster()
+    after = replace(before, devices=tuple(replace(d, generation=1) if d.name == "gpu-0" else d for d in before.devices))
+    assert shortfall.DEVICES in freed(capacity(before), capacity(after))
+
+
+def test_a_node_added_or_untainted_frees_nodes_and_its_resources() -> None:
+    before = cluster(workers=2)
+    after = replace(before, nodes=(*before.nodes, node("worker-9")))
+    moved = freed(capacity(before), capacity(after))
+    assert shortfall.NODES in moved and shortfall.RESOURCE + "cpu" in moved
+    untainted = replace(before, nodes=tuple(replace(n, taints=()) for n in before.nodes))
+    assert freed(capacity(before), capacity(untainted)) == {shortfall.NODES}
+
+
+def test_cpu_given_back_frees_that_resource_only() -> None:
+    busy = replace(cluster(), nodes=tuple(replace(n, requested=frozen_map({"cpu": 500})) for n in cluster().nodes))
+    assert freed(capacity(busy), capacity(cluster())) == {shortfall.RESOURCE + "cpu"}
+
+
+def test_pods_leaving_and_arriving_are_told_apart() -> None:
+    pod = Pod("ml", "p", "worker-1")
+    empty, one = cluster(), replace(cluster(), pods=(pod,))
+    assert freed(capacity(one), capacity(empty)) == {shortfall.PODS_GONE}
+    assert freed(capacity(empty), capacity(one)) == {shortfall.PODS_ADDED}
+
+
+def test_what_a_group_could_use() -> None:
+    group, _ = gang("a", 2)
+    assert dimensions_of(group) == {
+        shortfall.NODES,
+        shortfall.PODS_GONE,
+        shortfall.POLICY,
+        shortfall.DEVICES,
+        shortfall.CLASSES,
+        shortfall.RESOURCE + "cpu",
+        shortfall.RESOURCE + "pods",
+    }
+    term = PodTerm("kubernetes.io/hostname", (Requirement("app", "In", ("db",)),), frozenset({"ml"}))
+    affine = replace(group, members=tuple(replace(m, pod_affinity=(term,)) for m in group.members))
+    assert shortfall.PODS_ADDED in dimensions_of(affine)
+
+
+def test_a_short_group_waits_for_freed_capacity_it_could_use() -> None:
+    """Six GPUs, four held by a running gang: a gang of 4 is short; binds and cpu churn do not wake it, the
+    running gang's devices coming back do, and then it fits."""
+    group, claims = gang("b", 4)
+    full = _with_claims(_held(cluster(), *[(f"worker-{i}", f"gpu-{j}") for i in (1, 2) for j in (0, 1)]), claims)
+    memo = Shortfalls()
+    memo.observe(capacity(full))
+    key = group_key(group, full, 0)
+    assert isinstance(plan(full, group, DeviceMatcher()), Short)
+    memo.remember("uid-b", key)
+    assert memo.still_short("uid-b", key)
+
+    busier = _held(full, *[(f"worker-{i}", f"gpu-{j}") for i in (1, 2, 3) for j in (0, 1)])
+    assert memo.observe(capacity(busier)) == set()
+    assert memo.still_short("uid-b", group_key(group, busier, 0))
+
+    freed_up = _with_claims(cluster(), claims)
+    assert memo.observe(capacity(freed_up)) == {shortfall.DEVICES}
+    assert not memo.still_short("uid-b", group_key(group, freed_up, 0))
+    assert not isinstance(plan(freed_up, group, DeviceMatcher()), Short)
+
+
+def test_freed_capacity_of_another_kind_does_not_wake_the_group() -> None:
+    """A group without claims is short on cpu: devices coming back are nothing it could use."""
+    group, _ = gang("c", 2, cpu=40_000)
+    group = replace(group, members=tuple(replace(m, claims=()) for m in group.members))
+    snapshot = _held(cluster(), ("worker-1", "gpu-0"))
+    memo = Shortfalls()
+    memo.observe(capacity(snapshot))
+    memo.remember("uid-c", group_key(group, snapshot, 0))
+    assert memo.observe(capacity(cluster())) == {shortfall.DEVICES}
+    assert memo.still_short("uid-c", group_key(group, cluster(), 0))
+
+
+def test_a_changed_group_is_a_new_question() -> None:
+    group, claims = gang("d", 4)
+    snapshot = _with_claims(cluster(), claims)
+    memo = Shortfalls()
+    memo.observe(capacity(snapshot))
+    memo.remember("uid-d", group_key(group, snapshot, 0))
+    assert not memo.still_short("uid-d", group_key(replace(group, min_count=2), snapshot, 0))
+    assert not memo.still_short("uid-d", group_key(replace(group, members=group.members[:3]), snapshot, 0))
+    assert not memo.still_short("uid-d", group_key(group, snapshot, 10)), "a new priority may find victims"
+    changed = replace(claims[0], requests=(replace(claims[0].requests[0], count=2),))
+    assert not memo.still_short("uid-d", group_key(group, _with_claims(snapshot, [changed, *claims[1:]]), 0))
+    assert memo.still_short("uid-d", group_key(group, snapshot, 0))
+
+
+def test_freed_then_consumed_between_snapshots_keeps_the_verdict() -> None:
+    """A chain of snapshots in which nothing was freed only shrinks: the group stays short on the last one."""
+    group, claims = gang("e", 4)
+    half = _with_claims(_held(cluster(), ("worker-1", "gpu-0"), ("worker-1", "gpu-1"), ("worker-2", "gpu-0")), claims)
+    memo = Shortfalls()
+    memo.observe(capacity(half))
+    memo.remember("uid-e", group_key(group, half, 0))
+    fuller = _held(half, ("worker-1", "gpu-0"), ("worker-1", "gpu-1"), ("worker-2", "gpu-0"), ("worker-3", "gpu-0"))
+    assert memo.observe(capacity(fuller)) == set()
+    assert memo.still_short("uid-e", group_key(group, fuller, 0))
+
+
+def test_preemption_inputs_wake_every_group() -> None:
+    group, claims = gang("f", 4)
+    snapshot = _with_claims(cluster(), claims)
+    memo = Shortfalls()
+    memo.observe(capacity(snapshot, policy=("pc", "1")))
+    memo.remember("uid-f", group_key(group, snapshot, 0))
+    assert memo.observe(capacity(snapshot, policy=("pc", "2"))) == {shortfall.POLICY}
+    assert not memo.still_short("uid-f", group_key(group, snapshot, 0))
+
+
+def test_forgotten_groups_go() -> None:
+    group, claims = gang("g", 4)
+    snapshot = _with_claims(cluster(), claims)
+    memo = Shortfalls()
+    memo.observe(capacity(snapshot))
+    memo.remember("uid-g", group_key(group, snapshot, 0))
+    memo.keep_only({"other"})
+    assert not memo.still_short("uid-g", group_key(group, snapshot, 0))
