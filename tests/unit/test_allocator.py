@@ -502,3 +502,16 @@ def test_an_error_on_a_node_the_plan_does_not_choose_does_not_refuse_the_gang() 
         (DeviceRequest("r", "", subrequests=subs),),
     )
     assert sorted(results(plan(snap, group))) == [("r/small", "a"), ("r/small", "b")]
+
+
+def test_a_shared_device_is_no_device_shortage() -> None:
+    """Found by the upstream oracle: six device requests fit on three shared devices (p0 on n2's, p1 twice over n1's
+    two; greedy packing puts p0 on n1 first); the device count (6 wanted, 3 free) is no lower bound when devices are shared."""
+    two = frozen_map({"bw": CapacityPolicy(Decimal(2), default=Decimal(1), minimum=Decimal(1), step=Decimal(1))})
+    devices = [dev("s0", allow_multiple=True, capacities=two), dev("s1", allow_multiple=True, capacities=two)]
+    devices += [
+        dev("t", node_name="n2", allow_multiple=True, capacities=two),
+        dev("u", node_name="n2", taints=(Taint("k", "", "NoSchedule"),)),
+    ]
+    snap, group = gang(snapshot(devices, nodes=("n1", "n2")), (one("x"), one("y")), (one("x", count=2), one("y", count=2)))
+    assert isinstance(plan(snap, group), Fits)

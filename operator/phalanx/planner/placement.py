@@ -573,6 +573,8 @@ def _device_shortages(planner: _Planner, members: Sequence[Member], usable: Sequ
             continue
         of_class = [d for d in snapshot.devices if all(planner.matcher.matches(e, d) for e in device_class.selectors)]
         reachable = {d.id for n in usable for d in planner.reachable(n)}
+        if any(d.allow_multiple and d.id in reachable for d in of_class):
+            continue  # a shared device serves many requests: counting devices bounds nothing
         free = sum(1 for d in of_class if d.id not in snapshot.held and d.id in reachable)
         if count > free:
             out.append(Shortage(class_name, count, free, len(of_class)))
