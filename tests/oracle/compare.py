@@ -69,7 +69,7 @@ def _allocated(claim: dict[str, Any], allocation: dict[str, Any]) -> dict[str, A
     return {**claim, "status": {"allocation": allocation}}
 
 
-def _cel_error(answer: dict[str, Any]) -> bool:
+def _aborts(answer: dict[str, Any]) -> bool:
     """An error that aborts the pod's scheduling attempt, not a node that does not fit."""
     return bool(answer.get("fatal"))
 
@@ -109,14 +109,14 @@ class Comparer:
             name = node["metadata"]["name"]
             theirs = answers[name]
             ours = phalanx_plan(world, [pod], [node])
-            out.append(self._judge("pod-on-node", world, theirs["ok"], ours, cel_error=_cel_error(theirs), why=theirs.get("error", "")))
+            out.append(self._judge("pod-on-node", world, theirs["ok"], ours, aborted=_aborts(theirs), why=theirs.get("error", "")))
         return out
 
     def group(self, world: World) -> Verdict:
         pods = list(range(len(world.pods)))
         ours = phalanx_plan(world, pods, world.nodes)
-        feasible, cel_error = self._upstream_sequence(world, pods, [])
-        return self._judge("group", world, feasible, ours, cel_error=cel_error, greedy=True)
+        feasible, aborted = self._upstream_sequence(world, pods, [])
+        return self._judge("group", world, feasible, ours, aborted=aborted, greedy=True)
 
     def _upstream_sequence(self, world: World, pods: list[int], before: list[dict[str, Any]]) -> tuple[bool, bool]:
         """Whether some choice of node per pod, in order, lets upstream allocate every pod; and whether an error aborted
@@ -125,20 +125,20 @@ class Comparer:
             return True, False
         claims = world.pods[pods[0]][1]
         answers = self.upstream.allocate(world.upstream(before), claims)
-        if any(_cel_error(answer) for answer in answers.values()):
+        if any(_aborts(answer) for answer in answers.values()):
             return False, True
-        cel_error = False
+        aborted = False
         for answer in answers.values():
             if answer["ok"]:
                 placed = [_allocated(c, a) for c, a in zip(claims, answer["allocations"], strict=True)]
                 feasible, deeper = self._upstream_sequence(world, pods[1:], before + placed)
-                cel_error |= deeper
+                aborted |= deeper
                 if feasible:
-                    return True, cel_error
-        return False, cel_error
+                    return True, aborted
+        return False, aborted
 
     def _judge(
-        self, kind: str, world: World, upstream_ok: bool, ours: Fits | Short, *, cel_error: bool, greedy: bool = False, why: str = ""
+        self, kind: str, world: World, upstream_ok: bool, ours: Fits | Short, *, aborted: bool, greedy: bool = False, why: str = ""
     ) -> Verdict:
         fits = isinstance(ours, Fits)
         unmodelled = self._unmodelled(world)
@@ -149,7 +149,7 @@ class Comparer:
             return Verdict(kind, "agree: fits" if fits else "agree: short")
         if unmodelled:
             return Verdict(kind, unmodelled, f"upstream {'fits' if upstream_ok else 'refuses'}; planner {_said(ours)}")
-        if fits and cel_error:
+        if fits and aborted:
             return Verdict(kind, "upstream-aborts-pod", why)
         if fits and greedy:
             return Verdict(kind, "upstream-greedy-per-pod")

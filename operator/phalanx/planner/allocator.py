@@ -18,6 +18,12 @@ default features select):
   tolerates them;
 - matchAttribute / distinctAttribute constraints, and at most 32 results.
 
+Where upstream's Allocate returns an error, failing the pod's attempt (a
+selector failing on a device it evaluates, a device an All request must take
+breaking a constraint, a pool being updated under an All request), the search
+raises AllocationError; past MAX_STEPS candidates it raises SearchTooLarge.
+tests/oracle compares all of this with upstream's own allocator.
+
 The `Ledger` is the plan's mutable view of what is in use (the cluster's and
 what the plan has allocated so far); every change it makes is undone by the
 callable it returns, so the placement search can backtrack.
