@@ -175,8 +175,8 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
         "  PodGroupInitiallyScheduled  True  Scheduled  4 of 4 members bound to 2 node(s)",
         "Events:",
         "  AGE  TYPE  REASON  OBJECT  MESSAGE",
-        "  AGE  Normal  Released  podgroup/PG  released 4 members on 2 node(s) (worker-1, worker-2) with 4 device(s) reserved; "
-        "waiting up to 60s for minCount 4 to be bound",
+        "  AGE  Normal  Released  podgroup/PG  all 4 members placed on 2 node(s) (worker-1, worker-2) with 4 device(s) reserved "
+        "and their gates lifted; waiting up to 60s for minCount 4 to be bound",
         "  AGE  Normal  Scheduled  podgroup/PG  4 of 4 members bound to 2 node(s)",
     ]
     data = json.loads(_explain(cluster, namespace, "first", "-o", "json"))
@@ -216,7 +216,8 @@ def test_disrupted_gang(cluster: Cluster, operator: Operator, namespace: str, co
     lines = _normalised(out, namespace, pg["metadata"]["name"])
     below = "below minCount: 3 of minCount 4 members run; lost research-0-xxxxx (failed: container rank exited 1)"
     released = (
-        "released 4 members on 2 node(s) (worker-1, worker-2) with 4 device(s) reserved; waiting up to 60s for minCount 4 to be bound"
+        "all 4 members placed on 2 node(s) (worker-1, worker-2) with 4 device(s) reserved and their gates lifted; "
+        "waiting up to 60s for minCount 4 to be bound"
     )
     assert lines == [
         "Job NS/research  PodGroup PG",
