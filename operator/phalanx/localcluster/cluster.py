@@ -207,13 +207,22 @@ class LocalCluster:
         if compact:
             _etcd(etcd, "compaction", {"revision": revision, "physical": True})
         log = self.cluster_dir / "logs" / "kube-apiserver.log"
-        start = log.stat().st_size if log.exists() else 0
-        with log.open("ab") as out:
-            server = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        pid_file.write_text(str(server.pid))
+
+        def launch() -> tuple[subprocess.Popen[bytes], int]:
+            start = log.stat().st_size if log.exists() else 0
+            with log.open("ab") as out:
+                server = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            pid_file.write_text(str(server.pid))
+            return server, start
+
+        server, start = launch()
         while (ready := self.kubectl("get", "--raw", "/readyz", check=False)).returncode != 0:
+            tail = log.read_bytes()[start:][-3000:].decode(errors="replace")
+            if server.poll() is not None and "address already in use" in tail and time.monotonic() < deadline:
+                time.sleep(0.5)  # the killed server's port is not free yet: try again, as a restarted static pod would
+                server, start = launch()
+                continue
             if time.monotonic() > deadline or server.poll() is not None:
-                tail = log.read_bytes()[start:][-3000:].decode(errors="replace")
                 raise TimeoutError(f"kube-apiserver not ready after its restart (exit {server.poll()}): {ready.stderr}\n{tail}")
             time.sleep(0.3)
         gone = [c for c in ("kube-controller-manager", "kube-scheduler") if not _alive(self.cluster_dir / "pids" / f"{c}.pid")]
