@@ -373,9 +373,14 @@ async def measure(
             out["latency"][size] = samples
             for run in range(plan.runs):
                 for w in WAYS:
+                    seen = len(operator.logs()) if w == "phalanx" else 0
                     sample = await latency_run(ways[w], size, timeout=max(120.0, size * 0.6))
                     samples[w].append(sample)
                     _say(f"latency {size} ranks run {run + 1} {w}: {sample}")
+                    if w == "phalanx":
+                        for line in operator.logs()[seen:].splitlines():
+                            if "members released" in line:
+                                _say(f"  operator: {line.split(': ', 1)[-1]}")
         if "throughput" in plan.workloads:
             off = [f"worker-{i}" for i in range(plan.capacity + 1, phalanx.spec.workers + 1)]
             for w in (p, tree):

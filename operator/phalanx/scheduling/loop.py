@@ -253,6 +253,7 @@ class SchedulingLoop:
             return True
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) < min_count:
+            await self.releaser.protect(ready)  # while the others arrive: the release then writes only allocations
             # No running count in the message: status.members counts, and one status write per arriving member is enough.
             await self._set(pod_group, False, "Pending", f"waiting for quorum: minCount {min_count} members created with their claims")
             return True

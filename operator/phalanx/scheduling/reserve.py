@@ -5,14 +5,17 @@ The reservation cycle, each step idempotent:
    with everything a fresh write needs (devices, node, config), so a
    restarted operator can finish or undo it;
 2. for every claim, concurrently: add the delete-protection finalizer
-   (metadata), then write the allocation and `reservedFor` (status), both
+   (metadata; usually done as the member arrived, by `protect`, off the
+   critical path), then write the allocation and `reservedFor` (status), both
    conditional on the claim's resourceVersion (from the watch's copy; a
    stale copy is read afresh and tried once more): a write that loses on a
    fresh read is a `Conflict` and aborts the release;
-3. wait until our own watch shows the writes, then read every claim afresh:
-   a device also held by another claim (kube-scheduler allocated it in the
-   window; nothing upstream coordinates two allocators, kubernetes#128980)
-   aborts. Our reservation yields: nobody else is evicted for it;
+3. wait until our own watch shows the writes (it then shows every claim
+   write before ours) and, when some pod may be mid-allocation in
+   kube-scheduler (`inflight`), wait for that write to land and read every
+   claim afresh: a device also held by another claim (nothing upstream
+   coordinates two allocators, kubernetes#128980) aborts. Our reservation
+   yields: nobody else is evicted for it;
 4. release every member, concurrently: one patch per pod pins it to its
    node (required node affinity + annotation) and lifts Phalanx's gate
    (state Released). One write per member, not a pin and then a lift: the
@@ -44,9 +47,9 @@ from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits
 from phalanx.planner.allocator import Result
 from phalanx.planner.model import DeviceId, Toleration
-from phalanx.scheduling import conditions, metrics
+from phalanx.scheduling import conditions, inflight, metrics
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.inputs import allocated_ids, dedicated_ids, gated, shares
+from phalanx.scheduling.inputs import allocated_ids, claim_names, dedicated_ids, extended_resources, gated, shares
 
 logger = logging.getLogger(__name__)
 
@@ -217,10 +220,14 @@ class Releaser:
             steps.done("reserve")
             await self._await_observed(namespace, reservation)
             steps.done("observe")
-            if self.settle:
+            contenders = inflight.allocating(self.view.pods.items(), self.view.claims.get, extended_resources(self.view.classes.items()))
+            if contenders and self.settle:
                 await asyncio.sleep(self.settle)  # kube-scheduler's in-flight allocations reach the API server
-            await self._verify(namespace, reservation)
-            steps.done("settle+verify")
+                self._verify(namespace, reservation, await self.kube.list_claims())
+            else:
+                # the watch delivers claim writes in resourceVersion order: showing ours, it shows every earlier one
+                self._verify(namespace, reservation, self.view.claims.items())
+            steps.done(f"settle+verify ({len(contenders)} pod(s) kube-scheduler may be allocating for)")
             crash_point("reserve.after-claims" if record else "member.after-claims")
         except ReleaseAborted as exc:
             await self.holes.cover(exc.shared, str(exc))
@@ -294,6 +301,36 @@ class Releaser:
         await self.kube.merge_patch(
             custom_path("podgroups", meta["namespace"], meta["name"], status=True), {"status": {"reservation": body}}
         )
+
+    async def protect(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """Add the delete-protection finalizer to the unallocated claims of members waiting for quorum, so the
+        release writes only the allocation. Harmless on a claim never allocated: the resourceclaim controller
+        drops this finalizer from a deleted claim nobody reserved. A lost race is left to the release."""
+
+        async def add(namespace: str, obj: Mapping[str, Any]) -> None:
+            with contextlib.suppress(Conflict, NotFound):
+                await self.kube.merge_patch(
+                    claim_path(namespace, obj["metadata"]["name"]),
+                    {
+                        "metadata": {
+                            "resourceVersion": obj["metadata"]["resourceVersion"],
+                            "finalizers": [*(obj["metadata"].get("finalizers") or []), keys.DELETE_PROTECTION],
+                        }
+                    },
+                )
+
+        todo: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for pod in pods:
+            namespace = pod["metadata"]["namespace"]
+            for name in claim_names(pod) or ():
+                obj = self.view.claims.get(namespace, name)
+                if (
+                    obj is not None
+                    and allocated_ids(obj) is None
+                    and keys.DELETE_PROTECTION not in (obj["metadata"].get("finalizers") or [])
+                ):
+                    todo[(namespace, name)] = obj
+        await _all(add(namespace, obj) for (namespace, _), obj in todo.items())
 
     def claim_users(self, namespace: str, reservation: schema.Reservation) -> dict[str, list[dict[str, str]]]:
         users: dict[str, list[dict[str, str]]] = {}
@@ -391,13 +428,13 @@ class Releaser:
         pods = [self.view.pods.get(namespace, p.name) for p in reservation.placements if p.name not in skip]
         return all(p is None or (p["metadata"].get("annotations") or {}).get(keys.PINNED_NODE) for p in pods)
 
-    async def _verify(self, namespace: str, reservation: schema.Reservation) -> None:
-        """A fresh read of every claim: no device of ours may be held by anyone else."""
+    def _verify(self, namespace: str, reservation: schema.Reservation, claims: Iterable[Mapping[str, Any]]) -> None:
+        """No device of ours may be held by any other of `claims` (every claim, as of after our writes)."""
         ours = {(namespace, c.name) for c in reservation.claims}
         whole: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results if _takes_whole(r)}
         mine: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results if not r.admin_access}
         intruders, shared = [], set()
-        for obj in await self.kube.list_claims():
+        for obj in claims:
             # a share beside a share is no conflict (the repair judges capacity); anything beside a whole device is
             both = (set(dedicated_ids(obj)) & mine) | ({d for d, _ in shares(obj)} & whole)
             if both and (obj["metadata"]["namespace"], obj["metadata"]["name"]) not in ours:
