@@ -21,6 +21,7 @@ from phalanx.planner import quantity
 from phalanx.planner.model import (
     CapacityPolicy,
     Claim,
+    Container,
     CounterUse,
     Device,
     DeviceClass,
@@ -73,6 +74,26 @@ def placed_on(pod: Mapping[str, Any], pinned: Mapping[str, str] | None = None) -
     if not gated(pod):
         return (pinned or {}).get(pod["metadata"]["uid"])
     return None
+
+
+def containers(pod: Mapping[str, Any]) -> tuple[Container, ...]:
+    """Init containers, then regular ones, with every request they name (for extended resources a DeviceClass serves)."""
+    spec = pod["spec"]
+
+    def of(c: Mapping[str, Any], init: bool) -> Container:
+        requests = ((c.get("resources") or {}).get("requests")) or {}
+        return Container(
+            frozen_map({k: quantity.amount(k, v) for k, v in requests.items()}),
+            init=init,
+            sidecar=init and c.get("restartPolicy") == "Always",
+        )
+
+    return tuple(of(c, True) for c in spec.get("initContainers") or []) + tuple(of(c, False) for c in spec.get("containers") or [])
+
+
+def extended_claim_name(pod: Mapping[str, Any]) -> str | None:
+    """The claim kube-scheduler created for the pod's extended resources a DeviceClass serves, once it did."""
+    return ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Counter[str]:
@@ -258,15 +279,21 @@ def counters(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Mappi
 
 
 def extended_resources(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Extended resource name -> DeviceClass: each class's extendedResourceName, and the implicit
-    `deviceclass.resource.kubernetes.io/<class>` every class answers to."""
+    """Extended resource name -> DeviceClass: the implicit `deviceclass.resource.kubernetes.io/<class>` every class
+    answers to, and each class's extendedResourceName; of several classes naming one resource, kube-scheduler's
+    cache keeps the newest (creationTimestamp), on a tie the first by name."""
     out: dict[str, str] = {}
+    explicit: dict[str, tuple[str, str]] = {}
     for obj in classes:
         name = obj["metadata"]["name"]
         out[f"deviceclass.resource.kubernetes.io/{name}"] = name
-        explicit = (obj.get("spec") or {}).get("extendedResourceName")
-        if explicit:
-            out[explicit] = name
+        resource = (obj.get("spec") or {}).get("extendedResourceName")
+        if resource:
+            created = obj["metadata"].get("creationTimestamp") or ""
+            known = explicit.get(resource)
+            if known is None or created > known[0] or (created == known[0] and name < known[1]):
+                explicit[resource] = (created, name)
+    out.update({resource: name for resource, (_, name) in explicit.items()})
     return out
 
 
@@ -499,6 +526,7 @@ def member(pod: Mapping[str, Any], claims: tuple[str, ...]) -> Member:
         pod_anti_affinity=pod_terms(pod, "podAntiAffinity"),
         spread=spread(pod),
         host_ports=host_ports(pod),
+        containers=containers(pod),
     )
 
 
