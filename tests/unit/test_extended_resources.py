@@ -173,3 +173,48 @@ def test_the_reservation_records_planned_devices_apart_from_reserved_ones() -> N
             )
         ).wire()
     ), "a gang without extended resources records as before"
+
+
+def test_planned_devices_count_as_held_until_kube_scheduler_allocates_the_pods_claim() -> None:
+    pod = {"metadata": {"namespace": "ml", "name": "p0", "uid": "uid-p0"}, "spec": {}}
+    group = {
+        "status": {
+            "reservation": {"state": "Released", "planned": [{"pod": "p0", "uid": "uid-p0", "node": "n1", "devices": [f"{GPU}/n1/gpu-0"]}]}
+        }
+    }
+    assert inputs.awaiting_kube_scheduler([group], [pod], []) == {(GPU, "n1", "gpu-0")}
+    special = {
+        "metadata": {
+            "name": "p0-extended-resources-x",
+            "namespace": "ml",
+            "uid": "uid-x",
+            "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+            "ownerReferences": [{"kind": "Pod", "name": "p0", "uid": "uid-p0", "controller": True}],
+        },
+        "status": {
+            "allocation": {"devices": {"results": [{"request": "container-0-request-0", "driver": GPU, "pool": "n1", "device": "gpu-1"}]}}
+        },
+    }
+    assert inputs.awaiting_kube_scheduler([group], [pod], [special]) == frozenset(), "its own claim is counted from now on"
+    assert inputs.awaiting_kube_scheduler([group], [], []) == frozenset(), "a pod gone holds nothing"
+    snap = inputs.build([], [pod], [], [special], [], awaiting=frozenset({(GPU, "n1", "gpu-0")}))
+    assert snap.held == {(GPU, "n1", "gpu-0"), (GPU, "n1", "gpu-1")}
+
+
+def test_a_victims_extended_resource_claim_frees_its_devices() -> None:
+    from phalanx.scheduling import victims
+
+    pod = {
+        "metadata": {"namespace": "ml", "name": "v", "uid": "uid-v"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {RESOURCE: "1"}}}]},
+        "status": {"extendedResourceClaimStatus": {"resourceClaimName": "v-extended-resources-x", "requestMappings": []}},
+    }
+    claim = {
+        "metadata": {"namespace": "ml", "name": "v-extended-resources-x", "uid": "uid-x"},
+        "status": {
+            "allocation": {"devices": {"results": [{"request": "container-0-request-0", "driver": GPU, "pool": "n1", "device": "gpu-0"}]}},
+            "reservedFor": [{"resource": "pods", "name": "v", "uid": "uid-v"}],
+        },
+    }
+    victim = victims._victim_pod(pod, {("ml", claim["metadata"]["name"]): claim}, {"uid-v"}, None)
+    assert victim.devices == ((GPU, "n1", "gpu-0"),)

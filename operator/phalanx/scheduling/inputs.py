@@ -91,9 +91,39 @@ def containers(pod: Mapping[str, Any]) -> tuple[Container, ...]:
     return tuple(of(c, True) for c in spec.get("initContainers") or []) + tuple(of(c, False) for c in spec.get("containers") or [])
 
 
+def awaiting_kube_scheduler(
+    podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]]
+) -> frozenset[DeviceId]:
+    """Devices a reservation planned for a member's extended resources while kube-scheduler has not yet allocated
+    that member's own claim: held for Phalanx's next plans, so it gives them to no other gang in that window.
+    Only Phalanx heeds this; a pod kube-scheduler places alone may still take them (the bind deadline covers it)."""
+    live = {p["metadata"]["uid"] for p in pods if not terminal(p) and not p["metadata"].get("deletionTimestamp")}
+    served = {
+        ref["uid"]
+        for c in claims
+        if (c["metadata"].get("annotations") or {}).get(keys.EXTENDED_RESOURCE_CLAIM) == "true" and allocated_ids(c) is not None
+        for ref in c["metadata"].get("ownerReferences") or []
+        if ref.get("controller")
+    }
+    return frozenset(
+        tuple(d.split("/", 2))  # type: ignore[misc]
+        for g in podgroups
+        for planned in (((g.get("status") or {}).get("reservation") or {}).get("planned") or ())
+        if planned.get("uid") in live and planned["uid"] not in served
+        for d in planned.get("devices") or ()
+    )
+
+
 def extended_claim_name(pod: Mapping[str, Any]) -> str | None:
     """The claim kube-scheduler created for the pod's extended resources a DeviceClass serves, once it did."""
     return ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+
+
+def holding_claim_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every claim that may hold devices for the pod: its own (those created so far), and kube-scheduler's for its
+    extended resources."""
+    special = extended_claim_name(pod)
+    return (*(claim_names(pod) or ()), *((special,) if special else ()))
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Counter[str]:
@@ -538,7 +568,9 @@ def build(
     classes: Iterable[Mapping[str, Any]],
     taint_rules: Iterable[Mapping[str, Any]] = (),
     pinned: Mapping[str, str] | None = None,
+    awaiting: frozenset[DeviceId] = frozenset(),
 ) -> Snapshot:
+    """`awaiting`: devices planned for extended resources that kube-scheduler has yet to allocate, counted as held."""
     requested: dict[str, Counter[str]] = {}
     placed: list[Pod] = []
     for pod in pods:
@@ -565,7 +597,7 @@ def build(
         devices=tuple(devices(slices, taint_rules)),
         classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
         claims=frozen_map({c.key: c for c in claim_objs}),
-        held=frozenset(held),
+        held=frozenset(held) | awaiting,
         pods=tuple(placed),
         shared=frozen_map({d: frozen_map(c) for d, c in shared.items()}),
         counters=frozen_map(counters(slices)),
@@ -647,8 +679,9 @@ def snapshot(
     """The cluster as `for_group` is planned on: devices a preemption freed for another group count as held.
 
     `pinned` is every pin Phalanx made (default: those the PodGroups' reservations record)."""
-    podgroups = list(podgroups)
-    built = build(nodes, pods, slices, claims, classes, taint_rules, pins(podgroups) if pinned is None else pinned)
+    podgroups, pods, claims = list(podgroups), list(pods), list(claims)
+    awaiting = awaiting_kube_scheduler(podgroups, pods, claims)
+    built = build(nodes, pods, slices, claims, classes, taint_rules, pins(podgroups) if pinned is None else pinned, awaiting)
     return nominated_elsewhere(built, podgroups, for_group)
 
 

@@ -343,7 +343,8 @@ class SchedulingLoop:
         key = (view.revision, tuple(sorted(self.releaser.pinned.items())))
         if self._base is None or self._base[0] != key:
             sources = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules)
-            built = inputs.build(*(i.items() for i in sources), pinned=self._pins())
+            awaiting = inputs.awaiting_kube_scheduler(view.podgroups.items(), view.pods.items(), view.claims.items())
+            built = inputs.build(*(i.items() for i in sources), pinned=self._pins(), awaiting=awaiting)
             self._base = (key, built)
             self.shortfalls.observe(shortfall.capacity(inputs.nominated_elsewhere(built, view.podgroups.items(), None), self._policy()))
         return inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group)
