@@ -218,3 +218,8 @@ def test_a_victims_extended_resource_claim_frees_its_devices() -> None:
     }
     victim = victims._victim_pod(pod, {("ml", claim["metadata"]["name"]): claim}, {"uid-v"}, None)
     assert victim.devices == ((GPU, "n1", "gpu-0"),)
+
+
+def test_more_devices_than_one_claim_holds_is_named() -> None:
+    result = plan(cluster(node("n1"), devices=gpus("n1", 40)), gang(rank(0, 33)))
+    assert isinstance(result, Short) and f"resources.requests[{RESOURCE}] (DeviceClass {GPU}) ask for 33 devices" in result.message

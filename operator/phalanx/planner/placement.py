@@ -476,6 +476,21 @@ def _unmodelled(snapshot: Snapshot, group: Group) -> tuple[str, ...]:
             reasons.append(
                 f"claim {claim.name}: status.reservedFor would list {claim.reserved_for + users[key]} pods, more than {MAX_RESERVED_FOR}"
             )
+    for member in group.members:
+        mapped = tuple(
+            sorted(
+                r
+                for r, v in member.requests.items()
+                if v > 0 and r in snapshot.extended and all(n.allocatable.get(r, 0) <= 0 for n in snapshot.nodes)
+            )
+        )  # served through a DeviceClass on every node
+        special = extres.claim(member, mapped, snapshot.extended) if mapped else None
+        if special is not None and _min_results(special) > MAX_RESULTS:
+            asked = ", ".join(f"resources.requests[{r}] (DeviceClass {snapshot.extended[r]})" for r in mapped)
+            reasons.append(
+                f"pod {member.name}: {asked} ask for {_min_results(special)} devices, more than the {MAX_RESULTS} the claim "
+                "kube-scheduler creates for them may hold"
+            )
     return tuple(dict.fromkeys(reasons))
 
 
