@@ -223,3 +223,11 @@ def test_a_victims_extended_resource_claim_frees_its_devices() -> None:
 def test_more_devices_than_one_claim_holds_is_named() -> None:
     result = plan(cluster(node("n1"), devices=gpus("n1", 40)), gang(rank(0, 33)))
     assert isinstance(result, Short) and f"resources.requests[{RESOURCE}] (DeviceClass {GPU}) ask for 33 devices" in result.message
+
+
+def test_node_capacity_bounds_nothing_where_another_node_serves_the_resource_through_the_class() -> None:
+    """n1's device plugin has 1, n2 has devices: no shortage of the resource may cut the search short."""
+    snap = cluster(plugin_node("n1", 1), replace(node("n2"), allocatable=frozen_map({"cpu": 1000, "pods": 110})), devices=gpus("n2", 4))
+    result = plan(snap, gang(rank(0, 2), rank(1, 2)))
+    assert isinstance(result, Short) and f"x {RESOURCE} (" not in result.message, result.message
+    assert "1 of 2 members fit; no combination of nodes fits the group" in result.message, "n2 has cpu for one rank only"

@@ -567,7 +567,9 @@ def _short(planner: _Planner, members: Sequence[Member], fit: int, probe: _State
     shortages: list[Shortage] = []
     needed: Counter[str] = Counter()
     through_class = _through_class(snapshot, members, usable)
-    for resource in {r for m in members for r in m.requests} - through_class.keys():
+    # a resource some usable node serves through a DeviceClass is not bounded by node capacity
+    by_devices = {r for r in snapshot.extended if any(n.allocatable.get(r, 0) <= 0 for n in usable)}
+    for resource in {r for m in members for r in m.requests} - by_devices:
         # the cheapest quorum: a lower bound, so a shortage here means no arrangement can fit
         needed[resource] = sum(sorted(m.requests.get(resource, 0) for m in members)[: group.min_count])
     for resource, amount in sorted(needed.items()):
