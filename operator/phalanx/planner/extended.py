@@ -21,15 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from phalanx.planner.model import Claim, Container, DeviceRequest, Member, Node
+from phalanx.planner.model import Claim, Container, DeviceRequest, Member
 
 SUFFIX = "/extended-resources"
 """The planned claim's name is `<pod>/extended-resources`: no ResourceClaim can have it (a slash), so it never meets a real one."""
 
 
-def served(member: Member, node: Node, extended: Mapping[str, str]) -> tuple[str, ...]:
-    """The member's extended resources `node` serves through a DeviceClass: mapped, and none in its allocatable."""
-    return tuple(sorted(r for r, v in member.requests.items() if v > 0 and r in extended and node.allocatable.get(r, 0) <= 0))
+def mapped(member: Member, extended: Mapping[str, str]) -> tuple[str, ...]:
+    """The member's extended resources some DeviceClass serves, by name."""
+    return tuple(sorted(r for r, v in member.requests.items() if v > 0 and r in extended))
 
 
 def claim(member: Member, resources: tuple[str, ...], extended: Mapping[str, str]) -> Claim | None:

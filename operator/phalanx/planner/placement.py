@@ -141,6 +141,7 @@ class _Planner:
         self._reach: dict[str, list[Device]] = {}
         self._member_needs: dict[tuple[str, tuple[str, ...]], Counter[str]] = {}
         self._extended_claims: dict[tuple[str, tuple[str, ...]], Claim | None] = {}
+        self._mapped: dict[str, tuple[str, ...]] = {}
         self._eligible: dict[tuple[int, str], str | None] = {}
         users = Counter((m.namespace, c) for m in group.members for c in m.claims)
         self._alone = {
@@ -205,7 +206,7 @@ class _Planner:
         if self.reason(state, member, node) is not None:
             return None
         free = state.free[node.name]
-        served = extres.served(member, node, self.snapshot.extended) if self.snapshot.extended else ()
+        served = self._served(member, node)
         needs = self._needs(member, served)
         if any(free.get(k, 0) < v for k, v in needs.items() if v > 0):
             return None
@@ -258,6 +259,13 @@ class _Planner:
             needs["pods"] += 1
         return needs
 
+    def _served(self, member: Member, node: Node) -> tuple[str, ...]:
+        """The member's extended resources `node` serves through a DeviceClass (most members ask for none)."""
+        mapped = self._mapped.get(member.uid)
+        if mapped is None:
+            mapped = self._mapped[member.uid] = extres.mapped(member, self.snapshot.extended)
+        return tuple(r for r in mapped if node.allocatable.get(r, 0) <= 0) if mapped else ()
+
     def _extended_claim(self, member: Member, served: tuple[str, ...]) -> Claim | None:
         key = (member.uid, served)
         if key not in self._extended_claims:
@@ -265,7 +273,7 @@ class _Planner:
         return self._extended_claims[key]
 
     def undo(self, state: _State, member: Member, node: Node, new: list[ClaimPlan]) -> None:
-        served = extres.served(member, node, self.snapshot.extended) if self.snapshot.extended else ()
+        served = self._served(member, node)
         needs = self._needs(member, served)
         state.free[node.name].update(needs)
         for plan in new:
