@@ -274,17 +274,66 @@ def test_an_admin_access_claim_consumes_nothing(cluster: Cluster, operator: Any,
     assert "0 of 1" in _short(cluster, namespace, "second"), "the monitor took nothing, the user still holds fa-0"
 
 
-def test_an_extended_resource_pod_is_reported_exactly(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:
-    """Phalanx does not create the scheduler's extended-resource claim: the condition names the field and the class."""
-    _gang(cluster, namespace, "ext", 1, [], extended={"example.com/feature": "1"})
+EXT = "example.com/ext-gpu"
+EXT_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "ext-gpus"},
+    "spec": {
+        "selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].kind == 'ext'"}}],
+        "extendedResourceName": EXT,
+    },
+}
+EXT_SLICES = [
+    _slice(f"features-ext-{i}", f"ext-{i}", [_device(f"ext-{i}-{d}", "ext") for d in range(2)], nodeName=f"worker-{i}") for i in (1, 2)
+]
 
-    def message() -> str | None:
-        items = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"{keys.JOB_NAME_LABEL}={'ext'}")["items"]
-        for cond in ((items[0].get("status") or {}).get("conditions") or []) if items else []:
-            if cond["type"] == keys.INITIALLY_SCHEDULED and "not planned" in cond.get("message", ""):
-                return cond["message"]
-        return None
 
-    text = wait_for(message, "the extended resource named in the condition", timeout=90)
-    assert "resources.requests[example.com/feature]" in text and "DeviceClass features" in text
-    assert all(not p["spec"].get("nodeName") for p in _pods(cluster, namespace, "ext"))
+@pytest.fixture
+def ext_gpus(cluster: Cluster, features: None) -> Iterator[None]:
+    """Two devices of class ext-gpus on worker-1 and worker-2 each; no node advertises example.com/ext-gpu itself."""
+    objects = {"apiVersion": "v1", "kind": "List", "items": [EXT_CLASS, *EXT_SLICES]}
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(objects))
+    try:
+        yield
+    finally:
+        cluster.kubectl("delete", "-f", "-", "--wait=false", stdin=json.dumps(objects), check=False)
+
+
+def test_an_extended_resource_gets_devices_of_its_class_on_the_pinned_node(
+    cluster: Cluster, operator: Any, ext_gpus: None, namespace: str
+) -> None:
+    """Phalanx plans the devices and pins the ranks; kube-scheduler creates and allocates each pod's own claim."""
+    _gang(cluster, namespace, "ext", 2, [], extended={EXT: "2"})
+    pods = _bound(cluster, namespace, "ext", 2)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["worker-1", "worker-2"], "2 devices each: one rank per node"
+    claims = {c["metadata"]["name"]: c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
+    for pod in pods:
+        node = pod["spec"]["nodeName"]
+        assert pod["metadata"]["annotations"][keys.PINNED_NODE] == node
+        claim = claims[pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]]
+        assert claim["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+        assert [o["uid"] for o in claim["metadata"]["ownerReferences"] if o.get("controller")] == [pod["metadata"]["uid"]]
+        assert [r["exactly"]["deviceClassName"] for r in claim["spec"]["devices"]["requests"]] == ["ext-gpus"]
+        results = claim["status"]["allocation"]["devices"]["results"]
+        pool = f"ext-{node.removeprefix('worker-')}"
+        assert sorted(r["device"] for r in results) == [f"{pool}-0", f"{pool}-1"], f"both devices of {node}, where the pod runs"
+    [group] = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"{keys.JOB_NAME_LABEL}=ext")["items"]
+    reservation = group["status"]["reservation"]
+    assert reservation["claims"] == [], "no claim was written by Phalanx"
+    assert sorted((p["node"], len(p["devices"])) for p in reservation["planned"]) == [("worker-1", 2), ("worker-2", 2)]
+    events = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.kind=PodGroup")["items"]
+    [released] = [e["message"] for e in events if e["reason"] == "Released"]
+    assert "4 device(s) for extended resources left to kube-scheduler on the pinned node(s)" in released
+
+
+def test_an_extended_resource_gang_that_does_not_fit_names_the_resource_and_the_class(
+    cluster: Cluster, operator: Any, ext_gpus: None, namespace: str
+) -> None:
+    _gang(cluster, namespace, "big", 2, [], extended={EXT: "2"})
+    _bound(cluster, namespace, "big", 2)
+    _gang(cluster, namespace, "more", 1, [], extended={EXT: "1"})
+    text = _short(cluster, namespace, "more")
+    assert f"short 1 x {EXT} (extended resource, DeviceClass ext-gpus) (0 free of 4)" in text, text
+    [pod] = _pods(cluster, namespace, "more")
+    assert not pod["spec"].get("nodeName") and any(g["name"] == keys.SCHEDULING_GATE for g in pod["spec"]["schedulingGates"])

@@ -95,7 +95,7 @@ def admission_policy(cluster: Cluster) -> Iterator[Any]:
     """Cluster-scoped ValidatingAdmissionPolicies made by a test, removed afterwards."""
     made: list[str] = []
 
-    def make(name: str, namespace: str, resources: list[str], expression: str, message: str) -> None:
+    def make(name: str, namespace: str, resources: list[str], expression: str, message: str, api_group: str = "") -> None:
         policy = {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingAdmissionPolicy",
@@ -104,7 +104,7 @@ def admission_policy(cluster: Cluster) -> Iterator[Any]:
                 "failurePolicy": "Fail",
                 "matchConstraints": {
                     "resourceRules": [
-                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": resources}
+                        {"apiGroups": [api_group], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": resources}
                     ],
                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                 },
@@ -210,6 +210,89 @@ def test_a_member_lost_before_binding_gets_the_group_torn_down_and_readmitted_wh
     held = _held(cluster)
     assert len(held) == len(set(held)) == 4, held
     print(f"member lost -> group torn down in {torn_down_after:.1f}s (deadline {DEADLINE}s)")
+
+
+RACE = "example.com/race-gpu"
+RACE_DRIVER = "race.example.com"
+
+
+@pytest.fixture
+def race_gpus(cluster: Cluster) -> Iterator[None]:
+    """One device of class race-gpus (serving example.com/race-gpu) on worker-1 and worker-2 each."""
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "race-gpus"},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{RACE_DRIVER}'"}}], "extendedResourceName": RACE},
+        }
+    ]
+    objects += [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"race-{node}"},
+            "spec": {
+                "driver": RACE_DRIVER,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "nodeName": node,
+                "devices": [{"name": "gpu-0"}],
+            },
+        }
+        for node in ("worker-1", "worker-2")
+    ]
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    cluster.kubectl("apply", "-f", "-", stdin=listed)
+    try:
+        yield
+    finally:
+        cluster.kubectl("delete", "-f", "-", "--wait=false", stdin=listed, check=False)
+
+
+def test_extended_resource_devices_kube_scheduler_cannot_allocate_end_in_a_teardown_at_the_bind_deadline(
+    cluster: Cluster, fast_operator: Any, namespace: str, admission_policy: Any, race_gpus: None
+) -> None:
+    """The devices for an extended resource are only planned: if kube-scheduler cannot allocate them on the pinned
+    node after the gate lift (here a policy refuses its claim, as a pod taking them first would), the bind deadline
+    tears the gang down, nothing stays held, and the gang runs whole once it can."""
+    name = f"no-special-claim-{namespace}"
+    admission_policy(
+        name,
+        namespace,
+        ["resourceclaims"],
+        "!(has(object.metadata.annotations) && 'resource.kubernetes.io/extended-resource-claim' in object.metadata.annotations)",
+        "test policy: no extended-resource claim",
+        api_group="resource.k8s.io",
+    )
+    job = gpu_gang("race", 2, backoff_limit=0)
+    spec = job["spec"]["template"]["spec"]
+    del spec["resourceClaims"]
+    spec["containers"][0]["resources"] = {"requests": {"cpu": "50m", RACE: "1"}, "limits": {RACE: "1"}}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(job))
+    first = wait_for(lambda: (p := _pods(cluster, namespace, "race")) and len(p) == 2 and p, "2 ranks created")
+    events = wait_for(
+        lambda: cluster.get("events", "-n", namespace, "--field-selector", "reason=GangTornDown,involvedObject.kind=PodGroup")["items"],
+        "the group torn down at the bind deadline",
+        timeout=DEADLINE + 60,
+    )
+    assert "only 0 of minCount 2 members bound" in events[0]["message"], events[0]["message"]
+    released = cluster.get("events", "-n", namespace, "--field-selector", "reason=Released,involvedObject.kind=PodGroup")["items"]
+    assert any("2 device(s) for extended resources left to kube-scheduler on the pinned node(s)" in e["message"] for e in released)
+    assert not [c for c in cluster.get("resourceclaims", "-n", namespace)["items"] if (c.get("status") or {}).get("allocation")]
+    remove_policy(cluster, name)
+
+    def whole_again() -> list[dict] | None:
+        pods = _pods(cluster, namespace, "race")
+        old = {p["metadata"]["uid"] for p in first}
+        return pods if len(_bound(pods)) == 2 and not {p["metadata"]["uid"] for p in pods} & old else None
+
+    pods = wait_for(whole_again, "the gang admitted again whole, every member new", timeout=180)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["worker-1", "worker-2"]
+    claims = {c["metadata"]["name"]: c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
+    for pod in pods:
+        claim = claims[pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]]
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == (RACE_DRIVER, pod["spec"]["nodeName"])
 
 
 def test_required_anti_affinity_spreads_a_gang_one_rank_per_node(cluster: Cluster, fast_operator: Any, namespace: str) -> None:

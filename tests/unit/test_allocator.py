@@ -322,17 +322,6 @@ def test_unknown_request_fields_are_named() -> None:
     assert inputs.claim(obj).unmodelled == ("spec.devices.requests[0].exactly.future is not modelled",)
 
 
-# --- DRAExtendedResource ---
-
-
-def test_an_extended_resource_served_by_a_device_class_is_named_not_short() -> None:
-    snap = snapshot([dev("a")], extended={"example.com/gpu": "features"})
-    snap, group = gang(snap, (), requests={"cpu": 10, "example.com/gpu": 1})
-    result = plan(snap, group)
-    assert isinstance(result, Short) and result.unmodelled
-    assert "resources.requests[example.com/gpu]" in result.message and "DeviceClass features" in result.message
-
-
 def test_a_pods_claims_are_searched_together_so_an_earlier_claim_backs_off() -> None:
     """Claim c0 would take the only small device first-fit; c1 needs it: upstream backtracks c0 onto the big one."""
     c0 = Claim("ml", "c0", "uid-c0", (one(),))

@@ -73,6 +73,14 @@ def test_what_a_group_could_use() -> None:
     term = PodTerm("kubernetes.io/hostname", (Requirement("app", "In", ("db",)),), frozenset({"ml"}))
     affine = replace(group, members=tuple(replace(m, pod_affinity=(term,)) for m in group.members))
     assert shortfall.PODS_ADDED in dimensions_of(affine)
+    extended = replace(group, members=tuple(replace(m, claims=(), requests=frozen_map({"example.com/gpu": 1})) for m in group.members))
+    assert {shortfall.DEVICES, shortfall.CLASSES} <= dimensions_of(extended), "a DeviceClass may serve an extended resource"
+
+
+def test_a_class_that_starts_serving_an_extended_resource_frees_classes() -> None:
+    before = cluster()
+    after = replace(before, extended=frozen_map({"example.com/gpu": GPU}))
+    assert freed(capacity(before), capacity(after)) == {shortfall.CLASSES}
 
 
 def test_a_short_group_waits_for_freed_capacity_it_could_use() -> None:

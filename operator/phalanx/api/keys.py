@@ -26,6 +26,9 @@ TEMPLATE_LABEL = f"{GROUP}/pod-group-template"
 PINNED_NODE = f"{GROUP}/node"
 """On pods Phalanx pinned: the node, so a pinned but not yet bound pod is counted there."""
 
+EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
+"""Upstream's annotation (value "true") on the claim kube-scheduler creates for a pod's extended resources a DeviceClass serves."""
+
 JOB_NAME_LABEL = f"{GROUP}/job-name"
 """On Workloads and PodGroups: the Job they were made for."""
 

@@ -183,6 +183,15 @@ class PodPlacement(Model):
     node: str
 
 
+class PlannedDevices(Model):
+    """Devices the plan counted for one member's extended resources that a DeviceClass serves (DRAExtendedResource)."""
+
+    pod: str
+    uid: str
+    node: str
+    devices: list[str] = Field(default_factory=list, description="driver/pool/device, as planned.")
+
+
 class Reservation(Model):
     """Phalanx's intent, recorded before its first write, so a restarted operator finishes or undoes it."""
 
@@ -190,6 +199,11 @@ class Reservation(Model):
     released_at: str | None = Field(default=None, description="When the gates were lifted (RFC 3339): the bind deadline counts from here.")
     placements: list[PodPlacement] = Field(default_factory=list)
     claims: list[ClaimReservation] = Field(default_factory=list)
+    planned: list[PlannedDevices] | None = Field(
+        default=None,
+        description="Only planned, not reserved: kube-scheduler refuses a pod whose extended-resource claim already has "
+        "requests, so it creates and allocates that claim itself on the pinned node; the bind deadline covers a race for them.",
+    )
 
 
 class PodRef(Model):

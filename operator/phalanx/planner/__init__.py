@@ -4,7 +4,8 @@ No API calls, no Kopf, no clock. `plan()` is the entry point; `model`
 holds the input types, `nodes` the node filters, `pods` what other pods
 allow (pod affinity, topology spread, host ports), `cel` selectors and
 their cost limit, `devices` selector matching, `allocator` the structured
-allocator's device search, `placement` the search and the verdict types,
+allocator's device search, `extended` the devices kube-scheduler gives a
+pod's extended resources a DeviceClass serves, `placement` the search and the verdict types,
 `preemption` which lower-priority victims must go for a group to fit.
 """
 

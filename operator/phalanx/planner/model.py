@@ -226,6 +226,17 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Container:
+    """One container's requests (every resource it names, by name), as kube-scheduler turns a pod's extended
+    resources into device requests: each container is one request, named by its index and the resource's."""
+
+    requests: Mapping[str, int] = field(default_factory=frozen_map)
+    init: bool = False
+    sidecar: bool = False
+    """An init container with restartPolicy Always: it runs beside the regular containers."""
+
+
+@dataclass(frozen=True)
 class Member:
     """A pod of the group, as the scheduler would see it."""
 
@@ -243,6 +254,9 @@ class Member:
     pod_anti_affinity: tuple[PodTerm, ...] = ()
     spread: tuple[Spread, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
+    containers: tuple[Container, ...] = ()
+    """Init containers, then regular ones; only extended resources a DeviceClass serves read them (empty: one
+    regular container asking for `requests`)."""
 
 
 @dataclass(frozen=True)

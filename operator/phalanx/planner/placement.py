@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx.planner import extended as extres
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
 from phalanx.planner.allocator import MAX_RESULTS, AllocationError, Ledger, Result, SearchTooLarge, Undo, allocate_all, pool_order
@@ -50,12 +51,17 @@ class ClaimPlan:
     """The allocation's nodeSelector names `node` alone (a node-local device, or one that binds to its node)."""
     node_selector: Mapping[str, Any] | None = None
     """Otherwise: the nodeSelector the network-attached devices' slices share, None when they reach every node."""
+    extended: bool = False
+    """The devices of a member's extended resources (`phalanx.planner.extended`): planned, never written."""
 
 
 @dataclass(frozen=True)
 class Fits:
     placements: tuple[tuple[Member, str], ...]
     claims: tuple[ClaimPlan, ...]
+    """The allocations to write."""
+    planned: tuple[ClaimPlan, ...] = ()
+    """Devices planned for members' extended resources: kube-scheduler allocates them on the pinned node."""
 
     @property
     def nodes(self) -> frozenset[str]:
@@ -133,7 +139,9 @@ class _Planner:
             else:
                 self._network.append(device)
         self._reach: dict[str, list[Device]] = {}
-        self._member_needs: dict[str, Counter[str]] = {}
+        self._member_needs: dict[tuple[str, tuple[str, ...]], Counter[str]] = {}
+        self._extended_claims: dict[tuple[str, tuple[str, ...]], Claim | None] = {}
+        self._mapped: dict[str, tuple[str, ...]] = {}
         self._eligible: dict[tuple[int, str], str | None] = {}
         users = Counter((m.namespace, c) for m in group.members for c in m.claims)
         self._alone = {
@@ -198,7 +206,8 @@ class _Planner:
         if self.reason(state, member, node) is not None:
             return None
         free = state.free[node.name]
-        needs = self._needs(member)
+        served = self._served(member, node)
+        needs = self._needs(member, served)
         if any(free.get(k, 0) < v for k, v in needs.items() if v > 0):
             return None
         pending: list[Claim] = []
@@ -216,6 +225,9 @@ class _Planner:
                 continue
             if claim not in pending:
                 pending.append(claim)
+        special = self._extended_claim(member, served) if served else None
+        if special is not None:
+            pending.append(special)  # kube-scheduler allocates it with the pod's own claims, after them
         new: list[ClaimPlan] = []
         if pending:
             try:
@@ -226,7 +238,7 @@ class _Planner:
             if got is None:
                 return None
             per_claim, undo = got
-            new = [_claim_plan(c, node, r, self.snapshot, self.device_by_id) for c, r in zip(pending, per_claim, strict=True)]
+            new = [_claim_plan(c, node, r, self.snapshot, self.device_by_id, c is special) for c, r in zip(pending, per_claim, strict=True)]
             state.undos[(new[0].namespace, new[0].name)] = undo  # one undo gives back every claim of this member
         free.subtract(needs)
         for plan in new:
@@ -237,16 +249,32 @@ class _Planner:
             self.rules.add(state.tally, member, node)
         return new
 
-    def _needs(self, member: Member) -> Counter[str]:
-        """What placing `member` takes from a node's free resources: its requests and one pod slot (never mutated)."""
-        needs = self._member_needs.get(member.uid)
+    def _needs(self, member: Member, served: tuple[str, ...] = ()) -> Counter[str]:
+        """What placing `member` takes from a node's free resources: its requests and one pod slot, without the
+        extended resources the node `served` through a DeviceClass (devices count those). Never mutated."""
+        key = (member.uid, served)
+        needs = self._member_needs.get(key)
         if needs is None:
-            needs = self._member_needs[member.uid] = Counter(member.requests)
+            needs = self._member_needs[key] = Counter({k: v for k, v in member.requests.items() if k not in served})
             needs["pods"] += 1
         return needs
 
+    def _served(self, member: Member, node: Node) -> tuple[str, ...]:
+        """The member's extended resources `node` serves through a DeviceClass (most members ask for none)."""
+        mapped = self._mapped.get(member.uid)
+        if mapped is None:
+            mapped = self._mapped[member.uid] = extres.mapped(member, self.snapshot.extended)
+        return tuple(r for r in mapped if node.allocatable.get(r, 0) <= 0) if mapped else ()
+
+    def _extended_claim(self, member: Member, served: tuple[str, ...]) -> Claim | None:
+        key = (member.uid, served)
+        if key not in self._extended_claims:
+            self._extended_claims[key] = extres.claim(member, served, self.snapshot.extended)
+        return self._extended_claims[key]
+
     def undo(self, state: _State, member: Member, node: Node, new: list[ClaimPlan]) -> None:
-        needs = self._needs(member)
+        served = self._served(member, node)
+        needs = self._needs(member, served)
         state.free[node.name].update(needs)
         for plan in new:
             del state.claims[(plan.namespace, plan.name)]
@@ -350,13 +378,17 @@ def _shape(member: Member) -> tuple[Any, ...]:
         member.pod_anti_affinity,
         member.spread,
         member.host_ports,
+        tuple((tuple(sorted(c.requests.items())), c.init, c.sidecar) for c in member.containers),
     )
 
 
-def _claim_plan(claim: Claim, node: Node, results: tuple[Result, ...], snapshot: Snapshot, devices: Mapping[Any, Device]) -> ClaimPlan:
+def _claim_plan(
+    claim: Claim, node: Node, results: tuple[Result, ...], snapshot: Snapshot, devices: Mapping[Any, Device], extended: bool = False
+) -> ClaimPlan:
     """The allocation as the scheduler writes it: config, then the nodeSelector its devices imply."""
     pinned, selector = _allocation_selector([devices[r.device_id] for r in results])
-    return ClaimPlan(claim.namespace, claim.name, claim.uid, node.name, results, _config(claim, results, snapshot), pinned, selector)
+    config = _config(claim, results, snapshot)
+    return ClaimPlan(claim.namespace, claim.name, claim.uid, node.name, results, config, pinned, selector, extended)
 
 
 def _config(claim: Claim, results: tuple[Result, ...], snapshot: Snapshot) -> tuple[Mapping[str, Any], ...]:
@@ -453,12 +485,20 @@ def _unmodelled(snapshot: Snapshot, group: Group) -> tuple[str, ...]:
                 f"claim {claim.name}: status.reservedFor would list {claim.reserved_for + users[key]} pods, more than {MAX_RESERVED_FOR}"
             )
     for member in group.members:
-        for resource in sorted(r for r in member.requests if r in snapshot.extended):
-            if not any(resource in n.allocatable for n in snapshot.nodes):
-                reasons.append(
-                    f"pod {member.name}: resources.requests[{resource}] is served by DeviceClass {snapshot.extended[resource]} "
-                    "(extendedResourceName, DRAExtendedResource), which Phalanx does not allocate"
-                )
+        mapped = tuple(
+            sorted(
+                r
+                for r, v in member.requests.items()
+                if v > 0 and r in snapshot.extended and all(n.allocatable.get(r, 0) <= 0 for n in snapshot.nodes)
+            )
+        )  # served through a DeviceClass on every node
+        special = extres.claim(member, mapped, snapshot.extended) if mapped else None
+        if special is not None and _min_results(special) > MAX_RESULTS:
+            asked = ", ".join(f"resources.requests[{r}] (DeviceClass {snapshot.extended[r]})" for r in mapped)
+            reasons.append(
+                f"pod {member.name}: {asked} ask for {_min_results(special)} devices, more than the {MAX_RESULTS} the claim "
+                "kube-scheduler creates for them may hold"
+            )
     return tuple(dict.fromkeys(reasons))
 
 
@@ -510,7 +550,8 @@ def _search(planner: _Planner, members: tuple[Member, ...]) -> Fits | Short:
             if state is None:
                 continue
         planner.fill(domain, state, members)
-        return Fits(placements=tuple(state.placed), claims=tuple(state.claims.values()))
+        plans = tuple(state.claims.values())
+        return Fits(tuple(state.placed), tuple(c for c in plans if not c.extended), tuple(c for c in plans if c.extended))
     return _failed(planner, members, best) or _short(planner, members, best, probe)
 
 
@@ -533,7 +574,10 @@ def _short(planner: _Planner, members: Sequence[Member], fit: int, probe: _State
     usable = [node for node in snapshot.nodes if nodefilter.blocking_reason(quorum[0], node) is None]
     shortages: list[Shortage] = []
     needed: Counter[str] = Counter()
-    for resource in {r for m in members for r in m.requests}:
+    through_class = _through_class(snapshot, members, usable)
+    # a resource some usable node serves through a DeviceClass is not bounded by node capacity
+    by_devices = {r for r in snapshot.extended if any(n.allocatable.get(r, 0) <= 0 for n in usable)}
+    for resource in {r for m in members for r in m.requests} - by_devices:
         # the cheapest quorum: a lower bound, so a shortage here means no arrangement can fit
         needed[resource] = sum(sorted(m.requests.get(resource, 0) for m in members)[: group.min_count])
     for resource, amount in sorted(needed.items()):
@@ -541,16 +585,33 @@ def _short(planner: _Planner, members: Sequence[Member], fit: int, probe: _State
         total = sum(n.allocatable.get(resource, 0) for n in snapshot.nodes)
         if amount > free:
             shortages.append(Shortage(resource, amount, free, total))
-    shortages.extend(_device_shortages(planner, members, usable))
+    shortages.extend(_device_shortages(planner, members, usable, through_class))
     return Short(group.min_count, len(members), fit, tuple(shortages), tuple(sorted(reasons.items())))
 
 
-def _device_shortages(planner: _Planner, members: Sequence[Member], usable: Sequence[Node]) -> list[Shortage]:
-    """Devices the cheapest quorum needs; a claim shared or already allocated counts as needing none."""
+def _through_class(snapshot: Snapshot, members: Sequence[Member], usable: Sequence[Node]) -> dict[str, str]:
+    """Extended resources of the members that every usable node serves through a DeviceClass (none by device
+    plugin), with the class: devices bound them, not node capacity. A resource some node serves either way bounds
+    nothing."""
+    wanted = {r for m in members for r, v in m.requests.items() if v > 0 and r in snapshot.extended}
+    return {r: snapshot.extended[r] for r in sorted(wanted) if all(n.allocatable.get(r, 0) <= 0 for n in usable)}
+
+
+def _device_shortages(
+    planner: _Planner, members: Sequence[Member], usable: Sequence[Node], through_class: Mapping[str, str]
+) -> list[Shortage]:
+    """Devices the cheapest quorum needs, by class; a claim shared or already allocated counts as needing none.
+    Devices for extended resources are named by the resource and its class."""
     snapshot = planner.snapshot
     per_member: list[Counter[str]] = []
+    names: dict[str, list[str]] = {}
+    for resource, class_name in through_class.items():
+        names.setdefault(class_name, []).append(resource)
     for member in members:
         need: Counter[str] = Counter()
+        special = extres.claim(member, tuple(r for r in through_class if member.requests.get(r, 0) > 0), snapshot.extended)
+        for request in special.requests if special is not None else ():
+            need[request.device_class] += request.count
         for name in member.claims:
             claim = snapshot.claims.get((member.namespace, name))
             if claim is None or claim.allocated is not None or not planner._alone.get(member.uid, False):
@@ -571,11 +632,12 @@ def _device_shortages(planner: _Planner, members: Sequence[Member], usable: Sequ
         if device_class is None:
             out.append(Shortage(f"{class_name} (no such DeviceClass)", count, 0, 0))
             continue
+        label = f"{', '.join(names[class_name])} (extended resource, DeviceClass {class_name})" if class_name in names else class_name
         of_class = [d for d in snapshot.devices if all(planner.matcher.matches(e, d) for e in device_class.selectors)]
         reachable = {d.id for n in usable for d in planner.reachable(n)}
         if any(d.allow_multiple and d.id in reachable for d in of_class):
             continue  # a shared device serves many requests: counting devices bounds nothing
         free = sum(1 for d in of_class if d.id not in snapshot.held and d.id in reachable)
         if count > free:
-            out.append(Shortage(class_name, count, free, len(of_class)))
+            out.append(Shortage(label, count, free, len(of_class)))
     return out

@@ -200,7 +200,7 @@ def _state(pod: Mapping[str, Any]) -> str:
 
 def _devices(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], JSON]) -> tuple[str, ...]:
     out = []
-    for name in inputs.claim_names(pod) or ():
+    for name in inputs.holding_claim_names(pod):
         claim = claims.get((pod["metadata"]["namespace"], name))
         out += [f"{pool}/{device}" for _, pool, device in inputs.allocated_ids(claim or {}) or ()]
     return tuple(out)
@@ -228,13 +228,14 @@ def _age(timestamp: str | None, now: datetime.datetime) -> str:
 
 
 def _classes(group: Group, snapshot: Snapshot) -> set[str]:
+    """The classes the members' claims ask for, and those serving the extended resources they request."""
     return {
         r.device_class
         for m in group.members
         for c in m.claims
         if (claim := snapshot.claims.get((m.namespace, c))) is not None
         for r in claim.requests
-    }
+    } | {snapshot.extended[r] for m in group.members for r, v in m.requests.items() if v > 0 and r in snapshot.extended}
 
 
 def _matches(matcher: DeviceMatcher, expression: str, device: Device) -> bool:

@@ -21,6 +21,7 @@ from phalanx.planner import quantity
 from phalanx.planner.model import (
     CapacityPolicy,
     Claim,
+    Container,
     CounterUse,
     Device,
     DeviceClass,
@@ -73,6 +74,56 @@ def placed_on(pod: Mapping[str, Any], pinned: Mapping[str, str] | None = None) -
     if not gated(pod):
         return (pinned or {}).get(pod["metadata"]["uid"])
     return None
+
+
+def containers(pod: Mapping[str, Any]) -> tuple[Container, ...]:
+    """Init containers, then regular ones, with every request they name (for extended resources a DeviceClass serves)."""
+    spec = pod["spec"]
+
+    def of(c: Mapping[str, Any], init: bool) -> Container:
+        requests = ((c.get("resources") or {}).get("requests")) or {}
+        return Container(
+            frozen_map({k: quantity.amount(k, v) for k, v in requests.items()}),
+            init=init,
+            sidecar=init and c.get("restartPolicy") == "Always",
+        )
+
+    return tuple(of(c, True) for c in spec.get("initContainers") or []) + tuple(of(c, False) for c in spec.get("containers") or [])
+
+
+def awaiting_kube_scheduler(
+    podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]]
+) -> frozenset[DeviceId]:
+    """Devices a reservation planned for a member's extended resources while kube-scheduler has not yet allocated
+    that member's own claim: held for Phalanx's next plans, so it gives them to no other gang in that window.
+    Only Phalanx heeds this; a pod kube-scheduler places alone may still take them (the bind deadline covers it)."""
+    live = {p["metadata"]["uid"] for p in pods if not terminal(p) and not p["metadata"].get("deletionTimestamp")}
+    served = {
+        ref["uid"]
+        for c in claims
+        if (c["metadata"].get("annotations") or {}).get(keys.EXTENDED_RESOURCE_CLAIM) == "true" and allocated_ids(c) is not None
+        for ref in c["metadata"].get("ownerReferences") or []
+        if ref.get("controller")
+    }
+    return frozenset(
+        tuple(d.split("/", 2))  # type: ignore[misc]
+        for g in podgroups
+        for planned in (((g.get("status") or {}).get("reservation") or {}).get("planned") or ())
+        if planned.get("uid") in live and planned["uid"] not in served
+        for d in planned.get("devices") or ()
+    )
+
+
+def extended_claim_name(pod: Mapping[str, Any]) -> str | None:
+    """The claim kube-scheduler created for the pod's extended resources a DeviceClass serves, once it did."""
+    return ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+
+
+def holding_claim_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every claim that may hold devices for the pod: its own (those created so far), and kube-scheduler's for its
+    extended resources."""
+    special = extended_claim_name(pod)
+    return (*(claim_names(pod) or ()), *((special,) if special else ()))
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Counter[str]:
@@ -258,15 +309,21 @@ def counters(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Mappi
 
 
 def extended_resources(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Extended resource name -> DeviceClass: each class's extendedResourceName, and the implicit
-    `deviceclass.resource.kubernetes.io/<class>` every class answers to."""
+    """Extended resource name -> DeviceClass: the implicit `deviceclass.resource.kubernetes.io/<class>` every class
+    answers to, and each class's extendedResourceName; of several classes naming one resource, kube-scheduler's
+    cache keeps the newest (creationTimestamp), on a tie the first by name."""
     out: dict[str, str] = {}
+    explicit: dict[str, tuple[str, str]] = {}
     for obj in classes:
         name = obj["metadata"]["name"]
         out[f"deviceclass.resource.kubernetes.io/{name}"] = name
-        explicit = (obj.get("spec") or {}).get("extendedResourceName")
-        if explicit:
-            out[explicit] = name
+        resource = (obj.get("spec") or {}).get("extendedResourceName")
+        if resource:
+            created = obj["metadata"].get("creationTimestamp") or ""
+            known = explicit.get(resource)
+            if known is None or created > known[0] or (created == known[0] and name < known[1]):
+                explicit[resource] = (created, name)
+    out.update({resource: name for resource, (_, name) in explicit.items()})
     return out
 
 
@@ -499,6 +556,7 @@ def member(pod: Mapping[str, Any], claims: tuple[str, ...]) -> Member:
         pod_anti_affinity=pod_terms(pod, "podAntiAffinity"),
         spread=spread(pod),
         host_ports=host_ports(pod),
+        containers=containers(pod),
     )
 
 
@@ -510,7 +568,9 @@ def build(
     classes: Iterable[Mapping[str, Any]],
     taint_rules: Iterable[Mapping[str, Any]] = (),
     pinned: Mapping[str, str] | None = None,
+    awaiting: frozenset[DeviceId] = frozenset(),
 ) -> Snapshot:
+    """`awaiting`: devices planned for extended resources that kube-scheduler has yet to allocate, counted as held."""
     requested: dict[str, Counter[str]] = {}
     placed: list[Pod] = []
     for pod in pods:
@@ -537,7 +597,7 @@ def build(
         devices=tuple(devices(slices, taint_rules)),
         classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
         claims=frozen_map({c.key: c for c in claim_objs}),
-        held=frozenset(held),
+        held=frozenset(held) | awaiting,
         pods=tuple(placed),
         shared=frozen_map({d: frozen_map(c) for d, c in shared.items()}),
         counters=frozen_map(counters(slices)),
@@ -619,8 +679,9 @@ def snapshot(
     """The cluster as `for_group` is planned on: devices a preemption freed for another group count as held.
 
     `pinned` is every pin Phalanx made (default: those the PodGroups' reservations record)."""
-    podgroups = list(podgroups)
-    built = build(nodes, pods, slices, claims, classes, taint_rules, pins(podgroups) if pinned is None else pinned)
+    podgroups, pods, claims = list(podgroups), list(pods), list(claims)
+    awaiting = awaiting_kube_scheduler(podgroups, pods, claims)
+    built = build(nodes, pods, slices, claims, classes, taint_rules, pins(podgroups) if pinned is None else pinned, awaiting)
     return nominated_elsewhere(built, podgroups, for_group)
 
 

@@ -41,7 +41,7 @@ from phalanx.planner.model import Group, Snapshot
 from phalanx.scheduling import conditions, disruption, inputs, metrics, quorum, repair, shortfall, teardown, victims
 from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.nomination import Preemptor
-from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser
+from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser, planned_devices
 
 logger = logging.getLogger(__name__)
 
@@ -344,7 +344,8 @@ class SchedulingLoop:
         key = (view.revision, tuple(sorted(self.releaser.pinned.items())))
         if self._base is None or self._base[0] != key:
             sources = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules)
-            built = inputs.build(*(i.items() for i in sources), pinned=self._pins())
+            awaiting = inputs.awaiting_kube_scheduler(view.podgroups.items(), view.pods.items(), view.claims.items())
+            built = inputs.build(*(i.items() for i in sources), pinned=self._pins(), awaiting=awaiting)
             self._base = (key, built)
             self.shortfalls.observe(shortfall.capacity(inputs.nominated_elsewhere(built, view.podgroups.items(), None), self._policy()))
         return inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group)
@@ -401,9 +402,11 @@ class SchedulingLoop:
         metrics.RESERVATIONS.inc()
         metrics.RESERVED_DEVICES.inc(sum(len(c.results) for c in reservation.claims))
         nodes = sorted({p.node for p in reservation.placements})
+        planned = planned_devices(reservation)
+        left = f", {planned} device(s) for extended resources left to kube-scheduler on the pinned node(s)" if planned else ""
         message = (
             f"all {len(reservation.placements)} members placed on {len(nodes)} node(s) ({', '.join(nodes)}) "
-            f"with {sum(len(c.results) for c in reservation.claims)} device(s) reserved and their gates lifted; "
+            f"with {sum(len(c.results) for c in reservation.claims)} device(s) reserved{left} and their gates lifted; "
             f"waiting up to {self.bind_deadline:.0f}s for minCount {min_count} to be bound"
         )
         await self._set(pod_group, False, "Released", message)
@@ -496,6 +499,7 @@ class SchedulingLoop:
                 update={
                     "placements": [*record.placements, *(p for r in joined for p in r.placements)],
                     "claims": [*record.claims, *(c for r in joined for c in r.claims)],
+                    "planned": [*(record.planned or ()), *(p for r in joined for p in r.planned or ())] or None,
                 }
             )
             await self.releaser.record(pod_group, grown)

@@ -45,7 +45,7 @@ def held_devices(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
         return 0
     devices = set()
     for pod in live:
-        for name in inputs.claim_names(pod) or ():
+        for name in inputs.holding_claim_names(pod):
             found = claim(pod["metadata"]["namespace"], name)
             if found is not None:
                 devices.update(inputs.consuming_ids(found) or ())

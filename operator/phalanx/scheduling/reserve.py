@@ -44,7 +44,7 @@ from phalanx.api import keys, schema
 from phalanx.crashpoints import crash_point
 from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, claim_path, custom_path, pod_path
 from phalanx.kube.informers import ClusterView
-from phalanx.planner import Fits
+from phalanx.planner import Fits, extended
 from phalanx.planner.allocator import Result
 from phalanx.planner.model import DeviceId, Toleration
 from phalanx.scheduling import conditions, inflight, metrics
@@ -87,7 +87,22 @@ def reservation_of(fits: Fits) -> schema.Reservation:
             )
             for c in fits.claims
         ],
+        planned=[
+            schema.PlannedDevices(
+                pod=c.name.removesuffix(extended.SUFFIX),
+                uid=c.uid.removesuffix(extended.SUFFIX),
+                node=c.node,
+                devices=["/".join(r.device_id) for r in c.results],
+            )
+            for c in fits.planned
+        ]
+        or None,
     )
+
+
+def planned_devices(reservation: schema.Reservation) -> int:
+    """Devices the plan counted for extended resources and left to kube-scheduler."""
+    return sum(len(p.devices) for p in reservation.planned or ())
 
 
 def _toleration(t: Toleration) -> dict[str, Any]:

@@ -45,6 +45,8 @@ CLASSES = "classes"
 POLICY = "policy"
 RESOURCE = "resource:"
 """Prefix of a node resource's dimension, e.g. `resource:cpu`."""
+NATIVE = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
+"""Resources no DeviceClass serves (nor hugepages-*): any other a member asks for may be served by devices."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class Capacity:
     pods: frozenset[tuple[str, str, str]]
     """(namespace, name, node) of every pod placed: inter-pod rules, spreading and host ports see them."""
     classes: Any
+    """The device classes, and which extended resource each serves."""
     policy: Any = None
     """The preemption inputs (priority classes, disruption budgets) as the caller fingerprints them."""
 
@@ -75,7 +78,7 @@ def capacity(snapshot: Snapshot, policy: Any = None) -> Capacity:
         free=free,
         shape=shape,
         pods=frozenset((p.namespace, p.name, p.node) for p in snapshot.pods),
-        classes=tuple(sorted(snapshot.classes.items())),
+        classes=(tuple(sorted(snapshot.classes.items())), tuple(sorted(snapshot.extended.items()))),
         policy=policy,
     )
 
@@ -105,11 +108,12 @@ def freed(before: Capacity, after: Capacity) -> set[str]:
 
 def dimensions_of(group: Group) -> frozenset[str]:
     """What a group could use: the nodes, the pods leaving, the preemption inputs always; devices and classes if
-    it claims any; each resource its members request (and a pod slot); new pods if an affinity or spread counts them."""
+    it claims any, or asks for an extended resource (a DeviceClass may serve it); each resource its members request
+    (and a pod slot); new pods if an affinity or spread counts them."""
     dims = {NODES, PODS_GONE, POLICY, RESOURCE + "pods"}
     for member in group.members:
         dims.update(RESOURCE + k for k in member.requests)
-        if member.claims:
+        if member.claims or any(k not in NATIVE and not k.startswith("hugepages-") for k in member.requests):
             dims.update((DEVICES, CLASSES))
         if member.pod_affinity or member.spread:
             dims.add(PODS_ADDED)

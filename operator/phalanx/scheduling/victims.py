@@ -97,7 +97,7 @@ def _victim_pod(
     namespace = pod["metadata"]["namespace"]
     devices = []
     shares = []
-    for name in inputs.claim_names(pod) or ():
+    for name in inputs.holding_claim_names(pod):
         claim = claims.get((namespace, name))
         if claim is None:
             continue
