@@ -375,7 +375,7 @@ class SchedulingLoop:
         if not isinstance(result, Fits):
             if nomination is not None:
                 return await self._preempting(pod_group, nomination, result.message)
-            verdict = self._plan_preemption(pod_group, snapshot, group)
+            verdict = await self._plan_preemption(pod_group, snapshot, group)
             if isinstance(verdict, Preemption) and verdict.victims:
                 await self._preempt(pod_group, verdict)
                 return True
@@ -416,8 +416,9 @@ class SchedulingLoop:
             await self.preemptor.finish(pod_group, nomination)
         return True
 
-    def _plan_preemption(self, pod_group: dict[str, Any], snapshot: Snapshot, group: Group) -> Preemption | NoVictims:
-        """Victims of lower priority whose going lets the whole group fit; pure, on this cycle's snapshot."""
+    async def _plan_preemption(self, pod_group: dict[str, Any], snapshot: Snapshot, group: Group) -> Preemption | NoVictims:
+        """Victims of lower priority whose going lets the whole group fit; pure, on this cycle's snapshot, in a worker
+        thread (it plans the group once per victim set tried). The candidates are read from the view here, on the loop."""
         view = self.view
         candidates = victims.for_preemptor(
             pod_group,
@@ -432,7 +433,7 @@ class SchedulingLoop:
         if candidates is None:
             return NoVictims("preemptionPolicy is Never")
         started = time.monotonic()
-        verdict = plan_preemption(snapshot, group, candidates, self._priority(pod_group), self.matcher)
+        verdict = await asyncio.to_thread(plan_preemption, snapshot, group, candidates, self._priority(pod_group), self.matcher)
         result = "Success" if isinstance(verdict, Preemption) and verdict.victims else "Unschedulable"
         metrics.PREEMPTION_DURATION.labels(preemptor="podgroup", result=result).observe(time.monotonic() - started)
         metrics.PREEMPTION_ATTEMPTS.labels(result=result).inc()
@@ -484,7 +485,8 @@ class SchedulingLoop:
         joined: list[schema.Reservation] = []
         ready = [p for p in waiting if self._claims_ready(p)]
         if ready:
-            result = plan(self._snapshot(), inputs.group(pod_group, ready, 1), self.matcher)  # one plan: every member that fits goes
+            # one plan, in a worker thread as every plan: every member that fits goes
+            result = await asyncio.to_thread(plan, self._snapshot(), inputs.group(pod_group, ready, 1), self.matcher)
             if isinstance(result, Fits):
                 try:
                     joined.append(await self.releaser.release_member(pod_group, result))
