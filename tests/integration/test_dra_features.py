@@ -86,14 +86,19 @@ CLASS = {
 }
 
 
-@pytest.fixture(scope="module")
-def features(cluster: Cluster) -> Iterator[None]:
-    objects = {"apiVersion": "v1", "kind": "List", "items": [CLASS, *SLICES]}
+def _applied(cluster: Cluster, items: list[dict[str, Any]]) -> Iterator[None]:
+    """The objects exist for the duration of a fixture, and are deleted after it."""
+    objects = {"apiVersion": "v1", "kind": "List", "items": items}
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps(objects))
     try:
         yield
     finally:
         cluster.kubectl("delete", "-f", "-", "--wait=false", stdin=json.dumps(objects), check=False)
+
+
+@pytest.fixture(scope="module")
+def features(cluster: Cluster) -> Iterator[None]:
+    yield from _applied(cluster, [CLASS, *SLICES])
 
 
 def _kind(kind: str) -> list[dict[str, Any]]:
@@ -292,12 +297,7 @@ EXT_SLICES = [
 @pytest.fixture
 def ext_gpus(cluster: Cluster, features: None) -> Iterator[None]:
     """Two devices of class ext-gpus on worker-1 and worker-2 each; no node advertises example.com/ext-gpu itself."""
-    objects = {"apiVersion": "v1", "kind": "List", "items": [EXT_CLASS, *EXT_SLICES]}
-    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(objects))
-    try:
-        yield
-    finally:
-        cluster.kubectl("delete", "-f", "-", "--wait=false", stdin=json.dumps(objects), check=False)
+    yield from _applied(cluster, [EXT_CLASS, *EXT_SLICES])
 
 
 def test_an_extended_resource_gets_devices_of_its_class_on_the_pinned_node(
