@@ -101,7 +101,8 @@ async def test_the_elector_outlives_an_api_server_outage(cluster: Cluster, names
         assert await _wait(lambda: elector.leading)
         await asyncio.to_thread(cluster.local.restart_apiserver, down=2 * TIMING.lease_duration)
         assert not run.done(), f"leader election ended in the outage: {run.exception() if not run.cancelled() else 'cancelled'}"
-        assert await _wait(lambda: elector.terms == 2 and elector.leading, timeout=60), "leads again once the API server answers"
+        # a fresh API server may answer a renewal slower than this test's 2 s deadline: another term is no failure
+        assert await _wait(lambda: elector.terms >= 2 and elector.leading, timeout=60), "leads again once the API server answers"
     finally:
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
