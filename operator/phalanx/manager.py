@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import socket
 import sys
 import tempfile
@@ -115,6 +117,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     identity = cfg.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     memo.elector = lease.Elector(memo.kube, cfg.namespace, cfg.lease_name, identity, cfg.lease_timing)
     memo.loop_task = asyncio.create_task(memo.elector.run(lambda: _lead(memo, logger)), name="leader-election")
+    memo.loop_task.add_done_callback(_stop_unless_cancelled)
     if cfg.readiness:
         memo.readiness = Readiness(cfg.readiness, (cfg.webhook_listen, cfg.webhook_port), memo.view.synced)
         await memo.readiness.start()
@@ -122,6 +125,16 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
         f"webhooks at {cfg.endpoint().url or cfg.webhook_service}; spec.scheduling "
         f"{'is dropped by this API server' if dropped else 'may be kept by this API server'}"
     )
+
+
+def _stop_unless_cancelled(election: asyncio.Task[None]) -> None:
+    """Leader election ends only when cancelled. Ended any other way, this replica would never schedule again while
+    its webhooks kept it looking healthy, and a reservation it left half done would wait for good: it stops instead
+    (SIGTERM: Kopf's clean shutdown), so it is restarted and its next term finishes or undoes that reservation."""
+    if election.cancelled():
+        return
+    logger.critical("leader election ended; stopping so that the operator is restarted", exc_info=election.exception())
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 async def _lead(memo: kopf.Memo, logger: Any) -> None:

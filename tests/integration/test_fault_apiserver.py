@@ -4,6 +4,11 @@ resumes is answered 410 Gone for real, and the relisted view holds no phantom ca
 Gang `a` holds 4 of the 6 GPUs; `b` (2) and `c` (4) are submitted and the API server is restarted at once, while
 `b` is being planned or reserved. Once it is back, `a` is deleted: `c` only runs if the operator's view dropped
 `a`'s claims (no phantom), and `b` and `c` together must hold 6 distinct devices (no double allocation).
+
+The same again with the API server kept down longer than the leader's renew deadline: every Lease renewal is
+refused a connection, the leader stops leading (cancelling whatever release it was in), and once the server
+answers it must lead again and finish or undo `b`'s reservation; an operator that stopped campaigning would
+leave `b`'s claims allocated and its pods gated for good.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from conftest import WORKLOADS, Cluster, wait_for
 
 import faultcheck
 from jobs import gpu_gang
+from phalanx.kube.lease import Timing
 from phalanx.localcluster import demo, operatorproc
 from test_fault_crash import bound, settle
 
@@ -48,6 +54,19 @@ def expired_relists(metrics_port: int) -> float:
 def test_an_api_server_restart_with_expired_watches_leaves_no_phantom_and_no_double_allocation(
     cluster: Cluster, operator_process: operatorproc.OperatorProcess, namespace: str
 ) -> None:
+    restarted_while_b_is_placed(cluster, operator_process, namespace, down=0.0)
+
+
+def test_an_outage_longer_than_the_lease_renewal_leaves_no_gang_half_done(
+    cluster: Cluster, operator_process: operatorproc.OperatorProcess, namespace: str
+) -> None:
+    restarted_while_b_is_placed(cluster, operator_process, namespace, down=Timing().renew_deadline + 2)
+    logs = operator_process.logs()
+    assert "leader election: no answer from the API server" in logs, "a Lease renewal met the outage"
+    assert "stopped leading" in logs and "term 2)" in logs, "the leader stopped leading in the outage and led again after it"
+
+
+def restarted_while_b_is_placed(cluster: Cluster, operator_process: operatorproc.OperatorProcess, namespace: str, *, down: float) -> None:
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("a", 4, mode="all")))
     wait_for(lambda: bound(faultcheck.take(cluster.kubectl, namespace), "a") == 4, "gang a running", timeout=120)
@@ -55,7 +74,7 @@ def test_an_api_server_restart_with_expired_watches_leaves_no_phantom_and_no_dou
     for job in (gpu_gang("b", 2, mode="all"), gpu_gang("c", 4, mode="all")):
         cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(job))
 
-    revision = cluster.local.restart_apiserver(compact=True)
+    revision = cluster.local.restart_apiserver(compact=True, down=down)
 
     assert revision > 0
     wait_for(lambda: expired_relists(operator_process.metrics_port) > 0, "a resumed watch answered 410 Gone", timeout=120)

@@ -1,5 +1,5 @@
 """Leader election on the real API server: one leader at a time, a silent leader replaced after the lease duration,
-a clean shutdown handing over at once. And list pages: a list is read in pages that add up to the whole collection."""
+a clean shutdown handing over at once, an API server outage outlived. And list pages: a list is read in pages that add up to the whole collection."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import time
 import uuid
 
+import pytest
 from conftest import Cluster
 from kubernetes_asyncio import client, config
 
@@ -85,6 +86,26 @@ async def test_a_released_lease_is_taken_at_once(cluster: Cluster, namespace: st
         await asyncio.gather(run_b, return_exceptions=True)
     finally:
         run_a.cancel()
+        await kube.api.close()
+
+
+async def test_the_elector_outlives_an_api_server_outage(cluster: Cluster, namespace: str) -> None:
+    """Renewals refused a connection for longer than the renew deadline: the leader stops leading, keeps
+    campaigning, and leads again once the API server answers (its own Lease, taken back at once)."""
+    if cluster.local is None:
+        pytest.skip("restarts the local control plane's API server")
+    kube = await _kube(cluster)
+    elector = Elector(kube, namespace, f"lease-{uuid.uuid4().hex[:6]}", "a", TIMING)
+    run = asyncio.create_task(elector.run(lambda: asyncio.sleep(3600)))
+    try:
+        assert await _wait(lambda: elector.leading)
+        await asyncio.to_thread(cluster.local.restart_apiserver, down=2 * TIMING.lease_duration)
+        assert not run.done(), f"leader election ended in the outage: {run.exception() if not run.cancelled() else 'cancelled'}"
+        # a fresh API server may answer a renewal slower than this test's 2 s deadline: another term is no failure
+        assert await _wait(lambda: elector.terms >= 2 and elector.leading, timeout=60), "leads again once the API server answers"
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
         await kube.api.close()
 
 

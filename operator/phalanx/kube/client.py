@@ -19,6 +19,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -64,6 +65,11 @@ class Forbidden(ApiError):
 class Throttled(ApiError):
     pass
 
+
+UNANSWERED: tuple[type[Exception], ...] = (aiohttp.ClientError, OSError, TimeoutError)
+"""What a request raises when no answer came (the API server down or restarting, the connection cut): unlike an
+`ApiError` it says nothing of the request, which may or may not have been applied. Loops that must outlive an
+outage (leader election, certificate refresh) count it as one failed attempt."""
 
 _BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 422: Invalid, 403: Forbidden, 429: Throttled}
 

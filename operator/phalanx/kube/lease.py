@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.kube.client import ApiError, Conflict, Kube, NotFound
+from phalanx.kube.client import UNANSWERED, ApiError, Conflict, Kube, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class Elector:
                 return
             lease["spec"].update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _now()})
             await self.kube.replace(path(self.namespace, self.name), lease)
-        except ApiError as exc:
+        except (ApiError, *UNANSWERED) as exc:
             logger.warning("leader election: lease not released (%s); the standby takes over when it expires", exc)
 
     async def _try(self) -> bool:
@@ -144,6 +144,9 @@ class Elector:
             return False  # another candidate wrote first: read again next time
         except ApiError as exc:
             logger.warning("leader election: %s", exc)
+            return False
+        except UNANSWERED as exc:  # the API server down or restarting: a failed attempt, never the end of the election
+            logger.warning("leader election: no answer from the API server (%s: %s)", type(exc).__name__, exc)
             return False
 
     def _lease(self, current: dict[str, Any] | None) -> dict[str, Any]:

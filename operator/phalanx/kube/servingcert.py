@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from phalanx.kube import tls
-from phalanx.kube.client import ApiError, Conflict, Kube
+from phalanx.kube.client import UNANSWERED, ApiError, Conflict, Kube
 
 logger = logging.getLogger(__name__)
 
@@ -155,5 +155,5 @@ class Keeper:
                 await self.load()
             except asyncio.CancelledError:
                 raise
-            except (ApiError, OSError, ValueError, ssl.SSLError) as exc:
+            except (ApiError, *UNANSWERED, ValueError, ssl.SSLError) as exc:
                 logger.warning("webhook certificate not refreshed (%s); serving the current one", exc)

@@ -182,11 +182,13 @@ class LocalCluster:
         self._kwokctl(self._env(), "delete", "cluster")
         shutil.rmtree(self.cluster_dir, ignore_errors=True)
 
-    def restart_apiserver(self, *, compact: bool = False, timeout: float = 120) -> int:
+    def restart_apiserver(self, *, compact: bool = False, down: float = 0.0, timeout: float = 120) -> int:
         """Kill kube-apiserver and start it again with the same flags, port and etcd; returns etcd's revision at the restart.
 
         With `compact`, etcd's history is compacted to that revision while the server is down, so a watch
-        resumed from any older resourceVersion is answered 410 Gone, for real. kwokctl can only stop the whole
+        resumed from any older resourceVersion is answered 410 Gone, for real. With `down`, the server stays
+        down that many seconds before it is started again: every request meanwhile is refused a connection,
+        an outage clients must outlive. kwokctl can only stop the whole
         cluster, so the process is restarted from its own command line, environment and directory, and its
         pid file is updated so `down` still stops it.
         """
@@ -206,6 +208,7 @@ class LocalCluster:
         revision = int(_etcd(etcd, "range", {"key": base64.b64encode(b"/registry").decode()})["header"]["revision"])
         if compact:
             _etcd(etcd, "compaction", {"revision": revision, "physical": True})
+        time.sleep(down)
         log = self.cluster_dir / "logs" / "kube-apiserver.log"
 
         def launch() -> tuple[subprocess.Popen[bytes], int]:
