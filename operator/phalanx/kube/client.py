@@ -71,6 +71,10 @@ UNANSWERED: tuple[type[Exception], ...] = (aiohttp.ClientError, OSError, Timeout
 `ApiError` it says nothing of the request, which may or may not have been applied. Loops that must outlive an
 outage (leader election, certificate refresh) count it as one failed attempt."""
 
+REQUEST_TIMEOUT = 30.0
+"""Seconds a request (not a watch) may take in all: a connection left half open by a partition ends as a
+`TimeoutError` (one of `UNANSWERED`) instead of holding the loop or the Lease renewal for good."""
+
 _BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 422: Invalid, 403: Forbidden, 429: Throttled}
 
 
@@ -126,6 +130,7 @@ class Kube:
                 response_types_map={200: "object", 201: "object", 202: "object"},
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             raise _typed(exc) from None

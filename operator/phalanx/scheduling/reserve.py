@@ -490,5 +490,7 @@ class Releaser:
             crash_point("reserve.mid-gates")
             return None
 
-        results = await asyncio.gather(*(release(p, n) for p, n in zip(pods, nodes, strict=True)))
+        # an unanswered patch (the API server gone) raises, after every other patch has had its answer: the group
+        # stays Reserving and the next cycle resumes it from what the API server then shows
+        results = await _all(release(p, n) for p, n in zip(pods, nodes, strict=True))
         return [r for r in results if r is not None]
