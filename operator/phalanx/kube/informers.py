@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 
+WATCH_SECONDS = 300
+
 
 def key_of(obj: dict[str, Any]) -> Key:
     meta = obj["metadata"]
@@ -135,7 +137,14 @@ class Informer:
     async def _watch(self) -> None:
         """Apply events from `self.version` until the stream ends, advancing it, so a break resumes where it left off."""
         async with watch.Watch(return_type="object") as stream:
-            events = stream.stream(self._watch_fn, resource_version=self.version, timeout_seconds=300, allow_watch_bookmarks=True)
+            # the server ends a watch after `timeout_seconds`; the client deadline a little later ends a half-open one
+            events = stream.stream(
+                self._watch_fn,
+                resource_version=self.version,
+                timeout_seconds=WATCH_SECONDS,
+                allow_watch_bookmarks=True,
+                _request_timeout=WATCH_SECONDS + 30,
+            )
             async for event in events:
                 kind, obj = _event(event)
                 if obj is None:
