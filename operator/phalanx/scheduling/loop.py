@@ -50,6 +50,9 @@ DISRUPTED = "GangDisrupted"
 LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
 DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
 SUSPENDED = "JobSuspended"
+REST_PER_CPU_SECOND = 2.0
+"""Seconds the loop rests after a cycle per CPU second the cycle took: cycles use at most a third of a core."""
+MAX_REST = 1.0
 
 
 def _condition(pod_group: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
@@ -135,6 +138,7 @@ class SchedulingLoop:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.view.changed.wait(), timeout=self._next_wake())
             self.view.changed.clear()
+            cpu = time.thread_time()
             try:
                 await self.cycle()
             except asyncio.CancelledError:
@@ -142,6 +146,10 @@ class SchedulingLoop:
             except Exception:  # only a bug in the loop itself gets here; every group is guarded
                 logger.exception("scheduling cycle failed; retrying on the next change")
                 await asyncio.sleep(1)
+            # A stream of watch changes (thousands of pods starting) would run cycles back to back, each walking every
+            # pod: resting in proportion to the CPU a cycle took keeps the loop to a share of a core, at the cost of
+            # a few milliseconds of reaction on a small cluster.
+            await asyncio.sleep(min(MAX_REST, REST_PER_CPU_SECOND * (time.thread_time() - cpu)))
 
     def _next_wake(self) -> float:
         now = time.monotonic()
