@@ -3,9 +3,12 @@
 Both replicas serve the webhooks behind a TCP balancer (`tcpbalancer.py`,
 what a Service is in a cluster) and elect a leader on the Lease. The release
 is caught between its record and its gate lift: the operators run with
-`--race-settle 5`, so after writing the claims the leader waits 5 s before it
-verifies them and lifts the gates, and the test kills it as soon as the API
-shows the PodGroup's reservation Reserving with a claim allocated. Meanwhile
+`--race-settle 5`, and a bystander pod that kube-scheduler may be allocating
+for (pending, ungated, its claim unallocated; it never fits, its node does
+not exist) stands beside the gangs, so after writing the claims the leader
+waits 5 s for that allocation before it verifies them and lifts the gates.
+The test kills it as soon as the API shows the PodGroup's reservation
+Reserving with a claim allocated. Meanwhile
 a thread keeps creating gang Jobs through the webhooks.
 
 Shown: the standby takes the Lease (the time it took is printed); the
@@ -37,7 +40,7 @@ from pathlib import Path
 import pytest
 from conftest import WORKLOADS, Cluster, wait_for
 
-from jobs import gpu_gang
+from jobs import gpu_gang, one_gpu_pod_spec
 from phalanx.api import keys
 from phalanx.localcluster import demo, operatorproc
 
@@ -150,6 +153,9 @@ def test_the_standby_finishes_a_release_the_killed_leader_began(
         _start(cluster, replica, listen)
     wait_for(lambda: _holder(cluster) in {r.identity for r in pair}, "a replica holds the Lease")
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    bystander = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bystander"}, "spec": one_gpu_pod_spec()}
+    bystander["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "no-such-node"}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(bystander))
 
     admissions = Admissions(cluster, namespace)
     thread = threading.Thread(target=admissions.run, daemon=True)
