@@ -18,7 +18,9 @@ One cycle:
    resumed are admitted as a gang again.
 Groups are isolated: an error in one is logged, counted and retried with
 backoff, and never stops the others. Cycles run on every watch change
-(coalesced) and at least every `period` seconds.
+(coalesced) and at least every `period` seconds; after each, the loop rests
+twice the CPU its thread spent in it, so a stream of changes cannot keep it
+busy.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
 DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
 SUSPENDED = "JobSuspended"
 REST_PER_CPU_SECOND = 2.0
-"""Seconds the loop rests after a cycle per CPU second the cycle took: cycles use at most a third of a core."""
+"""Seconds the loop rests after a cycle per CPU second its thread spent in it: cycles use at most a third of a core."""
 MAX_REST = 1.0
 
 
