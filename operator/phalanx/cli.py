@@ -155,7 +155,10 @@ def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
     )
     run.add_argument("--metrics-port", type=int, default=8000, help="Prometheus metrics port (0: off; default 8000)")
     run.add_argument(
-        "--race-settle", type=float, default=0.2, help="seconds to wait after reserving before the fresh-read check (default 0.2)"
+        "--race-settle",
+        type=float,
+        default=0.2,
+        help="seconds to wait after reserving, when some pod may be mid-allocation in kube-scheduler, before the fresh-read check (default 0.2)",
     )
     run.add_argument(
         "--bind-deadline",
