@@ -48,8 +48,11 @@ def missing_resources(served: list[str]) -> list[str]:
     return [r for r in RESOURCES if r not in served]
 
 
-async def api_client() -> client.ApiClient:
+async def api_client(connections: int | None = None) -> client.ApiClient:
+    """`connections` caps the client's connection pool (None: the library's default of 100)."""
     configuration = client.Configuration()
+    if connections is not None:
+        configuration.connection_pool_maxsize = connections
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)
     else:

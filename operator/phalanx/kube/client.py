@@ -13,10 +13,11 @@ a refused Event is logged and never fails the work it reports.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import Any
 
 import aiohttp
@@ -87,6 +88,16 @@ def _typed(exc: ApiException) -> ApiError:
     message = status_obj.get("message") if isinstance(status_obj, dict) else None
     reason = (status_obj.get("reason") if isinstance(status_obj, dict) else None) or exc.reason or ""
     return _BY_STATUS.get(exc.status, ApiError)(exc.status, str(reason), str(message or body or "")[:2000])
+
+
+async def all_answered(calls: Iterable[Awaitable[Any]]) -> list[Any]:
+    """Run requests concurrently; every one has its answer before the first error is raised, so nothing is left in
+    flight behind a failure (a write the caller then undoes must not land after the undo)."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
 
 
 def custom_path(plural: str, namespace: str, name: str | None = None, *, status: bool = False) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -172,8 +173,10 @@ def _event(event: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
 class ClusterView:
     """Informers for everything the planner reads; `changed` fires on any change."""
 
-    def __init__(self, kube: Kube) -> None:
-        api = kube.api
+    def __init__(self, kube: Kube, watches: client.ApiClient | None = None) -> None:
+        """Lists go through `kube`; watches, which each hold a connection for minutes, through `watches` (default
+        `kube`'s client), so they never take the connections requests need."""
+        api = watches or kube.api
         core = client.CoreV1Api(api)
         resource = client.ResourceV1Api(api)
         scheduling = client.SchedulingV1Api(api)
@@ -181,9 +184,13 @@ class ClusterView:
         self.changed = asyncio.Event()
         self.revision = 0
         """Moves on with every change any informer sees: equal revisions, equal view."""
+        self.changed_since = time.monotonic()
+        """When the oldest change not yet taken by a cycle arrived: how long a change waits for the loop."""
 
         def touch() -> None:
             self.revision += 1
+            if not self.changed.is_set():
+                self.changed_since = time.monotonic()
             self.changed.set()
 
         def podgroups(**kwargs: Any) -> Awaitable[Any]:

@@ -19,8 +19,8 @@ One cycle:
 Groups are isolated: an error in one is logged, counted and retried with
 backoff, and never stops the others. Cycles run on every watch change
 (coalesced) and at least every `period` seconds; after each, the loop rests
-twice the CPU its thread spent in it, so a stream of changes cannot keep it
-busy.
+once it has spent more than a third of a core (`pacing`), so a stream of
+changes cannot keep it busy.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from typing import Any
 
 from phalanx.api import keys, schema
 from phalanx.crashpoints import crash_point
-from phalanx.kube.client import Kube, NotFound, custom_path
+from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Snapshot
-from phalanx.scheduling import conditions, disruption, inputs, metrics, quorum, repair, shortfall, teardown, victims
+from phalanx.scheduling import conditions, disruption, inputs, metrics, pacing, quorum, repair, shortfall, teardown, victims
 from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.nomination import Preemptor
-from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser, planned_devices
+from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser, Steps, planned_devices
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +52,9 @@ DISRUPTED = "GangDisrupted"
 LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
 DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
 SUSPENDED = "JobSuspended"
-REST_PER_CPU_SECOND = 2.0
-"""Seconds the loop rests after a cycle per CPU second its thread spent in it: cycles use at most a third of a core."""
-MAX_REST = 1.0
+COUNTS_EVERY = 1.0
+"""Seconds between two writes of a group's member counts: a gang of hundreds binding would otherwise write its
+status once per cycle, on the API server kube-scheduler is binding through."""
 
 
 def _condition(pod_group: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
@@ -132,6 +132,13 @@ class SchedulingLoop:
         """(view revision and pins, snapshot): built once per state of the view, not once per group or member."""
         self.shortfalls = shortfall.Shortfalls()
         """Groups found short, planned again only when capacity they could use is freed or they change."""
+        self._counts_at: dict[str, float] = {}
+        """PodGroup uid -> when this loop last wrote its member counts (monotonic)."""
+        self._counts_due: set[str] = set()
+        """PodGroups whose counts changed since that write: written once COUNTS_EVERY has passed."""
+        self._budget = pacing.CpuBudget()
+        self._woken_for = time.monotonic()
+        """When the oldest change this cycle runs for arrived (monotonic)."""
         self.leading: Callable[[], bool] = lambda: True
         """False once this replica may have lost its Lease: no group is touched after that."""
 
@@ -139,6 +146,7 @@ class SchedulingLoop:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.view.changed.wait(), timeout=self._next_wake())
+            self._woken_for = self.view.changed_since if self.view.changed.is_set() else time.monotonic()
             self.view.changed.clear()
             cpu = time.thread_time()
             try:
@@ -148,14 +156,12 @@ class SchedulingLoop:
             except Exception:  # only a bug in the loop itself gets here; every group is guarded
                 logger.exception("scheduling cycle failed; retrying on the next change")
                 await asyncio.sleep(1)
-            # A stream of watch changes (thousands of pods starting) would run cycles back to back, each walking every
-            # pod: resting in proportion to the CPU a cycle took keeps the loop to a share of a core, at the cost of
-            # a few milliseconds of reaction on a small cluster.
-            await asyncio.sleep(min(MAX_REST, REST_PER_CPU_SECOND * (time.thread_time() - cpu)))
+            await asyncio.sleep(self._budget.rest(time.monotonic(), time.thread_time() - cpu))
 
     def _next_wake(self) -> float:
         now = time.monotonic()
         due = [until - now for until, _ in self._backoff.values()]
+        due += [at + COUNTS_EVERY - now for uid, at in self._counts_at.items() if uid in self._counts_due]
         return max(0.05, min([self.period, *due]))
 
     async def cycle(self) -> None:
@@ -209,6 +215,9 @@ class SchedulingLoop:
             del self._quorum_at[uid]
         for uid in [u for u in self._owners if u not in live]:
             del self._owners[uid]
+        for uid in [u for u in self._counts_at if u not in live]:
+            del self._counts_at[uid]
+        self._counts_due &= live
         claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
         self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
         pods = {p["metadata"]["uid"] for p in self.view.pods.items()}
@@ -263,9 +272,10 @@ class SchedulingLoop:
             return True
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) < min_count:
-            await self.releaser.protect(ready)  # while the others arrive: the release then writes only allocations
-            # No running count in the message: status.members counts, and one status write per arriving member is enough.
-            await self._set(pod_group, False, "Pending", f"waiting for quorum: minCount {min_count} members created with their claims")
+            # while the others arrive the claims get their finalizer, so the release writes only allocations; and no
+            # running count in the message: status.members counts, and one status write per arriving member is enough
+            why = f"waiting for quorum: minCount {min_count} members created with their claims"
+            await all_answered([self.releaser.protect(ready), self._set(pod_group, False, "Pending", why)])
             return True
         self._quorum_at.setdefault(pod_group["metadata"]["uid"], time.monotonic())
         return await self._attempt(pod_group, ready, min_count)
@@ -372,7 +382,10 @@ class SchedulingLoop:
 
     async def _attempt(self, pod_group: dict[str, Any], ready: list[dict[str, Any]], min_count: int) -> bool:
         started = time.monotonic()
+        steps = Steps(self._woken_for)
+        steps.done("wait for the loop")
         snapshot = self._snapshot(pod_group)
+        steps.done("snapshot")
         decided = time.monotonic()
         group = inputs.group(pod_group, ready, min_count)
         nomination = inputs.nomination(pod_group)
@@ -381,6 +394,7 @@ class SchedulingLoop:
             return True  # its status already says why; nothing it could use was freed
         # in a worker thread: a costly claim must not keep the webhooks and probes this event loop serves from answering
         result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
+        steps.done("plan")
         metrics.ALGORITHM_DURATION.observe(time.monotonic() - decided)
         if not isinstance(result, Fits):
             if nomination is not None:
@@ -396,7 +410,7 @@ class SchedulingLoop:
             await self._set(pod_group, False, "Unschedulable", result.message + why_not, warn=True)
             return True
         try:
-            reservation = await self.releaser.release(pod_group, result)
+            reservation = await self.releaser.release(pod_group, result, steps)
         except ReleaseAborted as exc:
             metrics.SCHEDULE_ATTEMPTS.labels(result="aborted", profile=metrics.PROFILE).inc()
             await self._set(pod_group, False, "Pending", f"reservation undone, will plan again: {exc}")
@@ -618,9 +632,17 @@ class SchedulingLoop:
             self._evicting[uid] = now + (30.0 if gone else 5.0)
 
     async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int) -> None:
+        uid = pod_group["metadata"]["uid"]
         current = pod_group.get("status") or {}
         if current.get("members") == members and current.get("bound") == bound:
+            self._counts_due.discard(uid)
             return
+        now = time.monotonic()
+        if now - self._counts_at.get(uid, -math.inf) < COUNTS_EVERY:
+            self._counts_due.add(uid)  # the loop wakes for it when due
+            return
+        self._counts_at[uid] = now
+        self._counts_due.discard(uid)
         await self.kube.merge_patch(
             custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"members": members, "bound": bound}}
         )
@@ -650,14 +672,10 @@ class SchedulingLoop:
             await self._event(pod_group, "Warning" if warn else "Normal", reason, message)
 
     async def _event(self, pod_group: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        ref = {"apiVersion": schema.API_VERSION, "kind": "PodGroup", "metadata": pod_group["metadata"]}
-        await self.kube.event(ref, type_=type_, reason=reason, message=message)
+        refs = [{"apiVersion": schema.API_VERSION, "kind": "PodGroup", "metadata": pod_group["metadata"]}]
         job_name = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
         job_uid = inputs.owner_uid(pod_group, "Job")
         if job_name and job_uid:
-            job_ref = {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {"name": job_name, "namespace": pod_group["metadata"]["namespace"], "uid": job_uid},
-            }
-            await self.kube.event(job_ref, type_=type_, reason=reason, message=message)
+            job = {"name": job_name, "namespace": pod_group["metadata"]["namespace"], "uid": job_uid}
+            refs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": job})
+        await all_answered(self.kube.event(ref, type_=type_, reason=reason, message=message) for ref in refs)

@@ -36,13 +36,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
 from phalanx.api import keys, schema
 from phalanx.crashpoints import crash_point
-from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, claim_path, custom_path, pod_path
+from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, all_answered, claim_path, custom_path, pod_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits, extended
 from phalanx.planner.allocator import Result
@@ -175,20 +175,11 @@ def started(pod: Mapping[str, Any] | None) -> bool:
     return pod is not None and (bool(pod["spec"].get("nodeName")) or not gated(pod))
 
 
-async def _all(calls: Iterable[Awaitable[Any]]) -> list[Any]:
-    """Run concurrently; every call finishes before the first error is raised, so nothing is left in flight."""
-    results = await asyncio.gather(*calls, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results
-
-
-class _Steps:
+class Steps:
     """How long each step of a release took, for the log: where the time between quorum and bound goes."""
 
-    def __init__(self) -> None:
-        self.last = time.monotonic()
+    def __init__(self, start: float | None = None) -> None:
+        self.last = time.monotonic() if start is None else start
         self.spent: list[tuple[str, float]] = []
 
     def done(self, step: str) -> None:
@@ -210,28 +201,36 @@ class Releaser:
         self.pinned: dict[str, str] = {}
         """Pod uid -> node of the pins this process wrote: trusted before the watch shows them in a recorded reservation."""
 
-    async def release(self, pod_group: Mapping[str, Any], fits: Fits) -> schema.Reservation:
+    async def release(self, pod_group: Mapping[str, Any], fits: Fits, steps: Steps | None = None) -> schema.Reservation:
         """Record, reserve, verify, pin, lift. Raises ReleaseAborted (after a rollback) or GatesRefused."""
+        steps = steps or Steps()
         reservation = reservation_of(fits)
         await self.record(pod_group, reservation)
+        steps.done("record")
         crash_point("reserve.after-record")
-        return await self.complete(pod_group, reservation)
+        return await self.complete(pod_group, reservation, steps=steps)
 
     async def release_member(self, pod_group: Mapping[str, Any], fits: Fits) -> schema.Reservation:
         """A late member of a group already released: the same steps, without touching the group's record."""
         return await self.complete(pod_group, reservation_of(fits), record=False)
 
     async def complete(
-        self, pod_group: Mapping[str, Any], reservation: schema.Reservation, *, record: bool = True, resumed: bool = False
+        self,
+        pod_group: Mapping[str, Any],
+        reservation: schema.Reservation,
+        *,
+        record: bool = True,
+        resumed: bool = False,
+        steps: Steps | None = None,
     ) -> schema.Reservation:
         namespace = pod_group["metadata"]["namespace"]
-        steps = _Steps()
+        steps = steps or Steps()
         try:
             pods = [self._pod(namespace, p) for p in reservation.placements]
             if resumed:
                 await self._revalidate(namespace, reservation)
             users = self.claim_users(namespace, reservation)
-            await _all(self._reserve_claim(namespace, c, users.get(c.name, [])) for c in reservation.claims)
+            await all_answered(self._reserve_claim(namespace, c, users.get(c.name, [])) for c in reservation.claims)
             steps.done("reserve")
             await self._await_observed(namespace, reservation)
             steps.done("observe")
@@ -262,7 +261,7 @@ class Releaser:
         released = reservation.model_copy(update={"state": "Released", "released_at": conditions.now()})
         if record:
             await self.record(pod_group, released)
-            steps.done("record")
+            steps.done("record released")
         if not await self.view.pods.wait_until(lambda: self._pinned(namespace, reservation, refused), self.observe_timeout):
             logger.warning("%s: the pins of %s did not show up in the watch in time", namespace, pod_group["metadata"]["name"])
         steps.done("observe pins")
@@ -278,14 +277,14 @@ class Releaser:
         untouchable = {
             c.name for c in reservation.claims if any(started(self.view.pods.get(namespace, u["name"])) for u in users.get(c.name, []))
         }
-        await _all(self._deallocate(namespace, c) for c in reservation.claims if c.name not in untouchable)
+        await all_answered(self._deallocate(namespace, c) for c in reservation.claims if c.name not in untouchable)
         metrics.ROLLBACKS.inc()
         logger.warning("rolled back reservation of %s/%s: %s", namespace, pod_group["metadata"]["name"], why)
         if record:
             await self.record(pod_group, None)
 
     async def deallocate_claims(self, namespace: str, claims: Iterable[schema.ClaimReservation]) -> None:
-        await _all(self._deallocate(namespace, c) for c in claims)
+        await all_answered(self._deallocate(namespace, c) for c in claims)
 
     async def _deallocate(self, namespace: str, claim: schema.ClaimReservation) -> None:
         """Clear one claim's allocation if it is still exactly ours; a concurrent change is re-read and judged again."""
@@ -345,7 +344,7 @@ class Releaser:
                     and keys.DELETE_PROTECTION not in (obj["metadata"].get("finalizers") or [])
                 ):
                     todo[(namespace, name)] = obj
-        await _all(add(namespace, obj) for (namespace, _), obj in todo.items())
+        await all_answered(add(namespace, obj) for (namespace, _), obj in todo.items())
 
     def claim_users(self, namespace: str, reservation: schema.Reservation) -> dict[str, list[dict[str, str]]]:
         users: dict[str, list[dict[str, str]]] = {}
@@ -492,5 +491,5 @@ class Releaser:
 
         # an unanswered patch (the API server gone) raises, after every other patch has had its answer: the group
         # stays Reserving and the next cycle resumes it from what the API server then shows
-        results = await _all(release(p, n) for p, n in zip(pods, nodes, strict=True))
+        results = await all_answered(release(p, n) for p, n in zip(pods, nodes, strict=True))
         return [r for r in results if r is not None]
