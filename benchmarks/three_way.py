@@ -19,7 +19,9 @@ Workloads:
 
   latency     one gang of N ranks (1 device each): Job creation -> every member
               bound (create->bound), and every member present with its claim ->
-              every member bound (quorum->bound); median of --runs runs;
+              every member bound (quorum->bound); median of --runs runs; and
+              where the time after quorum goes: when the first and the last
+              gate was lifted (Phalanx) and the first member was bound;
   throughput  G gangs of 8 submitted at once on capacity for C of them (the
               other workers are tainted for the duration); a gang whose 8
               members are bound is finished (its Job deleted) after a random
@@ -196,18 +198,36 @@ def _bound(pods: list[dict[str, Any]]) -> int:
     return sum(1 for p in pods if p["spec"].get("nodeName"))
 
 
+TIMELINE = ("quorum_to_first_lift", "quorum_to_last_lift", "quorum_to_first_bound")
+"""Where the time after quorum goes, seen through the same watch: the first and last gate lifted (Phalanx's pods
+only are gated), and the first member bound."""
+
+
 async def latency_run(way: Way, size: int, timeout: float) -> dict[str, float | None]:
-    """create->bound and quorum->bound of one gang, seconds (None: not every member bound within `timeout`)."""
+    """create->bound and quorum->bound of one gang, and its timeline after quorum, seconds (None: not every member
+    bound within `timeout`; a timeline point that did not happen)."""
     name = f"lat-{size}"
     started = time.monotonic()
     await way.submit(name, size)
     quorum_at: float | None = None
+    gated: set[str] = set()
+    lifted: dict[str, float] = {}
+    bound: dict[str, float] = {}
 
     def done() -> bool:
         nonlocal quorum_at
         pods = way.pods.of(name)
+        now = time.monotonic()
+        for pod in pods:
+            pod_name = pod["metadata"]["name"]
+            if pod["spec"].get("schedulingGates"):
+                gated.add(pod_name)
+            elif pod_name in gated:
+                lifted.setdefault(pod_name, now)
+            if pod["spec"].get("nodeName"):
+                bound.setdefault(pod_name, now)
         if quorum_at is None and len(pods) >= size and all((p.get("status") or {}).get("resourceClaimStatuses") for p in pods):
-            quorum_at = time.monotonic()
+            quorum_at = now
         return len(pods) >= size and _bound(pods) >= size
 
     ok = await way.pods.until(done, timeout)
@@ -215,8 +235,20 @@ async def latency_run(way: Way, size: int, timeout: float) -> dict[str, float | 
     await way.finish(name)
     await way.drained()
     if not ok:
-        return {"create_to_bound": None, "quorum_to_bound": None}
-    return {"create_to_bound": bound_at - started, "quorum_to_bound": bound_at - (quorum_at or bound_at)}
+        return {"create_to_bound": None, "quorum_to_bound": None} | dict.fromkeys(TIMELINE)
+    quorum = quorum_at or bound_at
+
+    def after(times: list[float]) -> float | None:
+        return times[0] - quorum if times else None
+
+    lifts = sorted(lifted.values())
+    return {
+        "create_to_bound": bound_at - started,
+        "quorum_to_bound": bound_at - quorum,
+        "quorum_to_first_lift": after(lifts),
+        "quorum_to_last_lift": after(lifts[-1:]),
+        "quorum_to_first_bound": after(sorted(bound.values())),
+    }
 
 
 @dataclass
@@ -421,11 +453,8 @@ def summarise(plan: Plan, raw: dict[str, Any]) -> dict[str, Any]:
     for size, samples in raw["latency"].items():
         row: dict[str, Any] = {"ranks": size}
         for w in WAYS:
-            row[w] = {
-                "create_to_bound": _median(samples[w], "create_to_bound"),
-                "quorum_to_bound": _median(samples[w], "quorum_to_bound"),
-                "runs": len(samples[w]),
-            }
+            row[w] = {key: _median(samples[w], key) for key in ("create_to_bound", "quorum_to_bound", *TIMELINE)}
+            row[w]["runs"] = len(samples[w])
         latency.append(row)
     throughput = {}
     for w, tp in raw["throughput"].items():
@@ -455,6 +484,22 @@ def table(plan: Plan, summary: dict[str, Any]) -> str:
         lines.append(
             f"| {row['ranks']} | {_fmt(v)} | {_fmt(t)} | {_fmt(p)} | {_fmt(row['phalanx']['quorum_to_bound'])} "
             f"| {_fmt(row['in-tree']['quorum_to_bound'])} | {_ratio(p, v)} | {_ratio(p, t)} |"
+        )
+    lines += [
+        "",
+        "after quorum, median seconds: the first and last gate Phalanx lifted, the first and last member bound",
+        "| ranks | Phalanx first lift | Phalanx last lift | Phalanx first bound | Phalanx all bound "
+        "| in-tree first bound | in-tree all bound |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in summary["latency"]:
+        if any(not row[w]["runs"] for w in WAYS):
+            continue
+        p, t = row["phalanx"], row["in-tree"]
+        lines.append(
+            f"| {row['ranks']} | {_fmt(p.get('quorum_to_first_lift'))} | {_fmt(p.get('quorum_to_last_lift'))} "
+            f"| {_fmt(p.get('quorum_to_first_bound'))} | {_fmt(p['quorum_to_bound'])} "
+            f"| {_fmt(t.get('quorum_to_first_bound'))} | {_fmt(t['quorum_to_bound'])} |"
         )
     lines += [
         "",
