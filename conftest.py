@@ -141,7 +141,8 @@ def _fresh_namespace(cluster: Cluster) -> Iterator[str]:
     try:
         yield name
     finally:
-        cluster.kubectl("delete", "jobs,pods", "--all", "-n", name, "--wait=false", check=False)
+        # pods stop in their grace period, as on a kubelet; what a test leaves behind is cut short
+        cluster.kubectl("delete", "jobs,pods", "--all", "-n", name, "--wait=false", "--grace-period=0", "--force", check=False)
         cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
         _wait_gone(cluster, name)
 

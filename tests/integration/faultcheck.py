@@ -4,6 +4,8 @@
 devices the slices publish) and returns what is wrong, in words, so every
 fault test asserts the same invariants:
 - no device is held by two claims;
+- no pod that still runs (bound, and not stopped: a deleted pod runs out its
+  grace period) has lost the devices of its claims;
 - no device is held for a pod that is gone;
 - no device is held, and no pod pinned, for a pod still behind our gate
   unless a PodGroup's recorded reservation names it (the intent a restart
@@ -94,8 +96,46 @@ def double_held(snapshot: Snapshot) -> list[str]:
     return [f"device {'/'.join(d)} held by {', '.join(sorted(c))}" for d, c in holders.items() if len(c) > 1]
 
 
+def _claims_of(pod: dict[str, Any]) -> set[str]:
+    named = {r["resourceClaimName"] for r in pod["spec"].get("resourceClaims") or [] if r.get("resourceClaimName")}
+    return named | {s["resourceClaimName"] for s in (pod.get("status") or {}).get("resourceClaimStatuses") or [] if s.get("resourceClaimName")}
+
+
+def unbacked(snapshot: Snapshot) -> list[str]:
+    """Pods bound and not yet stopped (a deleted one runs out its grace period) whose claim no longer holds their
+    devices for them: deallocated, deleted, or reserved for others. The device can then go to a second pod while the
+    first still uses it. Checked at any moment; a pod binding between the two reads of a snapshot can show here
+    once, a real loss shows in every snapshot until the pod stops."""
+    claims = {c["metadata"]["name"]: c for c in snapshot.claims}
+    out = []
+    for pod in snapshot.pods:
+        if not pod["spec"].get("nodeName") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for name in sorted(_claims_of(pod)):
+            claim = claims.get(name)
+            reserved = {r["uid"] for r in ((claim or {}).get("status") or {}).get("reservedFor") or []}
+            if claim is None or not held(claim) or pod["metadata"]["uid"] not in reserved:
+                out.append(f"pod {pod['metadata']['name']} still runs but its claim {name} no longer holds its devices for it")
+    return out
+
+
+class Continuous:
+    """What must hold throughout, not only once the cluster has settled, judged on each snapshot of a series: a
+    device held twice at once, or a running pod that lost its devices in two snapshots in a row."""
+
+    def __init__(self) -> None:
+        self._unbacked: set[str] = set()
+        self.snapshots = 0
+
+    def check(self, snapshot: Snapshot) -> list[str]:
+        self.snapshots += 1
+        now = set(unbacked(snapshot))
+        persistent, self._unbacked = now & self._unbacked, now
+        return double_held(snapshot) + sorted(persistent)
+
+
 def violations(snapshot: Snapshot) -> list[str]:
-    out = double_held(snapshot)
+    out = double_held(snapshot) + unbacked(snapshot)
     pods = {p["metadata"]["uid"]: p for p in snapshot.pods}
     intended_claims = {c["uid"] for g in snapshot.podgroups for c in ((g.get("status") or {}).get("reservation") or {}).get("claims") or []}
     intended_pods = {

@@ -62,10 +62,12 @@ def as_json(job: dict[str, Any]) -> str:
 MIN4 = {keys.MIN_COUNT: "4"}
 
 
-def one_gpu_pod_spec(restart_policy: str = "Never") -> dict[str, Any]:
-    """A rank that holds one fake GPU (ResourceClaimTemplate `one-gpu`) and keeps running."""
+def one_gpu_pod_spec(restart_policy: str = "Never", *, grace: int = 1) -> dict[str, Any]:
+    """A rank that holds one fake GPU (ResourceClaimTemplate `one-gpu`) and keeps running; once deleted it runs
+    `grace` seconds more, as on a kubelet (a checkpointing rank takes minutes; 1 s keeps the suite quick)."""
     return {
         "restartPolicy": restart_policy,
+        "terminationGracePeriodSeconds": grace,
         "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
         "containers": [
             {
@@ -87,9 +89,10 @@ def gpu_gang(
     backoff_limit: int = 3,
     suspend: bool = False,
     affinity: dict[str, Any] | None = None,
+    grace: int = 1,
 ) -> dict[str, Any]:
     """A gang of one-GPU ranks whose disrupted members do not count against backoffLimit: the podFailurePolicy the README recommends."""
-    spec = one_gpu_pod_spec()
+    spec = one_gpu_pod_spec(grace=grace)
     if priority_class:
         spec["priorityClassName"] = priority_class
     if affinity:

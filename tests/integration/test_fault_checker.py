@@ -55,3 +55,27 @@ def test_each_fault_is_named() -> None:
     assert "half done" in check([], [], [group(2, {"state": "Reserving"})])[0]
     assert "1 of minCount 2 members released" in check([pod("a", node="w"), pod("b", gated=True)], [], [group(2)])[0]
     assert "wait while 2 devices are free" in check([pod("a", gated=True), pod("b", gated=True)], [], [group(2)])[0]
+
+
+def test_a_running_pod_whose_claim_lost_its_devices_is_named() -> None:
+    stopping = pod("a", node="w")
+    stopping["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:30Z"  # deleted, still in its grace period
+    stopping["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "ca"}]
+    assert check([stopping], [claim("ca", "a", "gpu-0")], []) == []
+    assert "no longer holds its devices" in check([stopping], [claim("ca", "a")], [])[0]
+    assert "no longer holds its devices" in check([stopping], [], [])[0]
+    assert "no longer holds its devices" in check([stopping], [claim("ca", "b", "gpu-0")], [])[0]
+    stopped = {**stopping, "status": {"phase": "Failed"}}
+    assert check([stopped], [claim("ca", "a")], []) == []
+
+
+def test_the_continuous_check_names_a_lost_device_seen_twice_in_a_row() -> None:
+    running = pod("a", node="w")
+    running["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "ca"}]
+    lost = faultcheck.Snapshot(pods=[running], claims=[claim("ca", "a")], podgroups=[], devices=1)
+    held = faultcheck.Snapshot(pods=[running], claims=[claim("ca", "a", "gpu-0")], podgroups=[], devices=1)
+    continuous = faultcheck.Continuous()
+    assert continuous.check(lost) == []  # bound between the two reads of one snapshot: not yet a fault
+    assert continuous.check(held) == []
+    assert continuous.check(lost) == []
+    assert "no longer holds its devices" in continuous.check(lost)[0]

@@ -61,6 +61,7 @@ def test_a_stream_of_gangs_with_random_deletions_holds_nothing_twice_and_strands
     submitted, finishing, deleted = 0, {}, 0
     deadline = time.monotonic() + 120 + 30 * GANGS
     step = 0
+    continuous = faultcheck.Continuous()
     while True:
         step += 1
         if submitted < GANGS:
@@ -68,8 +69,8 @@ def test_a_stream_of_gangs_with_random_deletions_holds_nothing_twice_and_strands
             cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(job))
             submitted += 1
         snapshot = faultcheck.take(cluster.kubectl, namespace)
-        twice = faultcheck.double_held(snapshot)
-        assert not twice, f"step {step}: {twice}"
+        wrong = continuous.check(snapshot)
+        assert not wrong, f"step {step}: {wrong}"
         states = job_states(cluster, namespace)
         by_job: dict[str, list[dict]] = {}
         for pod in snapshot.pods:

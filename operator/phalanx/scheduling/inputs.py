@@ -53,6 +53,19 @@ def gated(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == keys.SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or [])
 
 
+def may_run(pod: Mapping[str, Any] | None) -> bool:
+    """Whether a pod's containers may be running or may yet start, so its devices must stay with it.
+
+    Upstream's resourceclaim controller frees a claim only once its pod is done (`isPodDone`: a terminal phase,
+    or deleted before it was bound); a bound pod being deleted runs out its grace period first. A pod still
+    behind Phalanx's gate cannot start either: only Phalanx lifts it."""
+    if pod is None or terminal(pod):
+        return False
+    if pod["spec"].get("nodeName"):
+        return True
+    return not pod["metadata"].get("deletionTimestamp") and not gated(pod)
+
+
 def pins(pod_groups: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """Pod uid -> node, for every pod Phalanx pinned: the placements its reservations record.
 

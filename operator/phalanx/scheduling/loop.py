@@ -557,8 +557,8 @@ class SchedulingLoop:
         *,
         reason: str = TORN_DOWN,
     ) -> bool:
-        """Evict every member that was released or pinned, release the devices of members that never ran, forget the
-        reservation: the group starts over. A member still gated and never pinned holds nothing and waits for the next
+        """Evict every member that was released or pinned, release the devices of members that cannot run (never
+        bound, and stopped or still gated), forget the reservation: the group starts over. A member still gated and never pinned holds nothing and waits for the next
         admission (evicting it would only spend the Job's back-off).
 
         False while an eviction is refused (a disruption budget): the caller backs off and tries again.
@@ -569,10 +569,12 @@ class SchedulingLoop:
         standing = await teardown.evict_all(self.kube, released, reason=reason, message=message)
         crash_point("teardown.after-evictions")
         if reservation is not None:
-            ran = {_name(p) for p in pods if p["spec"].get("nodeName")}
+            # judged on every pod of the Job, terminating ones included: a member evicted on an earlier pass runs out
+            # its grace period on its devices, and the resourceclaim controller frees them once it is done
+            every = {p["metadata"]["uid"]: p for p in self._pods_of.get(pod_group["metadata"]["uid"], pods)}
             users = self.releaser.claim_users(_ns(pod_group), reservation)
-            never_ran = [c for c in reservation.claims if not any(u["name"] in ran for u in users.get(c.name, []))]
-            await self.releaser.deallocate_claims(_ns(pod_group), never_ran)
+            idle = [c for c in reservation.claims if not any(inputs.may_run(every.get(u["uid"])) for u in users.get(c.name, []))]
+            await self.releaser.deallocate_claims(_ns(pod_group), idle)
             crash_point("teardown.after-deallocate")
         if standing:
             await self._set(pod_group, False, "TearingDown", f"{why}; waiting for the eviction of {', '.join(standing)}")

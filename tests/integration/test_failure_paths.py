@@ -1,0 +1,82 @@
+"""The failure paths, with pods that take their grace period to stop, as on a kubelet: nothing stranded, nothing
+handed out while still in use.
+
+Each test stages one path the happy-path suites never reach and proves it happened (a pod seen stopping, an
+eviction seen refused) before it judges the outcome. Slices: the session cluster's, from dra-example-driver's
+plugin (3 workers x 2 GPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import faultcheck
+from conftest import WORKLOADS, Cluster, Operator, wait_for
+
+from jobs import gpu_gang
+from phalanx.api import keys
+from phalanx.localcluster import demo
+
+
+def _pods(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
+    return cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")["items"]
+
+
+def _running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") == "Running"]
+
+
+def _stopping(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Deleted, and still running out their grace period."""
+    return [p for p in _running(pods) if p["metadata"].get("deletionTimestamp")]
+
+
+def _pod_group(cluster: Cluster, namespace: str, job: str) -> dict[str, Any]:
+    items = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"{keys.JOB_NAME_LABEL}={job}")["items"]
+    return items[0] if items else {}
+
+
+def _reason(pod_group: dict[str, Any]) -> str | None:
+    for cond in (pod_group.get("status") or {}).get("conditions") or []:
+        if cond["type"] == keys.INITIALLY_SCHEDULED:
+            return cond["reason"]
+    return None
+
+
+def _start(cluster: Cluster, namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(job))
+    name, size = job["metadata"]["name"], job["spec"]["parallelism"]
+    return wait_for(lambda: len(r := _running(_pods(cluster, namespace, name))) == size and r, f"{name}: {size} members running")
+
+
+def _watch(cluster: Cluster, namespace: str, seconds: float, continuous: faultcheck.Continuous) -> list[faultcheck.Snapshot]:
+    """Snapshots of the namespace for `seconds`, each judged as it is taken; fails at the first violation."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        snapshot = faultcheck.take(cluster.kubectl, namespace)
+        wrong = continuous.check(snapshot)
+        assert not wrong, f"after {continuous.snapshots} snapshots: {wrong}\n{faultcheck.summary(snapshot)}"
+        seen.append(snapshot)
+    return seen
+
+
+def _all_free(cluster: Cluster, namespace: str) -> bool:
+    return not any(faultcheck.held(c) for c in faultcheck.take(cluster.kubectl, namespace).claims)
+
+
+def test_a_torn_down_gang_keeps_its_devices_until_its_pods_have_stopped(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """Suspending a released gang's Job deletes its pods, which run out a 12 s grace period; the teardown that
+    follows must leave their claims to them (the resourceclaim controller frees each once its pod is done)."""
+    members = _start(cluster, namespace, gpu_gang("slow", 4, grace=12))
+    cluster.kubectl("patch", "job", "slow", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": true}}')
+    continuous = faultcheck.Continuous()
+    wait_for(lambda: _reason(_pod_group(cluster, namespace, "slow")) == "JobSuspended", "the group torn down (JobSuspended)", timeout=10)
+    seen = _watch(cluster, namespace, 4, continuous)
+    stopping = [len(_stopping(s.pods)) for s in seen]
+    assert stopping and min(stopping) == len(members), f"every member kept running while torn down: {stopping} stopping"
+    wait_for(lambda: not _running(_pods(cluster, namespace, "slow")), "the members stopped after their grace period", timeout=30)
+    wait_for(lambda: _all_free(cluster, namespace), "every device free once its pod stopped", timeout=30)
