@@ -80,3 +80,30 @@ def test_a_torn_down_gang_keeps_its_devices_until_its_pods_have_stopped(cluster:
     assert stopping and min(stopping) == len(members), f"every member kept running while torn down: {stopping} stopping"
     wait_for(lambda: not _running(_pods(cluster, namespace, "slow")), "the members stopped after their grace period", timeout=30)
     wait_for(lambda: _all_free(cluster, namespace), "every device free once its pod stopped", timeout=30)
+
+
+def test_a_member_removed_after_it_succeeded_is_not_a_loss(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """disruptionMode all: one rank finishes and its pod object is removed (PodGC, a cleanup); the other three are
+    a healthy gang still at work, and nothing is taken down."""
+    members = _start(cluster, namespace, gpu_gang("done", 4, mode="all"))
+    first = members[0]["metadata"]["name"]
+    cluster.kubectl("annotate", "pod", first, "-n", namespace, "localcluster.phalanx.dev/exit=0")
+    wait_for(
+        lambda: any(p["metadata"]["name"] == first and p["status"].get("phase") == "Succeeded" for p in _pods(cluster, namespace, "done")),
+        f"{first} Succeeded",
+    )
+    cluster.kubectl("delete", "pod", first, "-n", namespace, "--wait=false")
+    wait_for(lambda: first not in {p["metadata"]["name"] for p in _pods(cluster, namespace, "done")}, f"{first} removed")
+    time.sleep(3)  # the loop has seen the removal many times over (it runs on every change, and every 5 s)
+    others = {p["metadata"]["uid"] for p in members[1:]}
+    running = {p["metadata"]["uid"] for p in _running(_pods(cluster, namespace, "done")) if not p["metadata"].get("deletionTimestamp")}
+    disrupted = next(
+        (
+            c
+            for c in (_pod_group(cluster, namespace, "done").get("status") or {}).get("conditions") or []
+            if c["type"] == keys.DISRUPTION_TARGET
+        ),
+        None,
+    )
+    assert others <= running, "the three ranks still at work were left alone"
+    assert disrupted is None or disrupted["status"] != "True", disrupted

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from phalanx.api import schema
+from phalanx.kube.informers import Finished
 from phalanx.scheduling.disruption import cause, losses
 
 
@@ -60,3 +61,23 @@ def test_only_members_of_this_incarnation_count() -> None:
     assert (loss.name, loss.cause) == ("new-1", "EvictionByEvictionAPI")
     (gone,) = losses(record, [pod("new-1", node="worker-2")], NODES)
     assert (gone.name, gone.cause) == ("new-0", "deleted")
+
+
+def test_a_member_removed_after_it_succeeded_is_not_lost() -> None:
+    """PodGC, a cleanup or a lowered completions count removes a finished pod: its work is done, the gang is whole."""
+    record = schema.Reservation(
+        state="Released",
+        placements=[schema.PodPlacement(name=n, uid=f"uid-{n}", node="worker-1") for n in ("done", "gone", "running")],
+    )
+    finished = Finished()
+    finished.note(pod("done", phase="Succeeded"))
+    finished.note(pod("gone"))  # removed while it ran: no success to remember
+    (loss,) = losses(record, [pod("running")], NODES, finished)
+    assert (loss.name, loss.cause) == ("gone", "deleted")
+
+
+def test_finished_pods_are_remembered_up_to_a_bound() -> None:
+    finished = Finished(keep=2)
+    for name in ("a", "b", "c"):
+        finished.note(pod(name, phase="Succeeded"))
+    assert "uid-a" not in finished and "uid-b" in finished and "uid-c" in finished

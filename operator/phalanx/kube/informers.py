@@ -54,8 +54,11 @@ class Informer:
         keep: Callable[[dict[str, Any]], dict[str, Any]] = trim.common,
         *,
         optional: bool = False,
+        on_gone: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.name = name
+        self._on_gone = on_gone
+        """Told of each object that went, as last seen: deleted on the watch, or missing from a list after a gap."""
         self._keep = keep
         self.optional = optional
         """A resource the server may not serve (404): then it is synced and empty, and asked for again now and then."""
@@ -129,6 +132,10 @@ class Informer:
             for obj in page.get("items") or []:
                 store[key_of(obj)] = self._keep(obj)
             version = page["metadata"]["resourceVersion"]
+        if self._on_gone is not None:
+            for key, obj in self.store.items():
+                if key not in store:
+                    self._on_gone(obj)
         self.store = store
         self.relists += 1
         self.synced.set()
@@ -153,6 +160,8 @@ class Informer:
                 if kind != "BOOKMARK":
                     if kind == "DELETED":
                         self.store.pop(key_of(obj), None)
+                        if self._on_gone is not None:
+                            self._on_gone(self._keep(obj))
                     else:
                         self.store[key_of(obj)] = self._keep(obj)
                     self._changed()
@@ -170,6 +179,26 @@ def _event(event: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
     return event.get("type", ""), event.get("raw_object")
 
 
+class Finished:
+    """The uids of pods last seen Succeeded before they went (PodGC, a cleanup, a Job's successPolicy), newest kept.
+
+    Succeeded is final, so a pod seen so finished, whenever it was removed. A pod removed while no replica watched
+    is not known here: the Job's own state is the fallback (a finished Job loses nothing)."""
+
+    def __init__(self, keep: int = 100_000) -> None:
+        self._keep = keep
+        self._uids: dict[str, None] = {}
+
+    def note(self, pod: dict[str, Any]) -> None:
+        if (pod.get("status") or {}).get("phase") == "Succeeded":
+            self._uids[pod["metadata"]["uid"]] = None
+            if len(self._uids) > self._keep:
+                del self._uids[next(iter(self._uids))]
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._uids
+
+
 class ClusterView:
     """Informers for everything the planner reads; `changed` fires on any change."""
 
@@ -182,6 +211,8 @@ class ClusterView:
         scheduling = client.SchedulingV1Api(api)
         custom = client.CustomObjectsApi(api)
         self.changed = asyncio.Event()
+        self.finished = Finished()
+        """Pods that Succeeded before they went: a member that finished its work and was removed is not lost."""
         self.revision = 0
         """Moves on with every change any informer sees: equal revisions, equal view."""
         self.changed_since = time.monotonic()
@@ -202,14 +233,15 @@ class ClusterView:
             watch_fn: Callable[..., Awaitable[Any]],
             keep: Callable[[dict[str, Any]], dict[str, Any]] = trim.common,
             optional: bool = False,
+            on_gone: Callable[[dict[str, Any]], None] | None = None,
         ) -> Informer:
-            return Informer(name, kube, path, watch_fn, touch, keep, optional=optional)
+            return Informer(name, kube, path, watch_fn, touch, keep, optional=optional, on_gone=on_gone)
 
         def taint_rules(**kwargs: Any) -> Awaitable[Any]:
             return custom.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules", **kwargs)
 
         self.nodes = informer("nodes", "/api/v1/nodes", core.list_node, trim.node)
-        self.pods = informer("pods", "/api/v1/pods", core.list_pod_for_all_namespaces, trim.pod)
+        self.pods = informer("pods", "/api/v1/pods", core.list_pod_for_all_namespaces, trim.pod, on_gone=self.finished.note)
         self.slices = informer("resourceslices", "/apis/resource.k8s.io/v1/resourceslices", resource.list_resource_slice)
         self.claims = informer(
             "resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", resource.list_resource_claim_for_all_namespaces, trim.claim

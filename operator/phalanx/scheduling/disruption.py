@@ -3,13 +3,15 @@
 A member is a pod released in the group's current incarnation (the
 placements of its reservation record). It is lost when it was evicted,
 preempted (by Phalanx or by kube-scheduler), deleted, failed, or its node
-went away; a member that Succeeded finished its work and is not lost. Pods of
+went away; a member that Succeeded finished its work and is not lost, nor is
+one removed after it Succeeded (PodGC, a cleanup), nor any member of a Job
+that has finished (its successPolicy deletes the rest). Pods of
 an earlier incarnation (failed and kept by the Job) are not members any more.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +43,10 @@ def _exit(pod: Mapping[str, Any]) -> str:
     return "failed"
 
 
-def cause(pod: Mapping[str, Any] | None, nodes: set[str]) -> str | None:
-    """Why this member is lost, or None while it runs (or after it Succeeded)."""
+def cause(pod: Mapping[str, Any] | None, nodes: set[str], finished: bool = False) -> str | None:
+    """Why this member is lost, or None while it runs (or after it Succeeded, even once its pod is removed)."""
     if pod is None:
-        return "deleted"
+        return None if finished else "deleted"
     phase = (pod.get("status") or {}).get("phase")
     if phase == "Succeeded":
         return None
@@ -59,13 +61,21 @@ def cause(pod: Mapping[str, Any] | None, nodes: set[str]) -> str | None:
     return None
 
 
-def losses(reservation: schema.Reservation, pods: Iterable[Mapping[str, Any]], nodes: Iterable[str]) -> list[Loss]:
-    """Members of this incarnation that are lost, in placement order."""
+def losses(
+    reservation: schema.Reservation, pods: Iterable[Mapping[str, Any]], nodes: Iterable[str], finished: Container[str] = ()
+) -> list[Loss]:
+    """Members of this incarnation that are lost, in placement order; `finished`: uids of pods that Succeeded and went."""
     by_uid = {p["metadata"]["uid"]: p for p in pods}
     node_names = set(nodes)
     out = []
     for placement in reservation.placements:
-        why = cause(by_uid.get(placement.uid), node_names)
+        why = cause(by_uid.get(placement.uid), node_names, placement.uid in finished)
         if why is not None:
             out.append(Loss(placement.name, placement.uid, why))
     return out
+
+
+def finished(reservation: schema.Reservation, pods: Iterable[Mapping[str, Any]], gone: Container[str] = ()) -> int:
+    """Members of this incarnation that Succeeded, their pods still there or removed since (`gone`): done, not missing."""
+    succeeded = {p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
+    return sum(1 for p in reservation.placements if p.uid in succeeded or p.uid in gone)

@@ -92,6 +92,12 @@ def _suspended_since(job: Mapping[str, Any], reservation: schema.Reservation) ->
     return False
 
 
+def _finished(job: Mapping[str, Any]) -> bool:
+    """The Job is done or on its way (its successPolicy met, its failure decided): it ends its own pods."""
+    ending = {"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"}
+    return any(c.get("type") in ending and c.get("status") == "True" for c in (job.get("status") or {}).get("conditions") or [])
+
+
 def _live(pod: Mapping[str, Any]) -> bool:
     return not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
 
@@ -254,16 +260,21 @@ class SchedulingLoop:
         lost: list[disruption.Loss] = []
         owner: dict[str, Any] | None = None
         if reservation is not None and reservation.state == "Released":
-            lost = disruption.losses(reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self._node_names())
+            lost = disruption.losses(
+                reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self._node_names(), self.view.finished
+            )
             owner = await self._job(pod_group, lost) if lost else None
             if owner is not None and _suspended_since(owner, reservation):
                 why = "the Job was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
                 return await self._tear_down(pod_group, pods, reservation, why, reason=SUSPENDED)
+            if owner is not None and _finished(owner):
+                return True  # its successPolicy or failure ended the rest: the Job's own doing, nothing to take down
         if scheduled is not None and scheduled["status"] == "True":
             if reservation is not None:
                 if lost and "all" in (pod_group["spec"].get("disruptionMode") or {}):
                     return await self._disrupt(pod_group, pods, lost, owner)
-                await self._below_min_count(pod_group, bound, lost, min_count)
+                done = disruption.finished(reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self.view.finished)
+                await self._below_min_count(pod_group, bound, lost, min_count, done)
             await self._release_each(pod_group, waiting)
             return True
         if reservation is not None and reservation.state == "Released":
@@ -334,17 +345,19 @@ class SchedulingLoop:
         return await self._tear_down(pod_group, pods, None, why, reason=DISRUPTED)
 
     async def _below_min_count(
-        self, pod_group: dict[str, Any], bound: list[dict[str, Any]], lost: list[disruption.Loss], min_count: int
+        self, pod_group: dict[str, Any], bound: list[dict[str, Any]], lost: list[disruption.Loss], min_count: int, done: int
     ) -> None:
-        """disruptionMode single: nothing else is touched; the status says how far below minCount the group runs."""
+        """disruptionMode single: nothing else is touched; the status says how far below minCount the group runs.
+        Members that finished their work (`done`) count with those that run: the gang is short of nobody."""
         said = _condition(pod_group, keys.DISRUPTION_TARGET) or self._mine.get(pod_group["metadata"]["uid"], {}).get(keys.DISRUPTION_TARGET)
-        if len(bound) >= min_count:
+        finished = f", {done} finished" if done else ""
+        if len(bound) + done >= min_count:
             if said is not None and said["status"] == "True":
                 await self._condition(
-                    pod_group, keys.DISRUPTION_TARGET, False, "MinCountRunning", f"{len(bound)} members run (minCount {min_count})"
+                    pod_group, keys.DISRUPTION_TARGET, False, "MinCountRunning", f"{len(bound)} members run{finished} (minCount {min_count})"
                 )
             return
-        message = f"below minCount: {len(bound)} of minCount {min_count} members run"
+        message = f"below minCount: {len(bound)} of minCount {min_count} members run{finished}"
         if lost:
             message += f"; lost {', '.join(str(loss) for loss in lost)}"
         if said is None or said["status"] != "True":
