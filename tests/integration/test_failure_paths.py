@@ -107,3 +107,57 @@ def test_a_member_removed_after_it_succeeded_is_not_a_loss(cluster: Cluster, ope
     )
     assert others <= running, "the three ranks still at work were left alone"
     assert disrupted is None or disrupted["status"] != "True", disrupted
+
+
+def _disruption_target(pod: dict[str, Any]) -> dict[str, Any] | None:
+    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == keys.DISRUPTION_TARGET), None)
+
+
+def test_a_member_whose_eviction_is_refused_is_not_marked_and_the_teardown_finishes_later(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    """disruptionMode all, one member lost, another protected by a PodDisruptionBudget: the protected member keeps
+    running unmarked (a mark would make the Job ignore its real failures), the PodGroup says what it waits for, and
+    the teardown finishes once the budget allows."""
+    members = _start(cluster, namespace, gpu_gang("held", 4, mode="all"))
+    by_index = {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]: p for p in members}
+    protected = by_index["3"]["metadata"]["name"]
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "rank-3"},
+        "spec": {
+            "minAvailable": 1,
+            "selector": {"matchLabels": {"batch.kubernetes.io/job-name": "held", "batch.kubernetes.io/job-completion-index": "3"}},
+        },
+    }
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(budget))
+    wait_for(lambda: cluster.get("pdb", "rank-3", "-n", namespace).get("status", {}).get("currentHealthy") == 1, "the budget counts rank 3")
+    cluster.kubectl("delete", "pod", by_index["0"]["metadata"]["name"], "-n", namespace, "--wait=false")
+    waiting = wait_for(
+        lambda: (
+            "waiting for the eviction"
+            in (c := _condition(_pod_group(cluster, namespace, "held"), keys.DISRUPTION_TARGET)).get("message", "")
+            and c
+        ),
+        "the PodGroup says the teardown waits for the refused eviction",
+        timeout=20,
+    )
+    assert protected in waiting["message"], waiting
+    time.sleep(2)  # a few more teardown passes, each refused
+    pod = cluster.get("pod", protected, "-n", namespace)
+    assert not pod["metadata"].get("deletionTimestamp") and pod["status"]["phase"] == "Running", "the budget kept rank 3 running"
+    assert _disruption_target(pod) is None, f"rank 3 runs on, marked for a teardown it was refused: {_disruption_target(pod)}"
+    cluster.kubectl("delete", "pdb", "rank-3", "-n", namespace)
+    wait_for(
+        lambda: (p := cluster.get("pod", protected, "-n", namespace, "--ignore-not-found")) == {} or p["metadata"].get("deletionTimestamp"),
+        "rank 3 evicted once the budget is gone",
+        timeout=70,
+    )
+    marked = cluster.get("pod", protected, "-n", namespace, "--ignore-not-found")
+    if marked:
+        assert (_disruption_target(marked) or {}).get("reason") in ("GangDisrupted", "EvictionByEvictionAPI"), marked["status"]
+
+
+def _condition(pod_group: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})

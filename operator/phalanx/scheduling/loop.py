@@ -340,9 +340,11 @@ class SchedulingLoop:
         if owner is None:
             return True
         why = f"member {', '.join(str(loss) for loss in lost)} lost; disruptionMode all takes the whole group down"
-        await self._condition(pod_group, keys.DISRUPTION_TARGET, True, DISRUPTED, why)
+        if not await self._tear_down(pod_group, pods, None, why, reason=DISRUPTED):
+            return False  # the condition says what the teardown waits for
         metrics.DISRUPTIONS.labels(mode="all", cause=_cause_label(lost[0].cause)).inc()
-        return await self._tear_down(pod_group, pods, None, why, reason=DISRUPTED)
+        await self._condition(pod_group, keys.DISRUPTION_TARGET, True, DISRUPTED, why)
+        return True
 
     async def _below_min_count(
         self, pod_group: dict[str, Any], bound: list[dict[str, Any]], lost: list[disruption.Loss], min_count: int, done: int
@@ -590,7 +592,13 @@ class SchedulingLoop:
             await self.releaser.deallocate_claims(_ns(pod_group), idle)
             crash_point("teardown.after-deallocate")
         if standing:
-            await self._set(pod_group, False, "TearingDown", f"{why}; waiting for the eviction of {', '.join(standing)}")
+            waits = f"{why}; waiting for the eviction of {', '.join(standing)}, refused for now (a disruption budget)"
+            scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
+            if scheduled is not None and scheduled["status"] == "True":
+                # that condition is terminal once True: a running gang's teardown is told where its loss is
+                await self._condition(pod_group, keys.DISRUPTION_TARGET, True, reason, waits, warn=True)
+            else:
+                await self._set(pod_group, False, "TearingDown", waits)
             return False
         await self.releaser.record(pod_group, None)
         metrics.TEARDOWNS.inc()

@@ -1,13 +1,16 @@
 """Where a group is taken down as a unit: its members evicted, the devices of those that never ran released.
 
-Every member gets a `DisruptionTarget` condition with Phalanx's reason
-before it goes, as upstream does before a preemption, so a Job with a
-`podFailurePolicy` rule `{action: Ignore, onPodConditions: [{type:
-DisruptionTarget}]}` does not count it against `backoffLimit`. A member that
-never ran (never bound) is marked Failed first, as the pod garbage collector
-marks an unscheduled pod it deletes, so its Job replaces it at once; a member
-that runs goes through the Eviction API, so PodDisruptionBudgets are honoured
-(a refusal is retried by the caller on its next cycle).
+Every member taken down carries a `DisruptionTarget` condition, so a Job
+with a `podFailurePolicy` rule `{action: Ignore, onPodConditions: [{type:
+DisruptionTarget}]}` does not count it against `backoffLimit`; only a member
+actually being taken down is marked, or a member left running by a refused
+eviction would have its later real failures ignored. A member that runs goes
+through the Eviction API, so PodDisruptionBudgets are honoured (a refusal is
+retried by the caller on its next cycle); the API server marks it as it
+accepts the eviction, and Phalanx then puts its own reason on that mark. A
+member that never ran (never bound) is marked Failed first, as the pod
+garbage collector marks an unscheduled pod it deletes, so its Job replaces it
+at once.
 """
 
 from __future__ import annotations
@@ -40,16 +43,16 @@ async def evict(kube: Kube, pod: Mapping[str, Any], *, reason: str, message: str
     meta = pod["metadata"]
     if meta.get("deletionTimestamp"):
         return True
-    status: dict[str, Any] = {"conditions": [_condition(reason, message)]}
-    if not pod["spec"].get("nodeName"):
-        status["phase"] = "Failed"
-        status["reason"] = reason
-        status["message"] = message[:1024]
+    mark = {"metadata": {"uid": meta["uid"]}, "status": {"conditions": [_condition(reason, message)]}}
     try:
-        await kube.strategic_patch(
-            pod_path(meta["namespace"], meta["name"], "status"), {"metadata": {"uid": meta["uid"]}, "status": status}
-        )
-        await kube.evict(meta["namespace"], meta["name"], meta["uid"])
+        if not pod["spec"].get("nodeName"):
+            never_ran = {"phase": "Failed", "reason": reason, "message": message[:1024]}
+            await kube.strategic_patch(pod_path(meta["namespace"], meta["name"], "status"), {**mark, "status": {**mark["status"], **never_ran}})
+            await kube.evict(meta["namespace"], meta["name"], meta["uid"])
+        else:
+            await kube.evict(meta["namespace"], meta["name"], meta["uid"])
+            # the API server marked it (EvictionByEvictionAPI) as it accepted: the mark says why, in Phalanx's words
+            await kube.strategic_patch(pod_path(meta["namespace"], meta["name"], "status"), mark)
     except (NotFound, Conflict):
         return True  # gone, or replaced by a pod of the same name: not ours to take down
     except Throttled as exc:
