@@ -98,7 +98,9 @@ def double_held(snapshot: Snapshot) -> list[str]:
 
 def _claims_of(pod: dict[str, Any]) -> set[str]:
     named = {r["resourceClaimName"] for r in pod["spec"].get("resourceClaims") or [] if r.get("resourceClaimName")}
-    return named | {s["resourceClaimName"] for s in (pod.get("status") or {}).get("resourceClaimStatuses") or [] if s.get("resourceClaimName")}
+    return named | {
+        s["resourceClaimName"] for s in (pod.get("status") or {}).get("resourceClaimStatuses") or [] if s.get("resourceClaimName")
+    }
 
 
 def unbacked(snapshot: Snapshot) -> list[str]:

@@ -12,9 +12,9 @@ import json
 import time
 from typing import Any
 
-import faultcheck
 from conftest import WORKLOADS, Cluster, Operator, wait_for
 
+import faultcheck
 from jobs import gpu_gang
 from phalanx.api import keys
 from phalanx.localcluster import demo

@@ -356,7 +356,11 @@ class SchedulingLoop:
         if len(bound) + done >= min_count:
             if said is not None and said["status"] == "True":
                 await self._condition(
-                    pod_group, keys.DISRUPTION_TARGET, False, "MinCountRunning", f"{len(bound)} members run{finished} (minCount {min_count})"
+                    pod_group,
+                    keys.DISRUPTION_TARGET,
+                    False,
+                    "MinCountRunning",
+                    f"{len(bound)} members run{finished} (minCount {min_count})",
                 )
             return
         message = f"below minCount: {len(bound)} of minCount {min_count} members run{finished}"

@@ -47,7 +47,9 @@ async def evict(kube: Kube, pod: Mapping[str, Any], *, reason: str, message: str
     try:
         if not pod["spec"].get("nodeName"):
             never_ran = {"phase": "Failed", "reason": reason, "message": message[:1024]}
-            await kube.strategic_patch(pod_path(meta["namespace"], meta["name"], "status"), {**mark, "status": {**mark["status"], **never_ran}})
+            await kube.strategic_patch(
+                pod_path(meta["namespace"], meta["name"], "status"), {**mark, "status": {**mark["status"], **never_ran}}
+            )
             await kube.evict(meta["namespace"], meta["name"], meta["uid"])
         else:
             await kube.evict(meta["namespace"], meta["name"], meta["uid"])
