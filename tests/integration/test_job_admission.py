@@ -15,6 +15,7 @@ from jobs import MIN4, as_json, gang_job
 from phalanx.api import keys
 
 ANN = "metadata.annotations[scheduling.phalanx.dev/"
+UNKNOWN = "unknown key under scheduling.phalanx.dev/, which Phalanx would ignore"
 
 
 def _apply(cluster: Cluster, namespace: str, job: dict, *, verb: str = "apply"):
@@ -55,6 +56,14 @@ def test_a_job_without_gang_intent_never_reaches_the_webhook(cluster: Cluster, o
 
 
 BAD_CREATES = [
+    (
+        gang_job(annotations={"scheduling.phalanx.dev/mincount": "3"}),
+        f'{ANN}mincount]: Invalid value: "3": {UNKNOWN}; did you mean scheduling.phalanx.dev/min-count?',
+    ),
+    (
+        gang_job(annotations={keys.POLICY: "gang", "scheduling.phalanx.dev/disruptionmode": "all"}),
+        f'{ANN}disruptionmode]: Invalid value: "all": {UNKNOWN}; did you mean scheduling.phalanx.dev/disruption-mode?',
+    ),
     (
         gang_job(annotations={keys.MIN_COUNT: "0"}),
         f"{ANN}min-count]: Invalid value: 0: must be greater than or equal to 1; a gang needs at least one pod",
@@ -172,4 +181,15 @@ def test_gang_scheduling_cannot_be_added_to_a_running_job(cluster: Cluster, oper
     assert proc.stderr.strip().split("denied the request: ", 1)[-1] == (
         f'{ANN}policy]: Invalid value: "gang": gang scheduling cannot be added to or removed from an existing Job; '
         "delete and recreate the Job"
+    )
+
+
+def test_an_unknown_key_cannot_be_added_to_an_existing_job(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """A Job with no Phalanx intent still reaches the webhook when a key under our prefix appears."""
+    assert _apply(cluster, namespace, gang_job()).returncode == 0
+    patch = json.dumps({"metadata": {"annotations": {"scheduling.phalanx.dev/mincount": "4"}}})
+    proc = cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", patch, check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().split("denied the request: ", 1)[-1] == (
+        f'{ANN}mincount]: Invalid value: "4": {UNKNOWN}; did you mean scheduling.phalanx.dev/min-count?'
     )

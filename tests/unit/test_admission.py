@@ -261,3 +261,70 @@ def test_a_number_no_integer_holds_is_a_bad_request_and_an_invalid_gang_is_unpro
         admission.validate_job(job({keys.MIN_COUNT: min_count}), None)
     assert refused.value.code == code, str(refused.value)
     assert f"[{keys.MIN_COUNT}]" in str(refused.value)
+
+
+K = "scheduling.phalanx.dev/"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "message"),
+    [
+        pytest.param(
+            {K + "mincount": "3"},
+            f'{ANN}mincount]: Invalid value: "3": unknown key under {K}, which Phalanx would ignore; did you mean {K}min-count?',
+            id="typo-alone",
+        ),
+        pytest.param(
+            {K + "policy": "gang", K + "disruptionmode": "all"},
+            f'{ANN}disruptionmode]: Invalid value: "all": unknown key under {K}, which Phalanx would ignore; did you mean {K}disruption-mode?',
+            id="typo-beside-intent",
+        ),
+        pytest.param(
+            {K + "MinCount": "3"},
+            f'{ANN}MinCount]: Invalid value: "3": unknown key under {K}, which Phalanx would ignore; did you mean {K}min-count?',
+            id="case",
+        ),
+        pytest.param(
+            {K + "gang": "true"},
+            f'{ANN}gang]: Invalid value: "true": unknown key under {K}, which Phalanx would ignore; '
+            f"use one of {K}policy, {K}min-count, {K}disruption-mode, {K}topology-key, or remove it",
+            id="nothing-close",
+        ),
+        pytest.param(
+            {K + "min-count": "9", K + "topologykey": "rack"},
+            f'{ANN}topologykey]: Invalid value: "rack": unknown key under {K}, which Phalanx would ignore; did you mean {K}topology-key?; '
+            f"{ANN}min-count]: Invalid value: 9: must not be greater than parallelism (4)",
+            id="reported-with-the-other-errors",
+        ),
+    ],
+)
+def test_an_unknown_key_under_our_prefix_is_refused_with_the_nearest_known_one(annotations: dict, message: str) -> None:
+    """A typo would be ignored: the Job admitted ungated (or its setting dropped) with no word."""
+    for check in (lambda: mutate(job(annotations)), lambda: admission.validate_job(job(annotations), None)):
+        with pytest.raises(intent.GangSpecError) as refused:
+            check()
+        assert str(refused.value).startswith(message), str(refused.value)
+        assert refused.value.code == 422
+
+
+def test_on_update_only_an_added_unknown_key_is_refused() -> None:
+    """A Job an older Phalanx admitted with such a key can still be changed, and the key removed."""
+    gang = {keys.POLICY: "gang", keys.MIN_COUNT: "4", keys.DISRUPTION_MODE: "all"}
+    old = job({**gang, K + "mincount": "4"})
+    for new in (job({**gang, K + "mincount": "4", keys.MIN_COUNT: "2"}), job(gang)):
+        mutate(new, old)
+        admission.validate_job(new, old)
+    plain = job({K + "mincount": "4"})
+    admission.validate_job(job({K + "mincount": "5", "team": "a"}), plain)
+    admission.validate_job(job(), plain)
+    for new in (job({**gang, K + "mincount": "4", K + "minCount": "4"}), job({**gang, K + "disruptionmode": "all"})):
+        with pytest.raises(intent.GangSpecError, match=r"did you mean scheduling\.phalanx\.dev/"):
+            admission.validate_job(new, old)
+        with pytest.raises(intent.GangSpecError, match=r"did you mean scheduling\.phalanx\.dev/"):
+            mutate(new, old)
+
+
+def test_other_prefixes_and_known_keys_pass() -> None:
+    assert mutate(job({"example.com/mincount": "3", "phalanx.dev/x": "y"})) == admission.Mutation()
+    admission.validate_job(job({"example.com/mincount": "3"}), None)
+    admission.validate_job(job({k: v for k, v in zip(keys.INTENT_ANNOTATIONS, ("gang", "4", "all", "rack"), strict=True)}), None)

@@ -5,11 +5,14 @@ API server without WorkloadWithJob, so it records the field as annotations
 (and says so in a warning, since the server is about to drop it), and gates
 the pod template so the Job controller creates pods Phalanx holds. The
 validating webhook sees the result and enforces the rules, including
-immutability on update.
+immutability on update. Both refuse a key under our prefix that Phalanx does
+not read, which would otherwise be ignored without a word.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,6 +27,7 @@ from phalanx.api.intent import (
     contradictions,
     from_annotations,
     from_job_scheduling,
+    unknown_keys,
     validate,
     validate_scale,
     validate_update,
@@ -47,6 +51,11 @@ def mutate_job(job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_
     the field as written. `field_dropped` says whether this API server drops
     `spec.scheduling` (None: cannot tell), only to word the warning.
     """
+    with _together(_unknown_keys(job, old)):
+        return _mutate(job, old, gang_default_mode, field_dropped)
+
+
+def _mutate(job: dict[str, Any], old: dict[str, Any] | None, gang_default_mode: Mode, field_dropped: bool | None) -> Mutation:
     metadata = job.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     annotated = from_annotations(annotations)
@@ -76,6 +85,11 @@ def mutate_job(job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_
 
 def validate_job(job: dict[str, Any], old: dict[str, Any] | None) -> None:
     """Raise `GangSpecError` when the Job's gang intent breaks a rule (in the portable spelling: all that is left here)."""
+    with _together(_unknown_keys(job, old)):
+        _validate(job, old)
+
+
+def _validate(job: dict[str, Any], old: dict[str, Any] | None) -> None:
     new_intent = from_annotations((job.get("metadata") or {}).get("annotations"))
     old_intent = from_annotations((old.get("metadata") or {}).get("annotations")) if old is not None else None
     if old is not None:
@@ -102,6 +116,21 @@ def _gate_removed(job: dict[str, Any]) -> FieldError:
         f"the scheduling gate {keys.SCHEDULING_GATE} must stay on a gang Job's pod template for the Job's whole life",
         "keep it: Phalanx lifts it from each pod once the whole gang can be placed",
     )
+
+
+@contextmanager
+def _together(errors: list[FieldError]) -> Iterator[None]:
+    """Refuse `errors` with whatever else the block refuses, so the user fixes them in one round."""
+    try:
+        yield
+    except GangSpecError as exc:
+        raise GangSpecError([*errors, *exc.errors]) from None
+    if errors:
+        raise GangSpecError(errors)
+
+
+def _unknown_keys(job: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    return unknown_keys((job.get("metadata") or {}).get("annotations"), ((old or {}).get("metadata") or {}).get("annotations"))
 
 
 def _scale(job: dict[str, Any] | None) -> tuple[int | None, int | None]:
@@ -154,7 +183,7 @@ def _gated_template(job: dict[str, Any], job_name: str | None) -> dict[str, Any]
 
 
 def _copied_warning(field_dropped: bool | None) -> str:
-    where = f"{keys.GROUP}/*"
+    where = f"{keys.ANNOTATION_PREFIX}*"
     if field_dropped:
         return (
             "spec.scheduling is dropped silently by this API server (feature gate WorkloadWithJob is off); "
