@@ -11,7 +11,7 @@ import time
 import pytest
 from conftest import Cluster, Operator
 
-from jobs import MIN4, as_json, gang_job
+from jobs import IGNORE_DISRUPTIONS, MIN4, as_json, gang_job
 from phalanx.api import keys
 
 ANN = "metadata.annotations[scheduling.phalanx.dev/"
@@ -193,3 +193,25 @@ def test_an_unknown_key_cannot_be_added_to_an_existing_job(cluster: Cluster, ope
     assert proc.stderr.strip().split("denied the request: ", 1)[-1] == (
         f'{ANN}mincount]: Invalid value: "4": {UNKNOWN}; did you mean scheduling.phalanx.dev/min-count?'
     )
+
+
+RULE = "{action: Ignore, onPodConditions: [{type: DisruptionTarget}]}"
+
+
+def test_a_gang_job_without_the_disruption_rule_is_admitted_with_a_warning(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    job = gang_job(annotations=MIN4)
+    del job["spec"]["backoffLimit"]
+    proc = _apply(cluster, namespace, job)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"Warning: spec.podFailurePolicy has no rule {RULE}: each time Phalanx tears this gang down "
+        "(a member lost with disruptionMode all, or the bind deadline passed), every member counts against "
+        "spec.backoffLimit (6), so a gang of 7 or more pods fails its Job at the first teardown; "
+        f"recreate the Job with spec.podFailurePolicy: {{rules: [{RULE}]}} "
+        '(the policy is immutable; see the README, "How a gang is released")'
+    ) in proc.stderr, "the API server's default backoffLimit is what the webhook sees"
+    assert cluster.get("job", "train", "-n", namespace)["spec"]["template"]["spec"]["schedulingGates"] == [{"name": keys.SCHEDULING_GATE}]
+    with_rule = gang_job("train-b", annotations=MIN4)
+    with_rule["spec"]["podFailurePolicy"] = IGNORE_DISRUPTIONS
+    proc = _apply(cluster, namespace, with_rule)
+    assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr

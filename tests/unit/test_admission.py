@@ -9,9 +9,15 @@ import pytest
 from phalanx.api import intent, keys
 from phalanx.jobs import admission
 
+IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+"""The podFailurePolicy the README asks gang Jobs for; without it admission warns."""
+
 
 def job(annotations: dict[str, str] | None = None, scheduling: dict | None = None, parallelism: int | None = 4) -> dict:
-    spec: dict[str, Any] = {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+    spec: dict[str, Any] = {
+        "podFailurePolicy": IGNORE_DISRUPTIONS,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}},
+    }
     if parallelism is not None:
         spec["parallelism"] = parallelism
     if scheduling is not None:
@@ -328,3 +334,78 @@ def test_other_prefixes_and_known_keys_pass() -> None:
     assert mutate(job({"example.com/mincount": "3", "phalanx.dev/x": "y"})) == admission.Mutation()
     admission.validate_job(job({"example.com/mincount": "3"}), None)
     admission.validate_job(job({k: v for k, v in zip(keys.INTENT_ANNOTATIONS, ("gang", "4", "all", "rack"), strict=True)}), None)
+
+
+def without_rule(annotations: dict[str, str] | None = None, scheduling: dict | None = None, **spec: Any) -> dict:
+    j = job(annotations, scheduling)
+    del j["spec"]["podFailurePolicy"]
+    j["spec"].update(spec)
+    return j
+
+
+RULE = "{action: Ignore, onPodConditions: [{type: DisruptionTarget}]}"
+
+
+def test_a_gang_job_without_the_disruption_rule_is_warned_with_the_rule_to_add() -> None:
+    (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"})).warnings
+    assert warning == (
+        f"spec.podFailurePolicy has no rule {RULE}: each time Phalanx tears this gang down "
+        "(a member lost with disruptionMode all, or the bind deadline passed), every member counts against "
+        "spec.backoffLimit (6), so a gang of 7 or more pods fails its Job at the first teardown; "
+        f"recreate the Job with spec.podFailurePolicy: {{rules: [{RULE}]}} "
+        '(the policy is immutable; see the README, "How a gang is released")'
+    )
+    (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"}, backoffLimit=0)).warnings
+    assert "spec.backoffLimit (0), so a gang of 1 or more pods fails" in warning
+    (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"}, backoffLimitPerIndex=1)).warnings
+    assert "every member counts against its index's spec.backoffLimitPerIndex (1);" in warning
+    j = without_rule({keys.MIN_COUNT: "4"})
+    j["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    (warning,) = mutate(j).warnings
+    assert f"{{rules: [{RULE}]}} and spec.template.spec.restartPolicy: Never (the policy needs it)" in warning
+    copied, warning = mutate(without_rule(scheduling={"schedulingPolicy": {"gang": {"minCount": 4}}})).warnings
+    assert copied.startswith("spec.scheduling is dropped") and warning.startswith("spec.podFailurePolicy has no rule")
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        pytest.param(IGNORE_DISRUPTIONS, id="the-rule"),
+        pytest.param(
+            {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+            id="status-true",
+        ),
+        pytest.param(
+            {
+                "rules": [
+                    {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}},
+                    {"action": "Ignore", "onPodConditions": [{"type": "ConfigIssue"}, {"type": "DisruptionTarget"}]},
+                ]
+            },
+            id="among-others",
+        ),
+    ],
+)
+def test_a_gang_job_with_the_disruption_rule_is_not_warned(policy: dict) -> None:
+    assert mutate(without_rule({keys.MIN_COUNT: "4"}, podFailurePolicy=policy)).warnings == ()
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        pytest.param({"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "False"}]}]}, id="false"),
+        pytest.param({"rules": [{"action": "Count", "onPodConditions": [{"type": "DisruptionTarget"}]}]}, id="count"),
+        pytest.param({"rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [137]}}]}, id="exit-codes"),
+    ],
+)
+def test_a_rule_that_does_not_ignore_disruptions_is_warned(policy: dict) -> None:
+    (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"}, podFailurePolicy=policy)).warnings
+    assert warning.startswith("spec.podFailurePolicy has no rule")
+
+
+def test_only_gang_jobs_on_create_are_warned_about_disruptions() -> None:
+    assert mutate(without_rule()) == admission.Mutation(), "not a Phalanx Job"
+    assert mutate(without_rule({keys.POLICY: "basic"})).warnings == (), "a basic group is never torn down as a unit"
+    old = without_rule({keys.POLICY: "gang", keys.MIN_COUNT: "4", keys.DISRUPTION_MODE: "all"})
+    new = without_rule({keys.POLICY: "gang", keys.MIN_COUNT: "3", keys.DISRUPTION_MODE: "all"})
+    assert mutate(new, old).warnings == (), "podFailurePolicy is immutable: an update cannot act on it"

@@ -80,6 +80,8 @@ def _mutate(job: dict[str, Any], old: dict[str, Any] | None, gang_default_mode: 
         patch["spec"] = {"template": _gated_template(job, metadata.get("name"))}
         if from_spec is not None:
             warnings.append(_copied_warning(field_dropped))
+        if intent.policy == "gang" and not ignores_disruptions(job):
+            warnings.append(_disruption_warning(job))
     return Mutation(patch=patch, warnings=tuple(warnings))
 
 
@@ -98,6 +100,16 @@ def _validate(job: dict[str, Any], old: dict[str, Any] | None) -> None:
             raise GangSpecError([_gate_removed(job)])
     if new_intent is not None:
         _check(job, old, old_intent, new_intent, ANNOTATION_PATHS)
+
+
+def ignores_disruptions(job: dict[str, Any]) -> bool:
+    """Whether a podFailurePolicy rule ignores pods with the DisruptionTarget condition Phalanx sets on every member it takes down."""
+    rules = ((job.get("spec") or {}).get("podFailurePolicy") or {}).get("rules") or []
+    return any(
+        rule.get("action") == "Ignore"
+        and any(c.get("type") == keys.DISRUPTION_TARGET and c.get("status", "True") == "True" for c in rule.get("onPodConditions") or [])
+        for rule in rules
+    )
 
 
 def gated(job: dict[str, Any]) -> bool:
@@ -190,3 +202,34 @@ def _copied_warning(field_dropped: bool | None) -> str:
             f"Phalanx recorded it in the annotations {where} and will gang-schedule this Job"
         )
     return f"spec.scheduling was recorded by Phalanx in the annotations {where}; Phalanx gang-schedules this Job"
+
+
+DISRUPTION_RULE = f"{{action: Ignore, onPodConditions: [{{type: {keys.DISRUPTION_TARGET}}}]}}"
+DEFAULT_BACKOFF_LIMIT = 6
+"""Upstream's, when neither backoffLimit nor backoffLimitPerIndex is set."""
+
+
+def _disruption_warning(job: dict[str, Any]) -> str:
+    """Without the rule every teardown spends one failure per member, so a gang larger than backoffLimit fails at the first.
+
+    Given on create only: podFailurePolicy is immutable, so an update could not act on it.
+    """
+    spec = job.get("spec") or {}
+    per_index = spec.get("backoffLimitPerIndex")
+    if per_index is not None:
+        cost = f"every member counts against its index's spec.backoffLimitPerIndex ({per_index})"
+    else:
+        limit = spec.get("backoffLimit")
+        limit = DEFAULT_BACKOFF_LIMIT if limit is None else limit
+        cost = (
+            f"every member counts against spec.backoffLimit ({limit}), "
+            f"so a gang of {limit + 1} or more pods fails its Job at the first teardown"
+        )
+    restart = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+    never = "" if restart == "Never" else " and spec.template.spec.restartPolicy: Never (the policy needs it)"
+    return (
+        f"spec.podFailurePolicy has no rule {DISRUPTION_RULE}: each time Phalanx tears this gang down "
+        f"(a member lost with disruptionMode all, or the bind deadline passed), {cost}; "
+        f"recreate the Job with spec.podFailurePolicy: {{rules: [{DISRUPTION_RULE}]}}{never} "
+        '(the policy is immutable; see the README, "How a gang is released")'
+    )
