@@ -60,6 +60,8 @@ def as_json(job: dict[str, Any]) -> str:
 
 
 MIN4 = {keys.MIN_COUNT: "4"}
+IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+"""The podFailurePolicy the README recommends for gang Jobs: a member Phalanx takes down spends no backoffLimit."""
 
 
 def one_gpu_pod_spec(restart_policy: str = "Never", *, grace: int = 1) -> dict[str, Any]:
@@ -110,7 +112,7 @@ def gpu_gang(
             "completions": size,
             "completionMode": "Indexed",
             "backoffLimit": backoff_limit,
-            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+            "podFailurePolicy": IGNORE_DISRUPTIONS,
             "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
         },
     }

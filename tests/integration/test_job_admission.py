@@ -11,10 +11,11 @@ import time
 import pytest
 from conftest import Cluster, Operator
 
-from jobs import MIN4, as_json, gang_job
+from jobs import IGNORE_DISRUPTIONS, MIN4, as_json, gang_job
 from phalanx.api import keys
 
 ANN = "metadata.annotations[scheduling.phalanx.dev/"
+UNKNOWN = "unknown key under scheduling.phalanx.dev/, which Phalanx would ignore"
 
 
 def _apply(cluster: Cluster, namespace: str, job: dict, *, verb: str = "apply"):
@@ -55,6 +56,14 @@ def test_a_job_without_gang_intent_never_reaches_the_webhook(cluster: Cluster, o
 
 
 BAD_CREATES = [
+    (
+        gang_job(annotations={"scheduling.phalanx.dev/mincount": "3"}),
+        f'{ANN}mincount]: Invalid value: "3": {UNKNOWN}; did you mean scheduling.phalanx.dev/min-count?',
+    ),
+    (
+        gang_job(annotations={keys.POLICY: "gang", "scheduling.phalanx.dev/disruptionmode": "all"}),
+        f'{ANN}disruptionmode]: Invalid value: "all": {UNKNOWN}; did you mean scheduling.phalanx.dev/disruption-mode?',
+    ),
     (
         gang_job(annotations={keys.MIN_COUNT: "0"}),
         f"{ANN}min-count]: Invalid value: 0: must be greater than or equal to 1; a gang needs at least one pod",
@@ -173,3 +182,36 @@ def test_gang_scheduling_cannot_be_added_to_a_running_job(cluster: Cluster, oper
         f'{ANN}policy]: Invalid value: "gang": gang scheduling cannot be added to or removed from an existing Job; '
         "delete and recreate the Job"
     )
+
+
+def test_an_unknown_key_cannot_be_added_to_an_existing_job(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """A Job with no Phalanx intent still reaches the webhook when a key under our prefix appears."""
+    assert _apply(cluster, namespace, gang_job()).returncode == 0
+    patch = json.dumps({"metadata": {"annotations": {"scheduling.phalanx.dev/mincount": "4"}}})
+    proc = cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", patch, check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().split("denied the request: ", 1)[-1] == (
+        f'{ANN}mincount]: Invalid value: "4": {UNKNOWN}; did you mean scheduling.phalanx.dev/min-count?'
+    )
+
+
+RULE = "{action: Ignore, onPodConditions: [{type: DisruptionTarget}]}"
+
+
+def test_a_gang_job_without_the_disruption_rule_is_admitted_with_a_warning(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    job = gang_job(annotations=MIN4)
+    del job["spec"]["backoffLimit"]
+    proc = _apply(cluster, namespace, job)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"Warning: spec.podFailurePolicy has no rule {RULE}: each time Phalanx tears this gang down "
+        "(a member lost with disruptionMode all, or the bind deadline passed), every member counts against "
+        "spec.backoffLimit (6), so a gang of 7 or more pods fails its Job at the first teardown; "
+        f"recreate the Job with spec.podFailurePolicy: {{rules: [{RULE}]}} "
+        '(the policy is immutable; see the README, "How a gang is released")'
+    ) in proc.stderr, "the API server's default backoffLimit is what the webhook sees"
+    assert cluster.get("job", "train", "-n", namespace)["spec"]["template"]["spec"]["schedulingGates"] == [{"name": keys.SCHEDULING_GATE}]
+    with_rule = gang_job("train-b", annotations=MIN4)
+    with_rule["spec"]["podFailurePolicy"] = IGNORE_DISRUPTIONS
+    proc = _apply(cluster, namespace, with_rule)
+    assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr

@@ -9,9 +9,15 @@ import pytest
 from phalanx.api import intent, keys
 from phalanx.jobs import admission
 
+IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+"""The podFailurePolicy the README asks gang Jobs for; without it admission warns."""
+
 
 def job(annotations: dict[str, str] | None = None, scheduling: dict | None = None, parallelism: int | None = 4) -> dict:
-    spec: dict[str, Any] = {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+    spec: dict[str, Any] = {
+        "podFailurePolicy": IGNORE_DISRUPTIONS,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}},
+    }
     if parallelism is not None:
         spec["parallelism"] = parallelism
     if scheduling is not None:
@@ -261,3 +267,145 @@ def test_a_number_no_integer_holds_is_a_bad_request_and_an_invalid_gang_is_unpro
         admission.validate_job(job({keys.MIN_COUNT: min_count}), None)
     assert refused.value.code == code, str(refused.value)
     assert f"[{keys.MIN_COUNT}]" in str(refused.value)
+
+
+K = "scheduling.phalanx.dev/"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "message"),
+    [
+        pytest.param(
+            {K + "mincount": "3"},
+            f'{ANN}mincount]: Invalid value: "3": unknown key under {K}, which Phalanx would ignore; did you mean {K}min-count?',
+            id="typo-alone",
+        ),
+        pytest.param(
+            {K + "policy": "gang", K + "disruptionmode": "all"},
+            f'{ANN}disruptionmode]: Invalid value: "all": unknown key under {K}, which Phalanx would ignore; did you mean {K}disruption-mode?',
+            id="typo-beside-intent",
+        ),
+        pytest.param(
+            {K + "MinCount": "3"},
+            f'{ANN}MinCount]: Invalid value: "3": unknown key under {K}, which Phalanx would ignore; did you mean {K}min-count?',
+            id="case",
+        ),
+        pytest.param(
+            {K + "gang": "true"},
+            f'{ANN}gang]: Invalid value: "true": unknown key under {K}, which Phalanx would ignore; '
+            f"use one of {K}policy, {K}min-count, {K}disruption-mode, {K}topology-key, or remove it",
+            id="nothing-close",
+        ),
+        pytest.param(
+            {K + "min-count": "9", K + "topologykey": "rack"},
+            f'{ANN}topologykey]: Invalid value: "rack": unknown key under {K}, which Phalanx would ignore; did you mean {K}topology-key?; '
+            f"{ANN}min-count]: Invalid value: 9: must not be greater than parallelism (4)",
+            id="reported-with-the-other-errors",
+        ),
+    ],
+)
+def test_an_unknown_key_under_our_prefix_is_refused_with_the_nearest_known_one(annotations: dict, message: str) -> None:
+    """A typo would be ignored: the Job admitted ungated (or its setting dropped) with no word."""
+    for check in (lambda: mutate(job(annotations)), lambda: admission.validate_job(job(annotations), None)):
+        with pytest.raises(intent.GangSpecError) as refused:
+            check()
+        assert str(refused.value).startswith(message), str(refused.value)
+        assert refused.value.code == 422
+
+
+def test_on_update_only_an_added_unknown_key_is_refused() -> None:
+    """A Job an older Phalanx admitted with such a key can still be changed, and the key removed."""
+    gang = {keys.POLICY: "gang", keys.MIN_COUNT: "4", keys.DISRUPTION_MODE: "all"}
+    old = job({**gang, K + "mincount": "4"})
+    for new in (job({**gang, K + "mincount": "4", keys.MIN_COUNT: "2"}), job(gang)):
+        mutate(new, old)
+        admission.validate_job(new, old)
+    plain = job({K + "mincount": "4"})
+    admission.validate_job(job({K + "mincount": "5", "team": "a"}), plain)
+    admission.validate_job(job(), plain)
+    for new in (job({**gang, K + "mincount": "4", K + "minCount": "4"}), job({**gang, K + "disruptionmode": "all"})):
+        with pytest.raises(intent.GangSpecError, match=r"did you mean scheduling\.phalanx\.dev/"):
+            admission.validate_job(new, old)
+        with pytest.raises(intent.GangSpecError, match=r"did you mean scheduling\.phalanx\.dev/"):
+            mutate(new, old)
+
+
+def test_other_prefixes_and_known_keys_pass() -> None:
+    assert mutate(job({"example.com/mincount": "3", "phalanx.dev/x": "y"})) == admission.Mutation()
+    admission.validate_job(job({"example.com/mincount": "3"}), None)
+    admission.validate_job(job({k: v for k, v in zip(keys.INTENT_ANNOTATIONS, ("gang", "4", "all", "rack"), strict=True)}), None)
+
+
+def without_rule(annotations: dict[str, str] | None = None, scheduling: dict | None = None, **spec: Any) -> dict:
+    j = job(annotations, scheduling)
+    del j["spec"]["podFailurePolicy"]
+    j["spec"].update(spec)
+    return j
+
+
+RULE = "{action: Ignore, onPodConditions: [{type: DisruptionTarget}]}"
+
+
+def test_a_gang_job_without_the_disruption_rule_is_warned_with_the_rule_to_add() -> None:
+    (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"})).warnings
+    assert warning == (
+        f"spec.podFailurePolicy has no rule {RULE}: each time Phalanx tears this gang down "
+        "(a member lost with disruptionMode all, or the bind deadline passed), every member counts against "
+        "spec.backoffLimit (6), so a gang of 7 or more pods fails its Job at the first teardown; "
+        f"recreate the Job with spec.podFailurePolicy: {{rules: [{RULE}]}} "
+        '(the policy is immutable; see the README, "How a gang is released")'
+    )
+    (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"}, backoffLimit=0)).warnings
+    assert "spec.backoffLimit (0), so a gang of 1 or more pods fails" in warning
+    (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"}, backoffLimitPerIndex=1)).warnings
+    assert "every member counts against its index's spec.backoffLimitPerIndex (1);" in warning
+    j = without_rule({keys.MIN_COUNT: "4"})
+    j["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    (warning,) = mutate(j).warnings
+    assert f"{{rules: [{RULE}]}} and spec.template.spec.restartPolicy: Never (the policy needs it)" in warning
+    copied, warning = mutate(without_rule(scheduling={"schedulingPolicy": {"gang": {"minCount": 4}}})).warnings
+    assert copied.startswith("spec.scheduling is dropped") and warning.startswith("spec.podFailurePolicy has no rule")
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        pytest.param(IGNORE_DISRUPTIONS, id="the-rule"),
+        pytest.param(
+            {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+            id="status-true",
+        ),
+        pytest.param(
+            {
+                "rules": [
+                    {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}},
+                    {"action": "Ignore", "onPodConditions": [{"type": "ConfigIssue"}, {"type": "DisruptionTarget"}]},
+                ]
+            },
+            id="among-others",
+        ),
+    ],
+)
+def test_a_gang_job_with_the_disruption_rule_is_not_warned(policy: dict) -> None:
+    assert mutate(without_rule({keys.MIN_COUNT: "4"}, podFailurePolicy=policy)).warnings == ()
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        pytest.param({"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "False"}]}]}, id="false"),
+        pytest.param({"rules": [{"action": "Count", "onPodConditions": [{"type": "DisruptionTarget"}]}]}, id="count"),
+        pytest.param({"rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [137]}}]}, id="exit-codes"),
+    ],
+)
+def test_a_rule_that_does_not_ignore_disruptions_is_warned(policy: dict) -> None:
+    (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"}, podFailurePolicy=policy)).warnings
+    assert warning.startswith("spec.podFailurePolicy has no rule")
+
+
+def test_only_gang_jobs_on_create_are_warned_about_disruptions() -> None:
+    assert mutate(without_rule()) == admission.Mutation(), "not a Phalanx Job"
+    assert mutate(without_rule({keys.POLICY: "basic"})).warnings == (), "a basic group is never torn down as a unit"
+    old = without_rule({keys.POLICY: "gang", keys.MIN_COUNT: "4", keys.DISRUPTION_MODE: "all"})
+    new = without_rule({keys.POLICY: "gang", keys.MIN_COUNT: "3", keys.DISRUPTION_MODE: "all"})
+    assert mutate(new, old).warnings == (), "podFailurePolicy is immutable: an update cannot act on it"

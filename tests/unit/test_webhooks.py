@@ -80,6 +80,20 @@ def _changed(job: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> d
             id="create-spec-scheduling",
         ),
         pytest.param("CREATE", PLAIN_JOB, None, False, id="create-plain"),
+        pytest.param(
+            "CREATE",
+            _changed(PLAIN_JOB, lambda j: j["metadata"]["annotations"].update({"scheduling.phalanx.dev/mincount": "3"})),
+            None,
+            True,
+            id="create-typo-only",
+        ),
+        pytest.param(
+            "UPDATE",
+            _changed(PLAIN_JOB, lambda j: j["metadata"]["annotations"].update({"scheduling.phalanx.dev/mincount": "3"})),
+            PLAIN_JOB,
+            True,
+            id="typo-added",
+        ),
         pytest.param("UPDATE", _changed(PLAIN_JOB, lambda j: j["spec"].update(parallelism=8)), PLAIN_JOB, False, id="plain-parallelism"),
         pytest.param(
             "UPDATE",

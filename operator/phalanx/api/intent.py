@@ -13,12 +13,13 @@ follow upstream Job validation (minCount >= 1, minCount <= parallelism,
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from phalanx.api.keys import DISRUPTION_MODE, INTENT_ANNOTATIONS, MIN_COUNT, POLICY, TOPOLOGY_KEY
+from phalanx.api.keys import ANNOTATION_PREFIX, DISRUPTION_MODE, INTENT_ANNOTATIONS, MIN_COUNT, POLICY, TOPOLOGY_KEY
 
 Policy = Literal["gang", "basic"]
 Mode = Literal["single", "all"]
@@ -119,6 +120,29 @@ ANNOTATION_PATHS = {
     "topology_key": annotation_path(TOPOLOGY_KEY),
 }
 """Where each setting is in the portable spelling."""
+
+
+def unknown_keys(annotations: dict[str, str] | None, previous: dict[str, str] | None = None) -> list[FieldError]:
+    """Keys under our prefix that Phalanx does not read: a typo (`mincount`) would admit the Job ungated, with no word.
+
+    Only keys the request adds count (`previous`: the annotations before an
+    update), so a Job an older Phalanx admitted with one can still be updated
+    and the key removed.
+    """
+    return [
+        FieldError(annotation_path(key), value, f"unknown key under {ANNOTATION_PREFIX}, which Phalanx would ignore", _nearest_key(key))
+        for key, value in sorted((annotations or {}).items())
+        if key.startswith(ANNOTATION_PREFIX) and key not in INTENT_ANNOTATIONS and key not in (previous or {})
+    ]
+
+
+def _nearest_key(key: str) -> str:
+    """Matched on the part after the prefix, which every key shares and would make any two look alike."""
+    names = {k.removeprefix(ANNOTATION_PREFIX): k for k in INTENT_ANNOTATIONS}
+    close = difflib.get_close_matches(key.removeprefix(ANNOTATION_PREFIX).lower(), names, n=1)
+    if close:
+        return f"did you mean {names[close[0]]}?"
+    return f"use one of {', '.join(INTENT_ANNOTATIONS)}, or remove it"
 
 
 def from_annotations(annotations: dict[str, str] | None) -> GangIntent | None:

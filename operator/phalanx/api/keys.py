@@ -10,12 +10,15 @@ GROUP = "scheduling.phalanx.dev"
 VERSION = "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
+ANNOTATION_PREFIX = f"{GROUP}/"
+
 # Job annotations: the portable spelling of the gang intent (see api.intent).
 POLICY = f"{GROUP}/policy"
 MIN_COUNT = f"{GROUP}/min-count"
 DISRUPTION_MODE = f"{GROUP}/disruption-mode"
 TOPOLOGY_KEY = f"{GROUP}/topology-key"
 INTENT_ANNOTATIONS = (POLICY, MIN_COUNT, DISRUPTION_MODE, TOPOLOGY_KEY)
+"""The only ANNOTATION_PREFIX keys a Job may carry: Phalanx writes no other onto Jobs, and admission refuses the rest (a typo would run the Job ungated)."""
 
 SCHEDULING_GATE = f"{GROUP}/gang"
 """The gate on every gang pod; only Phalanx lifts it, once the whole group is reserved."""

@@ -5,11 +5,14 @@ API server without WorkloadWithJob, so it records the field as annotations
 (and says so in a warning, since the server is about to drop it), and gates
 the pod template so the Job controller creates pods Phalanx holds. The
 validating webhook sees the result and enforces the rules, including
-immutability on update.
+immutability on update. Both refuse a key under our prefix that Phalanx does
+not read, which would otherwise be ignored without a word.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,6 +27,7 @@ from phalanx.api.intent import (
     contradictions,
     from_annotations,
     from_job_scheduling,
+    unknown_keys,
     validate,
     validate_scale,
     validate_update,
@@ -47,6 +51,11 @@ def mutate_job(job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_
     the field as written. `field_dropped` says whether this API server drops
     `spec.scheduling` (None: cannot tell), only to word the warning.
     """
+    with _together(_unknown_keys(job, old)):
+        return _mutate(job, old, gang_default_mode, field_dropped)
+
+
+def _mutate(job: dict[str, Any], old: dict[str, Any] | None, gang_default_mode: Mode, field_dropped: bool | None) -> Mutation:
     metadata = job.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     annotated = from_annotations(annotations)
@@ -71,11 +80,18 @@ def mutate_job(job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_
         patch["spec"] = {"template": _gated_template(job, metadata.get("name"))}
         if from_spec is not None:
             warnings.append(_copied_warning(field_dropped))
+        if intent.policy == "gang" and not ignores_disruptions(job):
+            warnings.append(_disruption_warning(job))
     return Mutation(patch=patch, warnings=tuple(warnings))
 
 
 def validate_job(job: dict[str, Any], old: dict[str, Any] | None) -> None:
     """Raise `GangSpecError` when the Job's gang intent breaks a rule (in the portable spelling: all that is left here)."""
+    with _together(_unknown_keys(job, old)):
+        _validate(job, old)
+
+
+def _validate(job: dict[str, Any], old: dict[str, Any] | None) -> None:
     new_intent = from_annotations((job.get("metadata") or {}).get("annotations"))
     old_intent = from_annotations((old.get("metadata") or {}).get("annotations")) if old is not None else None
     if old is not None:
@@ -84,6 +100,16 @@ def validate_job(job: dict[str, Any], old: dict[str, Any] | None) -> None:
             raise GangSpecError([_gate_removed(job)])
     if new_intent is not None:
         _check(job, old, old_intent, new_intent, ANNOTATION_PATHS)
+
+
+def ignores_disruptions(job: dict[str, Any]) -> bool:
+    """Whether a podFailurePolicy rule ignores pods with the DisruptionTarget condition Phalanx sets on every member it takes down."""
+    rules = ((job.get("spec") or {}).get("podFailurePolicy") or {}).get("rules") or []
+    return any(
+        rule.get("action") == "Ignore"
+        and any(c.get("type") == keys.DISRUPTION_TARGET and c.get("status", "True") == "True" for c in rule.get("onPodConditions") or [])
+        for rule in rules
+    )
 
 
 def gated(job: dict[str, Any]) -> bool:
@@ -102,6 +128,21 @@ def _gate_removed(job: dict[str, Any]) -> FieldError:
         f"the scheduling gate {keys.SCHEDULING_GATE} must stay on a gang Job's pod template for the Job's whole life",
         "keep it: Phalanx lifts it from each pod once the whole gang can be placed",
     )
+
+
+@contextmanager
+def _together(errors: list[FieldError]) -> Iterator[None]:
+    """Refuse `errors` with whatever else the block refuses, so the user fixes them in one round."""
+    try:
+        yield
+    except GangSpecError as exc:
+        raise GangSpecError([*errors, *exc.errors]) from None
+    if errors:
+        raise GangSpecError(errors)
+
+
+def _unknown_keys(job: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    return unknown_keys((job.get("metadata") or {}).get("annotations"), ((old or {}).get("metadata") or {}).get("annotations"))
 
 
 def _scale(job: dict[str, Any] | None) -> tuple[int | None, int | None]:
@@ -154,10 +195,41 @@ def _gated_template(job: dict[str, Any], job_name: str | None) -> dict[str, Any]
 
 
 def _copied_warning(field_dropped: bool | None) -> str:
-    where = f"{keys.GROUP}/*"
+    where = f"{keys.ANNOTATION_PREFIX}*"
     if field_dropped:
         return (
             "spec.scheduling is dropped silently by this API server (feature gate WorkloadWithJob is off); "
             f"Phalanx recorded it in the annotations {where} and will gang-schedule this Job"
         )
     return f"spec.scheduling was recorded by Phalanx in the annotations {where}; Phalanx gang-schedules this Job"
+
+
+DISRUPTION_RULE = f"{{action: Ignore, onPodConditions: [{{type: {keys.DISRUPTION_TARGET}}}]}}"
+DEFAULT_BACKOFF_LIMIT = 6
+"""Upstream's, when neither backoffLimit nor backoffLimitPerIndex is set."""
+
+
+def _disruption_warning(job: dict[str, Any]) -> str:
+    """Without the rule every teardown spends one failure per member, so a gang larger than backoffLimit fails at the first.
+
+    Given on create only: podFailurePolicy is immutable, so an update could not act on it.
+    """
+    spec = job.get("spec") or {}
+    per_index = spec.get("backoffLimitPerIndex")
+    if per_index is not None:
+        cost = f"every member counts against its index's spec.backoffLimitPerIndex ({per_index})"
+    else:
+        limit = spec.get("backoffLimit")
+        limit = DEFAULT_BACKOFF_LIMIT if limit is None else limit
+        cost = (
+            f"every member counts against spec.backoffLimit ({limit}), "
+            f"so a gang of {limit + 1} or more pods fails its Job at the first teardown"
+        )
+    restart = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+    never = "" if restart == "Never" else " and spec.template.spec.restartPolicy: Never (the policy needs it)"
+    return (
+        f"spec.podFailurePolicy has no rule {DISRUPTION_RULE}: each time Phalanx tears this gang down "
+        f"(a member lost with disruptionMode all, or the bind deadline passed), {cost}; "
+        f"recreate the Job with spec.podFailurePolicy: {{rules: [{DISRUPTION_RULE}]}}{never} "
+        '(the policy is immutable; see the README, "How a gang is released")'
+    )

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from phalanx.api.keys import GROUP, SCHEDULING_GATE
+from phalanx.api.keys import ANNOTATION_PREFIX, GROUP, SCHEDULING_GATE
 from phalanx.kube.client import Invalid, Kube, NotFound
 
 MUTATE_ID = "job-gang-mutate"
@@ -41,7 +41,7 @@ CONFIGURATION_NAME = f"jobs.{GROUP}"
 def _gang_annotations(obj: str) -> str:
     """CEL: the object's `scheduling.phalanx.dev/*` annotations as a list of key=value strings."""
     return (
-        f"(has({obj}.metadata.annotations) ? {obj}.metadata.annotations.filter(k, k.startsWith('{GROUP}/'))"
+        f"(has({obj}.metadata.annotations) ? {obj}.metadata.annotations.filter(k, k.startsWith('{ANNOTATION_PREFIX}'))"
         f".map(k, k + '=' + {obj}.metadata.annotations[k]) : [])"
     )
 
