@@ -12,9 +12,11 @@ import json
 import time
 from typing import Any
 
+import pytest
 from conftest import WORKLOADS, Cluster, Operator, wait_for
 
 import faultcheck
+import flakyapi
 from jobs import gpu_gang
 from phalanx.api import keys
 from phalanx.localcluster import demo
@@ -161,3 +163,21 @@ def test_a_member_whose_eviction_is_refused_is_not_marked_and_the_teardown_finis
 
 def _condition(pod_group: dict[str, Any], type_: str) -> dict[str, Any]:
     return next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
+@pytest.mark.parametrize("code", [429, 503])
+def test_a_transient_answer_to_a_gate_lift_is_sent_again_not_torn_down(
+    cluster: Cluster, operator: Operator, namespace: str, code: int
+) -> None:
+    """Two of four gate lifts answered 429 (priority and fairness) or 503 (an etcd leader change), twice each: the
+    gang is released whole, nothing is torn down, and the Job spends none of its back-off."""
+    with flakyapi.flaky_lifts(cluster, namespace, flakyapi.FlakyLifts(code, times=2, indexes={"1", "2"})) as flaky:
+        members = _start(cluster, namespace, gpu_gang("flaky", 4, mode="all"))
+    assert sum(flaky.answered.values()) == 4, f"the transient answers were sent: {dict(flaky.answered)}"
+    pod_group = _pod_group(cluster, namespace, "flaky")
+    assert _reason(pod_group) == "Scheduled", pod_group["status"]
+    torn = cluster.get("events", "-n", namespace, "--field-selector", "reason=GangTornDown")["items"]
+    assert not torn, [e["message"] for e in torn]
+    job = cluster.get("job", "flaky", "-n", namespace)
+    assert not (job.get("status") or {}).get("failed"), job["status"]
+    assert len(members) == 4

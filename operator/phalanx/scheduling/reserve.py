@@ -42,7 +42,7 @@ from typing import Any
 
 from phalanx.api import keys, schema
 from phalanx.crashpoints import crash_point
-from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, all_answered, claim_path, custom_path, pod_path
+from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, all_answered, claim_path, custom_path, pod_path, retried
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits, extended
 from phalanx.planner.allocator import Result
@@ -481,7 +481,9 @@ class Releaser:
             if (meta.get("annotations") or {}).get(keys.PINNED_NODE) != node or pod["spec"].get("affinity") != affinity:
                 patch = {"metadata": {"annotations": {keys.PINNED_NODE: node}}, "spec": {**patch["spec"], "affinity": affinity}}
             try:
-                await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch)
+                # a transient answer (429, 5xx) is no refusal: the patch is idempotent, and a gang torn down for
+                # an overloaded API server would spend its Job's back-off for nothing
+                await retried(lambda: self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch))
             except ApiError as exc:
                 logger.warning("release of %s/%s refused: %s", meta["namespace"], meta["name"], exc)
                 return meta["name"], exc

@@ -1,0 +1,107 @@
+"""Transient API answers on demand, from the real API server: a validating webhook that answers the first gate lifts
+of chosen pods with a status code of the test's choosing (429 as priority and fairness sends, 503 as an etcd leader
+change does), and allows everything else.
+
+The API server passes a webhook's denial code on to the client, so the operator sees exactly the answer it would
+see from an overloaded or failing-over control plane, through its real client, on its real write.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from conftest import Cluster
+
+from phalanx.api import keys
+from phalanx.kube import tls
+
+
+def _gated(pod: dict[str, Any] | None) -> bool:
+    return any(g.get("name") == keys.SCHEDULING_GATE for g in ((pod or {}).get("spec") or {}).get("schedulingGates") or [])
+
+
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+class FlakyLifts:
+    """Answers the first `times` gate lifts of each pod of an Indexed Job whose index is in `indexes` with `code`."""
+
+    def __init__(self, code: int, times: int, indexes: set[str]) -> None:
+        self.code = code
+        self.times = times
+        self.indexes = indexes
+        self.answered: Counter[str] = Counter()
+        """Pod name -> transient answers sent so far."""
+        self.lock = threading.Lock()
+
+    def review(self, request: dict[str, Any]) -> dict[str, Any]:
+        meta = (request.get("object") or {}).get("metadata", {})
+        name, index = meta.get("name", ""), (meta.get("annotations") or {}).get(INDEX)
+        lift = _gated(request.get("oldObject")) and not _gated(request.get("object"))
+        with self.lock:
+            if lift and index in self.indexes and self.answered[name] < self.times:
+                self.answered[name] += 1
+                return {"uid": request["uid"], "allowed": False, "status": {"code": self.code, "message": "injected transient answer"}}
+        return {"uid": request["uid"], "allowed": True}
+
+
+@contextmanager
+def flaky_lifts(cluster: Cluster, namespace: str, flaky: FlakyLifts) -> Iterator[FlakyLifts]:
+    """Serve `flaky` on loopback and register it for pod updates in `namespace`; removed on exit."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            answer = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": flaky.review(body["request"])})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(answer.encode())
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cert = tls.generate(Path(tmp), ["127.0.0.1"])
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert.cert_file, cert.key_file)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        name = f"flaky-{namespace}"
+        config = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [
+                {
+                    "name": "flaky.test.phalanx.dev",
+                    "clientConfig": {
+                        "url": f"https://127.0.0.1:{server.server_port}/",
+                        "caBundle": base64.b64encode(cert.ca_pem).decode(),
+                    },
+                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}],
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "timeoutSeconds": 5,
+                }
+            ],
+        }
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(config))
+        try:
+            yield flaky
+        finally:
+            cluster.kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
+            server.shutdown()
