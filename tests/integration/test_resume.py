@@ -21,6 +21,7 @@ import pytest
 from conftest import WORKLOADS, Cluster, wait_for
 
 from jobs import gpu_gang, one_gpu_pod_spec
+from phalanx.api import keys
 from phalanx.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
@@ -178,6 +179,54 @@ def test_a_recorded_release_that_cannot_finish_is_rolled_back(cluster: Cluster, 
     wait_for(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Scheduled", "train-b planned again and Scheduled")
     held = _allocated(cluster)
     assert len(held) == len(set(held)) == 4, f"exactly the 4 members' devices, none leaked: {held}"
+
+
+def test_a_release_killed_after_its_first_gate_lift_is_torn_down_not_stranded(cluster: Cluster, stoppable: list, namespace: str) -> None:
+    """kill -9 after one gate lift: one member released and bound on its reserved device, then another member is
+    deleted while the operator is down, so the recorded release cannot finish. The released member must not run on
+    alone below minCount with no record: it is torn down, and the group admitted again whole."""
+    _setup_blocked_gang(cluster, stoppable, namespace)
+    free = [("gpu.example.com", f"worker-{w}", f"gpu-{i}") for w in (1, 2, 3) for i in (0, 1)]
+    free = [d for d in free if d not in _allocated(cluster)]
+    _stage_crash(cluster, namespace, free[:4])
+    pods = sorted(
+        cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train-b")["items"], key=lambda p: p["metadata"]["name"]
+    )
+    first, doomed = pods[0], pods[-1]
+    node = free[0][1]
+    released = {
+        "metadata": {"annotations": {keys.PINNED_NODE: node}},
+        "spec": {
+            "schedulingGates": None,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+                    }
+                }
+            },
+        },
+    }
+    cluster.kubectl("patch", "pod", first["metadata"]["name"], "-n", namespace, "--type=merge", "-p", json.dumps(released))
+    wait_for(
+        lambda: cluster.get("pod", first["metadata"]["name"], "-n", namespace)["spec"].get("nodeName") == node, "the first member bound"
+    )
+    cluster.kubectl("patch", "job", "train-b", "-n", namespace, "--type=merge", "-p", '{"spec": {"backoffLimit": 3}}')
+    cluster.kubectl("delete", "pod", doomed["metadata"]["name"], "-n", namespace, "--wait=true")
+
+    stoppable.append(operatorproc.start(cluster.local, ROOT))
+
+    def first_taken_down() -> bool:
+        pod = cluster.get("pod", first["metadata"]["name"], "-n", namespace, "--ignore-not-found")
+        return not pod or bool(pod["metadata"].get("deletionTimestamp")) or pod["status"].get("phase") == "Failed"
+
+    wait_for(first_taken_down, "the member released alone taken down", timeout=20)
+    torn = cluster.get("events", "-n", namespace, "--field-selector", "reason=GangTornDown")["items"]
+    assert any("released in part" in e["message"] for e in torn), [e["message"] for e in torn]
+    wait_for(lambda: _reason(_pod_group(cluster, namespace, "train-b")) == "Scheduled", "train-b admitted again whole", timeout=120)
+    assert first["metadata"]["uid"] not in {p["metadata"]["uid"] for p in _running(cluster, namespace, "train-b")}
+    held = _allocated(cluster)
+    assert len(held) == len(set(held)) == 4, f"exactly the 4 new members' devices, none leaked: {held}"
 
 
 def test_a_device_taken_while_the_operator_was_down_is_left_to_its_new_holder(cluster: Cluster, stoppable: list, namespace: str) -> None:

@@ -245,10 +245,10 @@ class Releaser:
             crash_point("reserve.after-claims" if record else "member.after-claims")
         except ReleaseAborted as exc:
             await self.holes.cover(exc.shared, str(exc))
-            await self.rollback(pod_group, reservation, str(exc), record=record)
+            await self._undo(pod_group, reservation, str(exc), record=record, resumed=resumed)
             raise
         except ApiError as exc:
-            await self.rollback(pod_group, reservation, f"a write was refused: {exc}", record=record)
+            await self._undo(pod_group, reservation, f"a write was refused: {exc}", record=record, resumed=resumed)
             raise ReleaseAborted(f"a write was refused: {exc}") from exc
         refused = await self._release_pods(pods, [p.node for p in reservation.placements])
         steps.done("pin+lift")
@@ -269,6 +269,21 @@ class Releaser:
         if refused:
             raise GatesRefused("; ".join(f"gate lift of {name} refused: {exc}" for name, exc in refused), released)
         return released
+
+    async def _undo(self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str, *, record: bool, resumed: bool) -> None:
+        """Roll back a reservation that cannot finish; but one a restart found released in part is kept as released
+        (GatesRefused), so its released members meet the bind deadline and the teardown like any other's, instead
+        of running below minCount with no record that they are members."""
+        namespace = pod_group["metadata"]["namespace"]
+        if resumed and any(
+            started(pod) and pod["metadata"]["uid"] == p.uid
+            for p in reservation.placements
+            if (pod := self.view.pods.get(namespace, p.name)) is not None
+        ):
+            released = reservation.model_copy(update={"state": "Released", "released_at": reservation.released_at or conditions.now()})
+            await self.record(pod_group, released)
+            raise GatesRefused(f"found released in part after a restart, and it cannot finish: {why}", released)
+        await self.rollback(pod_group, reservation, why, record=record)
 
     async def rollback(self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str, *, record: bool = True) -> None:
         """Clear every allocation this reservation made, except those of members already bound or released."""
