@@ -90,7 +90,7 @@ def snapshot(nodes: list[Node], devices: list[Device], victims: list[Victim], gr
         frozen_map({GPU: DeviceClass(GPU, (f"device.driver == '{GPU}'",))}),
         frozen_map({c.key: c for c in claims}),
         frozenset(d for v in victims for p in v.pods for d in p.devices),
-        tuple(Pod(p.namespace, p.name, p.node) for v in victims for p in v.pods),
+        pods=tuple(Pod(p.namespace, p.name, p.node) for v in victims for p in v.pods),
     )
 
 
@@ -120,7 +120,8 @@ def case_groups(budgets: bool = False) -> tuple[Snapshot, Group, list[Victim]]:
     victims = []
     for i, priority in enumerate(shuffled_priorities(1)):
         pods = tuple(pod(f"g{i}-{r}", slots[4 * i + r][0], [slots[4 * i + r][1]]) for r in range(4))
-        victims.append(Victim(f"group {NS}/g{i}", priority, "2025-01-01T00:00:00Z", True, pods, budgets and priority % 2 == 0))
+        guarded = ((f"{NS}/guard-{i}", len(pods)),) if budgets and priority % 2 == 0 else ()
+        victims.append(Victim(f"group {NS}/g{i}", priority, "2025-01-01T00:00:00Z", True, pods, guarded))
     group, claims = preemptor(32)
     return snapshot(nodes, devices, victims, group, claims), group, victims
 
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             else "expected gpu0..7"
         ),
         "budgets": lambda r: (
-            None if isinstance(r, Preemption) and len(r.victims) == 8 and not any(v.violates_budget for v in r.victims) else "expected 8"
+            None if isinstance(r, Preemption) and len(r.victims) == 8 and not any(v.budgets for v in r.victims) else "expected 8"
         ),
         "hopeless": lambda r: None if isinstance(r, NoVictims) else "expected NoVictims",
         "fragment": lambda r: None if isinstance(r, Preemption) else f"expected a Preemption, got {r}",

@@ -17,7 +17,7 @@ from conftest import WORKLOADS, Cluster, Operator, wait_for
 
 import faultcheck
 import flakyapi
-from jobs import gpu_gang
+from jobs import gpu_gang, one_gpu_pod_spec
 from phalanx.api import keys
 from phalanx.localcluster import demo
 
@@ -181,3 +181,102 @@ def test_a_transient_answer_to_a_gate_lift_is_sent_again_not_torn_down(
     job = cluster.get("job", "flaky", "-n", namespace)
     assert not (job.get("status") or {}).get("failed"), job["status"]
     assert len(members) == 4
+
+
+def _record(cluster: Cluster, namespace: str, job: str) -> dict[str, Any]:
+    return (_pod_group(cluster, namespace, job).get("status") or {}).get("reservation") or {}
+
+
+def test_a_replaced_member_leaves_the_record_so_it_stays_the_size_of_the_gang(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """disruptionMode single: a lost rank is replaced and its replacement joins the record; the lost one leaves it,
+    or a long-running Job's PodGroup would grow with every replacement until its writes pass the object size limit."""
+    members = _start(cluster, namespace, gpu_gang("long", 4, mode="single"))
+    lost = members[0]
+    cluster.kubectl("delete", "pod", lost["metadata"]["name"], "-n", namespace, "--wait=false")
+    wait_for(
+        lambda: len({p["metadata"]["uid"] for p in _running(_pods(cluster, namespace, "long"))} - {lost["metadata"]["uid"]}) == 4,
+        "the replacement released and running",
+        timeout=60,
+    )
+    record = wait_for(lambda: (r := _record(cluster, namespace, "long")) and len(r["placements"]) <= 5 and r, "the record")
+    placed = {p["uid"] for p in record["placements"]}
+    assert lost["metadata"]["uid"] not in placed and len(placed) == 4, record["placements"]
+    assert len(record["claims"]) == 4, [c["name"] for c in record["claims"]]
+
+
+def test_members_a_raised_min_count_adds_are_released_together(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """A running gang of 2 has its Job grown to 4 and its minCount raised to 4 (minCount is mutable, as upstream's):
+    with room for one more rank, neither new rank is released (one alone would run below the new minCount); once
+    there is room for both, both go together."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    blockers = [f"blocker-{i}" for i in range(3)]
+    for name in blockers:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": one_gpu_pod_spec()}
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(pod))
+    wait_for(lambda: all(cluster.get("pod", b, "-n", namespace)["spec"].get("nodeName") for b in blockers), "the blockers hold 3 GPUs")
+    _start(cluster, namespace, gpu_gang("grow", 2))
+    grow = {"metadata": {"annotations": {keys.MIN_COUNT: "4"}}, "spec": {"parallelism": 4, "completions": 4}}
+    cluster.kubectl("patch", "job", "grow", "-n", namespace, "--type=merge", "-p", json.dumps(grow))
+    wait_for(lambda: len(_pods(cluster, namespace, "grow")) == 4, "the Job created 2 more ranks")
+    wait_for(lambda: inputs_min_count(_pod_group(cluster, namespace, "grow")) == 4, "the PodGroup's minCount raised to 4")
+    time.sleep(4)  # many cycles: the one rank that fits would have gone by now
+    pods = _pods(cluster, namespace, "grow")
+    released = [p for p in pods if not faultcheck.gated(p)]
+    assert len(released) == 2, f"no new rank released alone below minCount 4: {[p['metadata']['name'] for p in released]}"
+    cluster.kubectl("delete", "pod", blockers[0], "-n", namespace, "--wait=false")
+    wait_for(lambda: len(_running(_pods(cluster, namespace, "grow"))) == 4, "both new ranks released together once both fit")
+
+
+def inputs_min_count(pod_group: dict[str, Any]) -> int | None:
+    gang = ((pod_group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
+    return gang.get("minCount")
+
+
+def _priority_classes(cluster: Cluster, namespace: str) -> tuple[str, str]:
+    low, urgent = f"low-{namespace}", f"urgent-{namespace}"
+    classes = [
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": low}, "value": 100},
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": urgent}, "value": 10000},
+    ]
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
+    return low, urgent
+
+
+def test_a_disruption_budget_is_summed_over_the_victims_and_never_broken(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """Four low-priority pods hold four GPUs under one budget that allows two disruptions; an urgent gang needs
+    all six GPUs. Each victim alone is within the budget, the four together are not: nothing is evicted (the Eviction
+    API would refuse the last two, and the preemption would hold the freed devices for nothing), and the status
+    names the budget."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    low, urgent = _priority_classes(cluster, namespace)
+    try:
+        for i in range(4):
+            spec = {**one_gpu_pod_spec(), "priorityClassName": low}
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"low-{i}", "labels": {"app": "low"}}, "spec": spec}
+            cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(pod))
+        budget = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "low"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "low"}}},
+        }
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(budget))
+        wait_for(lambda: cluster.get("pdb", "low", "-n", namespace).get("status", {}).get("disruptionsAllowed") == 2, "the budget allows 2")
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("urgent", 6, priority_class=urgent)))
+        refused = wait_for(
+            lambda: (
+                "PodDisruptionBudget"
+                in (c := _condition(_pod_group(cluster, namespace, "urgent"), keys.INITIALLY_SCHEDULED)).get("message", "")
+                and c
+            ),
+            "the gang told which budget stops its preemption",
+            timeout=30,
+        )
+        assert f"{namespace}/low (allows 2)" in refused["message"], refused
+        time.sleep(2)
+        lows = cluster.get("pods", "-n", namespace, "-l", "app=low")["items"]
+        assert len(_running(lows)) == 4 and not any(p["metadata"].get("deletionTimestamp") for p in lows), "no low pod evicted"
+        pod_group = _pod_group(cluster, namespace, "urgent")
+        assert not (pod_group.get("status") or {}).get("nomination"), pod_group["status"]["nomination"]
+    finally:
+        cluster.kubectl("delete", "priorityclass", low, urgent, "--ignore-not-found")

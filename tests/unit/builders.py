@@ -135,14 +135,26 @@ def ranks(name: str, where, *, namespace: str = "ml", cpu: int = 50, **extra: in
     )
 
 
-def group_victim(name: str, priority: int, pods, *, namespace: str = "ml", created: str = CREATED, budget: bool = False) -> Victim:
-    """A group in disruptionMode all: one victim, all its pods."""
-    return Victim(f"group {namespace}/{name}", priority, created, True, tuple(pods), budget)
+GUARD = "ml/guard"
+"""A PodDisruptionBudget that allows no disruption unless a test says otherwise."""
 
 
-def pod_victims(priority: int, pods, *, created: str = CREATED, budget: bool = False) -> list[Victim]:
+def group_victim(name: str, priority: int, pods, *, namespace: str = "ml", created: str = CREATED, budget: bool | str = False) -> Victim:
+    """A group in disruptionMode all: one victim, all its pods; `budget`: a PodDisruptionBudget selects them all
+    (True: GUARD)."""
+    pods = tuple(pods)
+    return Victim(f"group {namespace}/{name}", priority, created, True, pods, _budgets(budget, len(pods)))
+
+
+def pod_victims(priority: int, pods, *, created: str = CREATED, budget: bool | str = False) -> list[Victim]:
     """Pods of a `single` group (or of no group): one victim each."""
-    return [Victim(f"pod {p.namespace}/{p.name}", priority, created, False, (p,), budget) for p in pods]
+    return [Victim(f"pod {p.namespace}/{p.name}", priority, created, False, (p,), _budgets(budget, 1)) for p in pods]
+
+
+def _budgets(budget: bool | str, pods: int) -> tuple[tuple[str, int], ...]:
+    if not budget:
+        return ()
+    return ((GUARD if budget is True else budget, pods),)
 
 
 def occupied(snapshot: Snapshot, victims) -> Snapshot:

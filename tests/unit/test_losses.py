@@ -8,7 +8,7 @@ import pytest
 
 from phalanx.api import schema
 from phalanx.kube.informers import Finished
-from phalanx.scheduling.disruption import cause, losses
+from phalanx.scheduling.disruption import cause, current, losses
 
 
 def pod(
@@ -81,3 +81,18 @@ def test_finished_pods_are_remembered_up_to_a_bound() -> None:
     for name in ("a", "b", "c"):
         finished.note(pod(name, phase="Succeeded"))
     assert "uid-a" not in finished and "uid-b" in finished and "uid-c" in finished
+
+
+def test_the_record_keeps_only_this_incarnations_members_when_late_ones_join() -> None:
+    """A single-mode gang replaces lost ranks for weeks: its record must not grow with each replacement."""
+    claim = lambda n: schema.ClaimReservation(name=f"c-{n}", uid=f"cuid-{n}", node="worker-1", results=[])  # noqa: E731
+    record = schema.Reservation(
+        state="Released",
+        placements=[schema.PodPlacement(name=n, uid=f"uid-{n}", node="worker-1") for n in ("run", "failed", "gone", "done")],
+        claims=[claim(n) for n in ("run", "failed", "gone", "done")],
+    )
+    finished = Finished()
+    finished.note(pod("done", phase="Succeeded"))
+    kept = current(record, [pod("run"), pod("failed", phase="Failed", exit_code=1)], {"cuid-run", "cuid-failed"}, finished)
+    assert [p.name for p in kept.placements] == ["run", "done"]
+    assert [c.name for c in kept.claims] == ["c-run", "c-failed"]

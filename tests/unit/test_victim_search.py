@@ -180,17 +180,36 @@ def test_single_pods_added_early_are_left_out_in_reverse_order() -> None:
     ("budgets", "wanted", "expected"),
     [
         pytest.param({"a": True, "b": False}, 2, ["group ml/b"], id="a-set-within-budgets-wins-over-order"),
-        pytest.param({"a": True, "b": True}, 2, ["group ml/a"], id="only-violating-sets-exist"),
-        pytest.param({"a": True, "b": False}, 3, ["group ml/a", "group ml/b"], id="the-budget-keeping-victims-are-not-enough"),
+        pytest.param({"a": True, "b": True}, 2, None, id="only-violating-sets-exist"),
+        pytest.param({"a": True, "b": False}, 3, None, id="the-budget-keeping-victims-are-not-enough"),
         pytest.param({"a": False, "b": False}, 2, ["group ml/a"], id="no-budgets-plain-order"),
     ],
 )
-def test_disruption_budgets_are_respected_whenever_some_victim_set_allows(budgets: dict, wanted: int, expected: list[str]) -> None:
+def test_disruption_budgets_are_never_broken(budgets: dict, wanted: int, expected: list[str] | None) -> None:
+    """The Eviction API refuses what would break a budget: a preemption that needs it could never finish."""
     victims = [
         group_victim("a", 10, ranks("a", W1), budget=budgets["a"]),
         group_victim("b", 20, ranks("b", W2), budget=budgets["b"]),
     ]
-    assert _keys(_preempt(TWO_BY_TWO, victims, wanted)) == expected
+    result = _preempt(TWO_BY_TWO, victims, wanted)
+    if expected is None:
+        assert isinstance(result, NoVictims) and "PodDisruptionBudget ml/guard (allows 0)" in result.reason, result
+    else:
+        assert _keys(result) == expected
+
+
+def test_a_budget_is_summed_over_the_victims_chosen() -> None:
+    """Four single ranks under one budget that allows two disruptions: each alone is within it, all four are not.
+    The two cheapest go, and a gang that needs three is told which budget stops it."""
+    victims = pod_victims(10, ranks("a", [*W1, *W2]), budget="ml/ranks")
+    group, claims = gang("train-urgent", 2)
+    on = with_claims(occupied(TWO_BY_TWO, victims), claims)
+    chosen = plan_preemption(on, group, victims, URGENT, allowed={"ml/ranks": 2})
+    assert _keys(chosen) == ["pod ml/a-0", "pod ml/a-1"]
+    group, claims = gang("train-urgent", 3)
+    on = with_claims(occupied(TWO_BY_TWO, victims), claims)
+    refused = plan_preemption(on, group, victims, URGENT, allowed={"ml/ranks": 2})
+    assert isinstance(refused, NoVictims) and "ml/ranks (allows 2)" in refused.reason, refused
 
 
 ACCEL = "example.com/accel"
@@ -268,24 +287,22 @@ def test_without_removes_exactly_the_victims_requests_devices_and_pods() -> None
 
 
 def _one_at_a_time(snapshot: Snapshot, group: Group, victims, priority: int) -> list[str] | None:
-    """The search as specified, with no shortcut: add candidates one by one, then the reverse pass; polite first."""
+    """The search as specified, with no shortcut: add candidates one by one, then the reverse pass; only victims
+    no budget protects (the budgets here allow no disruption)."""
     if isinstance(plan(snapshot, group), Fits):
         return []
     candidates = order(v for v in victims if v.priority < priority and v.pods)
-    polite = [v for v in candidates if not v.violates_budget]
-    for pool in (polite, candidates):
-        chosen: list[Victim] = []
-        for victim in pool:
-            chosen.append(victim)
-            if isinstance(plan(without(snapshot, chosen), group), Fits):
-                break
-        else:
-            continue
-        for i in range(len(chosen) - 2, -1, -1):
-            if isinstance(plan(without(snapshot, chosen[:i] + chosen[i + 1 :]), group), Fits):
-                del chosen[i]
-        return [v.key for v in chosen]
-    return None
+    chosen: list[Victim] = []
+    for victim in (v for v in candidates if not v.budgets):
+        chosen.append(victim)
+        if isinstance(plan(without(snapshot, chosen), group), Fits):
+            break
+    else:
+        return None
+    for i in range(len(chosen) - 2, -1, -1):
+        if isinstance(plan(without(snapshot, chosen[:i] + chosen[i + 1 :]), group), Fits):
+            del chosen[i]
+    return [v.key for v in chosen]
 
 
 @st.composite

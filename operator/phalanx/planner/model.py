@@ -318,5 +318,6 @@ class Victim:
     """RFC 3339 creation time of the group or pod; later is younger."""
     is_group: bool
     pods: tuple[VictimPod, ...]
-    violates_budget: bool = False
-    """Evicting it would break a PodDisruptionBudget (the caller computes it)."""
+    budgets: tuple[tuple[str, int], ...] = ()
+    """(PodDisruptionBudget, how many of its pods that budget selects) for each budget selecting any: what taking it
+    spends of each budget's allowed disruptions, summed over every victim chosen."""

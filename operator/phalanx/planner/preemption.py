@@ -28,13 +28,17 @@ pod can lower the minimum a domain is measured against); there the answer
 still fits, but may not be the cheapest or the smallest, and the check with
 every candidate gone may call hopeless a group some fewer victims would let in.
 
-A PodDisruptionBudget is respected whenever some victim set allows it: the
-candidates that break no budget are searched first, and all candidates only
-if they alone cannot make room.
+PodDisruptionBudgets are never broken: Phalanx evicts through the Eviction
+API, which would refuse the eviction, and a preemption waiting on a refusal
+holds the devices it freed for nothing. The candidates are taken in order
+into a pool as long as the pool as a whole stays within every budget's allowed
+disruptions (summed over the pool, not judged victim by victim), and only that
+pool is searched; any subset of it is within the budgets too. When only
+budget-breaking victims would make room, the answer says which budget stops it.
 
 Cost: one `plan()` for the group as it stands, one with every candidate gone
-(to learn whether preemption can help at all; twice when some candidates break
-a budget), about 2 log2(k) to find the k candidates to add, and one per
+(to learn whether preemption can help at all; twice when some candidates
+must stay for a budget), about 2 log2(k) to find the k candidates to add, and one per
 removal tried (k - 1). `benchmarks/preemption_bench.py` measures it. Pure like
 the rest of the planner: the inputs are frozen, and the same inputs give the
 same answer.
@@ -137,11 +141,13 @@ def plan_preemption(
     victims: Sequence[Victim],
     preemptor_priority: int,
     matcher: DeviceMatcher | None = None,
+    allowed: Mapping[str, int] | None = None,
 ) -> Preemption | NoVictims:
     """The victims whose going lets the whole group fit, cheapest first and no more than needed; or why none do.
 
     Only victims of priority strictly below `preemptor_priority` are candidates (the caller leaves out
-    everything when the preemptor's preemptionPolicy is Never). A group that fits already gets a
+    everything when the preemptor's preemptionPolicy is Never). `allowed`: each PodDisruptionBudget's allowed
+    disruptions (a budget a victim names and this does not allows none). A group that fits already gets a
     Preemption with no victims."""
     matcher = matcher or DeviceMatcher()
     now = plan(snapshot, group, matcher)
@@ -155,12 +161,29 @@ def plan_preemption(
         pods = sum(len(v.pods) for v in candidates)
         counts = f"{_plural(len(candidates), 'victim')}, {_plural(pods, 'pod')}"
         return NoVictims(f"even evicting every lower-priority victim ({counts}) leaves: {everyone.message}")
-    polite = [v for v in candidates if not v.violates_budget]
-    if polite and len(polite) < len(candidates):
-        everyone_polite = plan(without(snapshot, polite), group, matcher)
-        if isinstance(everyone_polite, Fits):
-            return _search(snapshot, group, polite, everyone_polite, matcher)
-    return _search(snapshot, group, candidates, everyone, matcher)
+    polite, blocked = _within_budgets(candidates, allowed or {})
+    if not blocked:
+        return _search(snapshot, group, candidates, everyone, matcher)
+    everyone_polite = plan(without(snapshot, polite), group, matcher) if polite else None
+    if isinstance(everyone_polite, Fits):
+        return _search(snapshot, group, polite, everyone_polite, matcher)
+    budgets = ", ".join(f"{key} (allows {n})" for key, n in sorted(blocked.items()))
+    return NoVictims(f"only by breaking PodDisruptionBudget {budgets}, whose evictions the API server refuses")
+
+
+def _within_budgets(candidates: Sequence[Victim], allowed: Mapping[str, int]) -> tuple[list[Victim], dict[str, int]]:
+    """The candidates, in order, that can all go together without breaking any budget; and the budgets that kept
+    others out, with what they allow."""
+    spent: Counter[str] = Counter()
+    pool, blocked = [], {}
+    for victim in candidates:
+        over = [key for key, n in victim.budgets if spent[key] + n > allowed.get(key, 0)]
+        if over:
+            blocked.update((key, allowed.get(key, 0)) for key in over)
+            continue
+        spent.update(dict(victim.budgets))
+        pool.append(victim)
+    return pool, blocked
 
 
 def _search(snapshot: Snapshot, group: Group, pool: Sequence[Victim], everyone: Fits, matcher: DeviceMatcher) -> Preemption:

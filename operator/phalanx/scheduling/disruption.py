@@ -79,3 +79,26 @@ def finished(reservation: schema.Reservation, pods: Iterable[Mapping[str, Any]],
     """Members of this incarnation that Succeeded, their pods still there or removed since (`gone`): done, not missing."""
     succeeded = {p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
     return sum(1 for p in reservation.placements if p.uid in succeeded or p.uid in gone)
+
+
+def current(
+    record: schema.Reservation, pods: Iterable[Mapping[str, Any]], claims: Container[str], gone: Container[str] = ()
+) -> schema.Reservation:
+    """The record cut to the members still in this incarnation, when late members join it.
+
+    A member that stopped before finishing (gone, or Failed) had its loss reported when it happened and is replaced
+    by the member joining now; its entries go, with every claim that no longer exists (by uid), so a long-running
+    Job's record stays the size of its gang instead of growing with every replacement until its writes fail."""
+    by_uid = {p["metadata"]["uid"]: p for p in pods}
+
+    def stays(uid: str) -> bool:
+        pod = by_uid.get(uid)
+        return uid in gone if pod is None else (pod.get("status") or {}).get("phase") != "Failed"
+
+    return record.model_copy(
+        update={
+            "placements": [p for p in record.placements if stays(p.uid)],
+            "claims": [c for c in record.claims if c.uid in claims],
+            "planned": [p for p in record.planned or () if stays(p.uid)] or None,
+        }
+    )

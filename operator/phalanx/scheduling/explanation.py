@@ -368,7 +368,7 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
                 if candidates is None:
                     preemption = PreemptionView(False, reason="preemptionPolicy is Never")
                 else:
-                    verdict = plan_preemption(snapshot, group, candidates, priority, matcher)
+                    verdict = plan_preemption(snapshot, group, candidates, priority, matcher, victims.allowed(objects.budgets))
                     if isinstance(verdict, NoVictims):
                         preemption = PreemptionView(False, reason=verdict.reason)
                     else:

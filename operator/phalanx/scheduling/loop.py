@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from phalanx.api import keys, schema
+from phalanx.api import intent, keys, schema
 from phalanx.crashpoints import crash_point
 from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
@@ -141,6 +141,10 @@ class SchedulingLoop:
         self._counts_at: dict[str, float] = {}
         """PodGroup uid -> when this loop last wrote its member counts (monotonic)."""
         self._counts_due: set[str] = set()
+        self._intended: dict[str, tuple[frozenset[str], int | None]] = {}
+        """PodGroup uid -> (the members waiting to join it, the minCount its Job said when they were first seen)."""
+        self._victims_gone_at: dict[str, float] = {}
+        """PodGroup uid -> when this loop first saw every victim of its preemption gone (monotonic)."""
         """PodGroups whose counts changed since that write: written once COUNTS_EVERY has passed."""
         self._budget = pacing.CpuBudget()
         self._woken_for = time.monotonic()
@@ -223,6 +227,10 @@ class SchedulingLoop:
             del self._owners[uid]
         for uid in [u for u in self._counts_at if u not in live]:
             del self._counts_at[uid]
+        for uid in [u for u in self._victims_gone_at if u not in live]:
+            del self._victims_gone_at[uid]
+        for uid in [u for u in self._intended if u not in live]:
+            del self._intended[uid]
         self._counts_due &= live
         claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
         self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
@@ -275,6 +283,11 @@ class SchedulingLoop:
                     return await self._disrupt(pod_group, pods, lost, owner)
                 done = disruption.finished(reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self.view.finished)
                 await self._below_min_count(pod_group, bound, lost, min_count, done)
+                # minCount may have been raised since the release: the members it adds go together, as a gang
+                released = sum(1 for p in pods if not inputs.gated(p))
+                wanted = await self._min_count_now(pod_group, waiting, min_count)
+                await self._release_each(pod_group, waiting, max(1, wanted - released - done))
+                return True
             await self._release_each(pod_group, waiting)
             return True
         if reservation is not None and reservation.state == "Released":
@@ -324,12 +337,36 @@ class SchedulingLoop:
         known = self._owners.get(uid)
         if known is not None and known[0] == key:
             return known[1]
+        owner = await self._read_job(pod_group)
+        self._owners[uid] = (key, owner)
+        return owner
+
+    async def _read_job(self, pod_group: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The group's Job as the API server has it now; None when it is gone, replaced or being deleted."""
         job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
         owner = await self.kube.get(f"/apis/batch/v1/namespaces/{_ns(pod_group)}/jobs/{job}") if job else None
         if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != inputs.owner_uid(pod_group, "Job"):
-            owner = None
-        self._owners[uid] = (key, owner)
+            return None
         return owner
+
+    async def _min_count_now(self, pod_group: Mapping[str, Any], waiting: list[dict[str, Any]], recorded: int) -> int:
+        """minCount as the Job says it now, while members wait to join a scheduled gang. A raised minCount comes
+        with the pods it adds, which the Job controller creates at once; the PodGroup learns it a moment later, and
+        a member released in between would run below it. Read once per set of waiting members."""
+        if not waiting:
+            return recorded
+        uid = pod_group["metadata"]["uid"]
+        key = frozenset(p["metadata"]["uid"] for p in waiting)
+        known = self._intended.get(uid)
+        if known is None or known[0] != key:
+            job = await self._read_job(pod_group)
+            wanted = None
+            with contextlib.suppress(intent.GangSpecError):
+                said = intent.from_annotations(job["metadata"].get("annotations")) if job is not None else None
+                if said is not None and said.policy == "gang":
+                    wanted = said.min_count_for(job["spec"].get("parallelism"), job["spec"].get("completions"))
+            known = self._intended[uid] = (key, wanted)
+        return max(recorded, known[1] or 0)
 
     async def _disrupt(
         self, pod_group: dict[str, Any], pods: list[dict[str, Any]], lost: list[disruption.Loss], owner: dict[str, Any] | None
@@ -476,7 +513,8 @@ class SchedulingLoop:
         if candidates is None:
             return NoVictims("preemptionPolicy is Never")
         started = time.monotonic()
-        verdict = await asyncio.to_thread(plan_preemption, snapshot, group, candidates, self._priority(pod_group), self.matcher)
+        budgets = victims.allowed(view.budgets.items())
+        verdict = await asyncio.to_thread(plan_preemption, snapshot, group, candidates, self._priority(pod_group), self.matcher, budgets)
         result = "Success" if isinstance(verdict, Preemption) and verdict.victims else "Unschedulable"
         metrics.PREEMPTION_DURATION.labels(preemptor="podgroup", result=result).observe(time.monotonic() - started)
         metrics.PREEMPTION_ATTEMPTS.labels(result=result).inc()
@@ -494,23 +532,49 @@ class SchedulingLoop:
         await self._event(pod_group, "Normal", "Preempting", message)
 
     async def _preempting(self, pod_group: dict[str, Any], nomination: schema.Nomination, short: str) -> bool:
-        """A preemption under way: its victims go (evicted again after a restart or a refusal), nobody else takes their devices."""
+        """A preemption under way: its victims go (evicted again after a restart or a refusal), nobody else takes their
+        devices, and it ends: the preemptor reserves them, or it gives up by the deadline and says why.
+
+        The deadline is `bind_deadline` three ways: for a victim whose eviction is still refused (a budget), since the
+        nomination; for a victim that does not stop, past the end of its grace period; and once every victim is gone,
+        since this process saw them gone (a restart holds the devices one deadline longer, never shorter), so a
+        victim's long grace period does not eat the time the freed devices are held for the preemptor."""
+        uid = pod_group["metadata"]["uid"]
+        why = f"preempted by gang {_ns(pod_group)}/{_name(pod_group)}"
+        # a crash between recording the nomination and covering its devices left them open: cover them (idempotent)
+        await self.preemptor.nominated.cover(inputs.nominated_devices(nomination), why)
         remaining = self.preemptor.remaining(nomination)
         if remaining:
-            why = f"preempted by gang {_ns(pod_group)}/{_name(pod_group)}"
+            self._victims_gone_at.pop(uid, None)
             refused = await self.preemptor.evict(nomination, why)
+            stuck = [
+                _name(p) for p in remaining if _since(p["metadata"].get("deletionTimestamp") or "9999-12-31T00:00:00Z") > self.bind_deadline
+            ]
+            waited = _since(nomination.nominated_at)
+            if (refused and waited >= self.bind_deadline) or stuck:
+                cause = (
+                    f"the eviction of {', '.join(refused)} was refused for {waited:.0f}s (a disruption budget)"
+                    if refused
+                    else f"{', '.join(stuck)} did not stop {self.bind_deadline:.0f}s past its grace period"
+                )
+                return await self._give_up(pod_group, nomination, cause)
             note = f"; refused for now: {', '.join(refused)}" if refused else ""
             await self._set(
                 pod_group, False, "Preempting", f"waiting for {len(remaining)} of {len(nomination.victims)} victims to go{note}"
             )
             return not refused
-        if _since(nomination.nominated_at) < self.bind_deadline:
+        gone_at = self._victims_gone_at.setdefault(uid, time.monotonic())
+        if time.monotonic() - gone_at < self.bind_deadline:
             await self._set(pod_group, False, "Preempting", f"victims gone, waiting for their devices to be released: {short}")
             return True
+        return await self._give_up(pod_group, nomination, f"the preemption freed too little in {self.bind_deadline:.0f}s: {short}")
+
+    async def _give_up(self, pod_group: dict[str, Any], nomination: schema.Nomination, cause: str) -> bool:
+        """The preemption ends without its room: the devices it held go back to everyone, and the status says why."""
+        self._victims_gone_at.pop(pod_group["metadata"]["uid"], None)
         await self.preemptor.finish(pod_group, nomination)
-        await self._set(
-            pod_group, False, "Unschedulable", f"the preemption freed too little in {self.bind_deadline:.0f}s: {short}", warn=True
-        )
+        metrics.PREEMPTION_ATTEMPTS.labels(result="GaveUp").inc()
+        await self._set(pod_group, False, "Unschedulable", f"preemption given up, its held devices released: {cause}", warn=True)
         return False
 
     def _current(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -518,18 +582,20 @@ class SchedulingLoop:
         latest = [self.view.pods.get(_ns(pod_group), _name(p)) for p in pods]
         return [p for p in latest if p is not None and not p["metadata"].get("deletionTimestamp")]
 
-    async def _release_each(self, pod_group: dict[str, Any], waiting: list[dict[str, Any]]) -> None:
+    async def _release_each(self, pod_group: dict[str, Any], waiting: list[dict[str, Any]], quorum: int = 1) -> None:
         """Late members of a scheduled gang (and every member of a basic group) go as they come.
 
-        They are planned together on this cycle's snapshot (minCount 1: every one that fits goes) and released in
-        one reservation, so a cycle reads the cluster once, not once per pod. A late member joins the group's
+        They are planned together on this cycle's snapshot (minCount `quorum`: every one that fits goes, once at
+        least that many fit) and released in one reservation, so a cycle reads the cluster once, not once per pod.
+        A gang whose minCount was raised past its released members needs the difference placed together; a
+        replacement of a lost member, or one beyond minCount, goes alone. A late member joins the group's
         incarnation (its record), so its loss counts as a member's.
         """
         joined: list[schema.Reservation] = []
         ready = [p for p in waiting if self._claims_ready(p)]
-        if ready:
-            # one plan, in a worker thread as every plan: every member that fits goes
-            result = await asyncio.to_thread(plan, self._snapshot(), inputs.group(pod_group, ready, 1), self.matcher)
+        if len(ready) >= quorum:
+            # one plan, in a worker thread as every plan
+            result = await asyncio.to_thread(plan, self._snapshot(), inputs.group(pod_group, ready, quorum), self.matcher)
             if isinstance(result, Fits):
                 try:
                     joined.append(await self.releaser.release_member(pod_group, result))
@@ -540,6 +606,8 @@ class SchedulingLoop:
                     logger.warning("%s/%s: late members not released: %s", _ns(pod_group), _name(pod_group), exc)
         record = inputs.reservation(pod_group)
         if joined and record is not None:
+            pods = self._pods_of.get(pod_group["metadata"]["uid"], [])
+            record = disruption.current(record, pods, {c["metadata"]["uid"] for c in self.view.claims.items()}, self.view.finished)
             grown = record.model_copy(
                 update={
                     "placements": [*record.placements, *(p for r in joined for p in r.placements)],

@@ -74,7 +74,8 @@ INCOMPLETE_GROUP_DEVICES = Gauge(
 )
 PREEMPTION_ATTEMPTS = Counter(
     "phalanx_workload_preemption_attempts_total",
-    "Gang preemption searches, by result: Success (victims chosen) or Unschedulable (no victims help).",
+    "Gang preemption searches, by result: Success (victims chosen), Unschedulable (no victims help), or GaveUp (a "
+    "preemption under way ended at its deadline without its room: an eviction refused, a victim that never stopped).",
     ["result"],
 )
 PREEMPTION_VICTIMS = Histogram("phalanx_workload_preemption_victims", "Pods evicted by one gang preemption.", buckets=VICTIM_BUCKETS)

@@ -3,9 +3,9 @@
 A group of Phalanx's in disruptionMode `all` is one victim (taking one member
 would take them all); a member of a `single` group and a pod outside any
 group are victims of their own. What a victim frees: its requests on its node
-and the devices of claims that only its own pods use. A victim breaks a
-PodDisruptionBudget when a budget selecting its pods allows fewer disruptions
-than it would cause.
+and the devices of claims that only its own pods use. Each victim names
+the PodDisruptionBudgets selecting its pods and how many each selects; what
+each budget allows (`allowed`) is summed over the victims chosen.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def victims(
                 created=created,
                 is_group=is_group,
                 pods=tuple(_victim_pod(p, claims_by_key, uids, pinned) for p in members),
-                violates_budget=_breaks_budget(members, budget_list),
+                budgets=_budgets(members, budget_list),
             )
         )
     return out
@@ -116,11 +116,21 @@ def _victim_pod(
     )
 
 
-def _breaks_budget(members: list[Mapping[str, Any]], budgets: list[Mapping[str, Any]]) -> bool:
+def _key(budget: Mapping[str, Any]) -> str:
+    return f"{budget['metadata']['namespace']}/{budget['metadata']['name']}"
+
+
+def _budgets(members: list[Mapping[str, Any]], budgets: list[Mapping[str, Any]]) -> tuple[tuple[str, int], ...]:
+    out = []
     for budget in budgets:
         namespace = budget["metadata"]["namespace"]
         selector = inputs.label_selector((budget.get("spec") or {}).get("selector"))
         hit = [p for p in members if p["metadata"]["namespace"] == namespace and selects(selector, p["metadata"].get("labels") or {})]
-        if hit and int((budget.get("status") or {}).get("disruptionsAllowed") or 0) < len(hit):
-            return True
-    return False
+        if hit:
+            out.append((_key(budget), len(hit)))
+    return tuple(sorted(out))
+
+
+def allowed(budgets: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Each PodDisruptionBudget's allowed disruptions now, as its controller last wrote them."""
+    return {_key(b): int((b.get("status") or {}).get("disruptionsAllowed") or 0) for b in budgets}
