@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from phalanx.kube.informers import AllocationOrder
 from phalanx.scheduling.repair import allocated_at, double_allocations, reserved_claims, shareable_capacity
 
 GPU0 = ("gpu.example.com", "worker-1", "gpu-0")
@@ -79,3 +80,33 @@ def test_allocation_time_is_the_status_write_that_set_the_allocation() -> None:
 def test_reserved_claims_map_to_their_pod_group() -> None:
     group = {"metadata": {"namespace": "ml", "name": "pg"}, "status": {"reservation": {"state": "Released", "claims": [{"name": "c1"}]}}}
     assert reserved_claims([group, {"metadata": {"namespace": "ml", "name": "idle"}}]) == {("ml", "c1"): group}
+
+
+def test_the_allocating_writes_order_decides_not_their_timestamps() -> None:
+    """A wrote its allocation first, B second, within one second; then A's writer wrote A's status again (another
+    reservedFor entry), which moved A's managedFields time past B's: B yields all the same."""
+    a, b = claim("a", at="2026-11-29T10:00:07Z"), claim("b", at="2026-11-29T10:00:05Z")
+    order = AllocationOrder()
+    unallocated = {**a, "status": {}}
+    order.note(unallocated, {**a, "metadata": {**a["metadata"], "resourceVersion": "100"}})
+    order.note({**b, "status": {}}, {**b, "metadata": {**b["metadata"], "resourceVersion": "120"}})
+    order.note(a, {**a, "metadata": {**a["metadata"], "resourceVersion": "130"}})  # a later write, no allocation
+    assert order.get("uid-a") == 100 and order.get("uid-b") == 120
+    (conflict,) = double_allocations([b, a], {}, order.get)
+    assert conflict.keep is a and conflict.later == (b,)
+    (by_time,) = double_allocations([b, a], {})
+    assert by_time.keep is b, "by managedFields time alone, the first holder would have been the one evicted"
+
+
+def test_a_claim_allocated_before_the_operator_started_came_first() -> None:
+    old, seen = claim("old", at="2026-11-29T10:00:09Z"), claim("seen", at="2026-11-29T10:00:01Z")
+    order = AllocationOrder()
+    order.note({**seen, "status": {}}, {**seen, "metadata": {**seen["metadata"], "resourceVersion": "7"}})
+    (conflict,) = double_allocations([seen, old], {}, order.get)
+    assert conflict.keep is old
+
+
+def test_allocation_timestamp_decides_where_set() -> None:
+    x = claim("x", at="2026-11-29T10:00:09Z")
+    x["status"]["allocation"]["allocationTimestamp"] = "2026-11-29T10:00:01Z"
+    assert allocated_at(x) == "2026-11-29T10:00:01Z"

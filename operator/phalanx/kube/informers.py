@@ -16,6 +16,7 @@ untrimmed objects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -55,9 +56,12 @@ class Informer:
         *,
         optional: bool = False,
         on_gone: Callable[[dict[str, Any]], None] | None = None,
+        on_write: Callable[[dict[str, Any] | None, dict[str, Any]], None] | None = None,
     ) -> None:
         self.name = name
         self._on_gone = on_gone
+        self._on_write = on_write
+        """Told of each object written as (before, after), by the watch or by a relist after a gap; not by the first list."""
         """Told of each object that went, as last seen: deleted on the watch, or missing from a list after a gap."""
         self._keep = keep
         self.optional = optional
@@ -136,6 +140,10 @@ class Informer:
             for key, obj in self.store.items():
                 if key not in store:
                     self._on_gone(obj)
+        if self._on_write is not None and self.relists:
+            for key, obj in store.items():
+                if self.store.get(key) != obj:
+                    self._on_write(self.store.get(key), obj)
         self.store = store
         self.relists += 1
         self.synced.set()
@@ -163,7 +171,10 @@ class Informer:
                         if self._on_gone is not None:
                             self._on_gone(self._keep(obj))
                     else:
-                        self.store[key_of(obj)] = self._keep(obj)
+                        kept = self._keep(obj)
+                        if self._on_write is not None:
+                            self._on_write(self.store.get(key_of(obj)), kept)
+                        self.store[key_of(obj)] = kept
                     self._changed()
                 self.version = obj["metadata"].get("resourceVersion") or self.version
 
@@ -199,6 +210,35 @@ class Finished:
         return uid in self._uids
 
 
+class AllocationOrder:
+    """The order in which claims were allocated, by the resourceVersion of the write that allocated each, as the
+    claims watch delivered it (in resourceVersion order).
+
+    Timestamps cannot tell: managedFields and allocationTimestamp have one-second resolution, and a manager's
+    managedFields time moves on with its every later write to the claim. A claim already allocated when the operator
+    first listed them has no recorded order: it was allocated before any claim this records. A claim allocated
+    during a watch gap gets the resourceVersion the relist showed, later than any recorded before the gap."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, int] = {}
+
+    def note(self, before: dict[str, Any] | None, after: dict[str, Any]) -> None:
+        uid = after["metadata"]["uid"]
+        if not (after.get("status") or {}).get("allocation"):
+            self._at.pop(uid, None)
+            return
+        if before is not None and before["metadata"]["uid"] == uid and (before.get("status") or {}).get("allocation"):
+            return  # allocated already: a later write (reservedFor, a finalizer) is no allocation
+        with contextlib.suppress(ValueError):
+            self._at[uid] = int(after["metadata"]["resourceVersion"])
+
+    def forget(self, claim: dict[str, Any]) -> None:
+        self._at.pop(claim["metadata"]["uid"], None)
+
+    def get(self, uid: str) -> int | None:
+        return self._at.get(uid)
+
+
 class ClusterView:
     """Informers for everything the planner reads; `changed` fires on any change."""
 
@@ -212,6 +252,8 @@ class ClusterView:
         custom = client.CustomObjectsApi(api)
         self.changed = asyncio.Event()
         self.finished = Finished()
+        self.allocations = AllocationOrder()
+        """Which claim was allocated first, where two hold one device."""
         """Pods that Succeeded before they went: a member that finished its work and was removed is not lost."""
         self.revision = 0
         """Moves on with every change any informer sees: equal revisions, equal view."""
@@ -234,8 +276,9 @@ class ClusterView:
             keep: Callable[[dict[str, Any]], dict[str, Any]] = trim.common,
             optional: bool = False,
             on_gone: Callable[[dict[str, Any]], None] | None = None,
+            on_write: Callable[[dict[str, Any] | None, dict[str, Any]], None] | None = None,
         ) -> Informer:
-            return Informer(name, kube, path, watch_fn, touch, keep, optional=optional, on_gone=on_gone)
+            return Informer(name, kube, path, watch_fn, touch, keep, optional=optional, on_gone=on_gone, on_write=on_write)
 
         def taint_rules(**kwargs: Any) -> Awaitable[Any]:
             return custom.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules", **kwargs)
@@ -244,7 +287,12 @@ class ClusterView:
         self.pods = informer("pods", "/api/v1/pods", core.list_pod_for_all_namespaces, trim.pod, on_gone=self.finished.note)
         self.slices = informer("resourceslices", "/apis/resource.k8s.io/v1/resourceslices", resource.list_resource_slice)
         self.claims = informer(
-            "resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", resource.list_resource_claim_for_all_namespaces, trim.claim
+            "resourceclaims",
+            "/apis/resource.k8s.io/v1/resourceclaims",
+            resource.list_resource_claim_for_all_namespaces,
+            trim.claim,
+            on_gone=self.allocations.forget,
+            on_write=self.allocations.note,
         )
         self.classes = informer("deviceclasses", "/apis/resource.k8s.io/v1/deviceclasses", resource.list_device_class)
         self.priorities = informer("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", scheduling.list_priority_class)

@@ -690,7 +690,7 @@ class SchedulingLoop:
         reserved = repair.reserved_claims(groups.values())
         shareable = repair.shareable_capacity(self.view.slices.items())
         await self.holes.sweep(self.view.claims.items())
-        for conflict in repair.double_allocations(self.view.claims.items(), shareable):
+        for conflict in repair.double_allocations(self.view.claims.items(), shareable, self.view.allocations.get):
             device = "/".join(conflict.device)
             await self.holes.cover([conflict.device], f"held by {_name(conflict.keep)} and {len(conflict.later)} later claim(s)")
             crash_point("repair.after-cover")

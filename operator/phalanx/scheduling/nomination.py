@@ -29,7 +29,7 @@ from phalanx.kube.informers import ClusterView
 from phalanx.planner import Preemption
 from phalanx.scheduling import conditions, metrics, teardown
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.inputs import nominated_devices
+from phalanx.scheduling.inputs import may_run, nominated_devices
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +59,12 @@ class Preemptor:
         return nomination
 
     def remaining(self, nomination: schema.Nomination) -> list[dict[str, Any]]:
-        """Victims still there (going or not): the nomination holds until every one is gone."""
+        """Victims that still run or may (going or not): the nomination holds until none does. A victim that has
+        stopped is done with its devices even while a finalizer keeps its pod object."""
         out = []
         for ref in nomination.victims:
             pod = self.view.pods.get(ref.namespace, ref.name)
-            if pod is not None and pod["metadata"]["uid"] == ref.uid:
+            if pod is not None and pod["metadata"]["uid"] == ref.uid and may_run(pod):
                 out.append(pod)
         return out
 

@@ -9,14 +9,18 @@ allocation must be undone, not only those that involve a gang.
 Sharing is not conflict: a result with `adminAccess` consumes nothing, and a
 device with `allowMultipleAllocations` is over-committed only when the
 capacity its holders consume exceeds what it has. When a device really is
-held twice, the later allocation yields: the time of the claim's status write
-that set the allocation (managedFields) tells which came first.
+held twice, the later allocation yields. Which came first is the order of the
+writes that allocated them, as the claims watch delivered them
+(`AllocationOrder`: by resourceVersion); a claim allocated before the
+operator started came before those. Between claims of unknown order (both
+allocated before it started), `allocationTimestamp` or else the time of the
+status write that owns the allocation (managedFields) decides, to the second.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +52,11 @@ def reserved_claims(pod_groups: Iterable[Mapping[str, Any]]) -> dict[ClaimKey, M
 
 
 def allocated_at(claim: Mapping[str, Any]) -> str:
-    """When the allocation was written: the newest status write that owns `status.allocation` (RFC 3339, sorts as text)."""
+    """When the allocation was written, to the second: its `allocationTimestamp` where the allocator set one, else the
+    newest status write that owns `status.allocation` (RFC 3339, sorts as text)."""
+    stamped = ((claim.get("status") or {}).get("allocation") or {}).get("allocationTimestamp")
+    if stamped:
+        return stamped
     times = [
         entry.get("time", "")
         for entry in claim["metadata"].get("managedFields") or []
@@ -86,8 +94,18 @@ def _fits(holders: list[Mapping[str, Any]], device: DeviceId, capacity: Mapping[
     return all(value <= capacity.get(name, 0) for name, value in total.items())
 
 
-def double_allocations(claims: Iterable[Mapping[str, Any]], shareable: Mapping[DeviceId, Mapping[str, int]]) -> list[Conflict]:
-    """Every device held beyond what it allows, with the holders that came later."""
+def double_allocations(
+    claims: Iterable[Mapping[str, Any]],
+    shareable: Mapping[DeviceId, Mapping[str, int]],
+    order: Callable[[str], int | None] = lambda _: None,
+) -> list[Conflict]:
+    """Every device held beyond what it allows, with the holders that came later; `order`: the resourceVersion of
+    the write that allocated a claim (by uid), where the watch saw it."""
+
+    def first(claim: Mapping[str, Any]) -> tuple[Any, ...]:
+        seen = order(claim["metadata"]["uid"])
+        return (seen is not None, seen or 0, allocated_at(claim), claim["metadata"].get("creationTimestamp", ""), key(claim))
+
     holders: dict[DeviceId, list[Mapping[str, Any]]] = defaultdict(list)
     for claim in claims:
         for device in set(consuming_ids(claim) or ()):
@@ -96,7 +114,7 @@ def double_allocations(claims: Iterable[Mapping[str, Any]], shareable: Mapping[D
     for device, held_by in holders.items():
         if len(held_by) < 2:
             continue
-        ordered = sorted(held_by, key=lambda c: (allocated_at(c), c["metadata"].get("creationTimestamp", ""), key(c)))
+        ordered = sorted(held_by, key=first)
         capacity = shareable.get(device)
         if capacity is not None:
             kept = []
