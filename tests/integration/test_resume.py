@@ -260,6 +260,86 @@ def test_a_device_taken_while_the_operator_was_down_is_left_to_its_new_holder(cl
     assert len(held) == len(set(held)) == 5, f"4 gang devices and the bare pod's, none twice: {held}"
 
 
+def test_a_pod_that_tolerates_every_taint_does_not_keep_a_device_held_for_a_preemptor(
+    cluster: Cluster, stoppable: list, namespace: str
+) -> None:
+    """A DeviceTaintRule holds a freed device only against requests that do not tolerate it. The operator is down
+    while the victims stop; a low-priority pod whose claim tolerates every taint (`operator: Exists`) is given one
+    of the held devices by kube-scheduler. The restarted operator evicts it as a victim, and the preemptor runs."""
+    low, urgent = f"low-{namespace}", f"urgent-{namespace}"
+    classes = [
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": low}, "value": 100},
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": urgent}, "value": 10000},
+    ]
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
+    try:
+        stoppable.append(operatorproc.start(cluster.local, ROOT))
+        demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+        research = gpu_gang("research", 4, mode="all", priority_class=low, grace=6)
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(research))
+        wait_for(lambda: len(_running(cluster, namespace, "research")) == 4, "research running")
+        for i in range(2):
+            filler = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"filler-{i}"},
+                "spec": {**one_gpu_pod_spec(), "priorityClassName": urgent},
+            }
+            cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(filler))
+        wait_for(
+            lambda: all(cluster.get("pod", f"filler-{i}", "-n", namespace)["spec"].get("nodeName") for i in range(2)), "the fillers bound"
+        )
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("urgent", 4, mode="all", priority_class=urgent)))
+        wait_for(
+            lambda: (
+                (_pod_group(cluster, namespace, "urgent").get("status") or {}).get("nomination")
+                and all(
+                    p["metadata"].get("deletionTimestamp")
+                    for p in cluster.get("pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=research")["items"]
+                )
+            ),
+            "research nominated and evicted",
+        )
+        stoppable.pop().stop()
+        wait_for(lambda: not cluster.get("pods", "-n", namespace, "-l", "app=research")["items"], "the victims gone", timeout=40)
+        tolerant = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "tolerant-gpu"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", "tolerations": [{"operator": "Exists"}]}}
+                        ]
+                    }
+                }
+            },
+        }
+        spec = {**one_gpu_pod_spec(), "priorityClassName": low}
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "tolerant-gpu"}]
+        intruder = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "intruder"}, "spec": spec}
+        cluster.kubectl(
+            "apply", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [tolerant, intruder]})
+        )
+        wait_for(
+            lambda: cluster.get("pod", "intruder", "-n", namespace)["spec"].get("nodeName"),
+            "kube-scheduler gave the intruder a held device",
+        )
+
+        stoppable.append(operatorproc.start(cluster.local, ROOT))
+        wait_for(
+            lambda: cluster.get("events", "-n", namespace, "--field-selector", "reason=PreemptedByGang,involvedObject.name=intruder")[
+                "items"
+            ],
+            "the intruder evicted as a victim",
+            timeout=20,
+        )
+        wait_for(lambda: len(_running(cluster, namespace, "urgent")) == 4, "the preemptor running", timeout=60)
+    finally:
+        cluster.kubectl("delete", "priorityclass", low, urgent, "--ignore-not-found")
+
+
 def test_a_preemption_killed_after_its_first_eviction_finishes_with_the_victims_it_chose(
     cluster: Cluster, stoppable: list, namespace: str
 ) -> None:

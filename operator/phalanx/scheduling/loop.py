@@ -42,7 +42,8 @@ from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, pl
 from phalanx.planner.model import Group, Snapshot
 from phalanx.scheduling import conditions, disruption, inputs, metrics, pacing, quorum, repair, shortfall, teardown, victims
 from phalanx.scheduling.holes import NOMINATED, Holes
-from phalanx.scheduling.nomination import Preemptor
+from phalanx.scheduling.nomination import PREEMPTED, Preemptor
+from phalanx.scheduling.nomination import intruders as nomination_intruders
 from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser, Steps, planned_devices
 
 logger = logging.getLogger(__name__)
@@ -543,6 +544,7 @@ class SchedulingLoop:
         why = f"preempted by gang {_ns(pod_group)}/{_name(pod_group)}"
         # a crash between recording the nomination and covering its devices left them open: cover them (idempotent)
         await self.preemptor.nominated.cover(inputs.nominated_devices(nomination), why)
+        await self._evict_intruders(pod_group, nomination)
         remaining = self.preemptor.remaining(nomination)
         if remaining:
             self._victims_gone_at.pop(uid, None)
@@ -568,6 +570,19 @@ class SchedulingLoop:
             await self._set(pod_group, False, "Preempting", f"victims gone, waiting for their devices to be released: {short}")
             return True
         return await self._give_up(pod_group, nomination, f"the preemption freed too little in {self.bind_deadline:.0f}s: {short}")
+
+    async def _evict_intruders(self, pod_group: Mapping[str, Any], nomination: schema.Nomination) -> None:
+        """A pod of lower priority that took a device held for this preemption (its claim tolerates every taint) goes as
+        a victim would; one of the preemptor's priority or above keeps it, and the preemption may give up."""
+        members = {p["metadata"]["uid"] for p in self._pods_of.get(pod_group["metadata"]["uid"], [])}
+        priority = self._priority(pod_group)
+        pods = {p["metadata"]["uid"]: p for p in self.view.pods.items()}
+        for claim in nomination_intruders(nomination, self.view.claims.items(), members):
+            users = [pods[r["uid"]] for r in claim["status"]["reservedFor"] if r["uid"] in pods]
+            if users and all(int(p["spec"].get("priority") or 0) < priority for p in users):
+                taken = sorted(set(inputs.nominated_devices(nomination)) & set(inputs.consuming_ids(claim) or ()))
+                why = f"it took device {'/'.join(taken[0])}, held for gang {_ns(pod_group)}/{_name(pod_group)} (priority {priority})"
+                await self._evict_holders(claim, why, PREEMPTED)
 
     async def _give_up(self, pod_group: dict[str, Any], nomination: schema.Nomination, cause: str) -> bool:
         """The preemption ends without its room: the devices it held go back to everyone, and the status says why."""
@@ -710,8 +725,9 @@ class SchedulingLoop:
                     continue
                 await self._evict_holders(later, f"device {device} is held by {kept_by}, which allocated it first")
 
-    async def _evict_holders(self, claim: Mapping[str, Any], why: str) -> None:
-        """The pods using a claim that allocated a device second: evicted, never deleted, with an Event naming the device."""
+    async def _evict_holders(self, claim: Mapping[str, Any], why: str, reason: str = DOUBLE_ALLOCATED) -> None:
+        """The pods using a claim that holds a device it must give up (allocated second, or taken from a preemptor):
+        evicted, never deleted, with an Event naming the device."""
         namespace = _ns(claim)
         uids = {c["uid"] for c in (claim.get("status") or {}).get("reservedFor") or [] if c.get("resource") == "pods"}
         uids |= {o["uid"] for o in claim["metadata"].get("ownerReferences") or [] if o.get("kind") == "Pod"}
@@ -721,7 +737,7 @@ class SchedulingLoop:
             if _ns(pod) != namespace or uid not in uids or self._evicting.get(uid, 0.0) > now:
                 continue
             logger.warning("evicting %s/%s: %s", namespace, _name(pod), why)
-            gone = await teardown.evict(self.kube, pod, reason=DOUBLE_ALLOCATED, message=f"claim {_name(claim)}: {why}")
+            gone = await teardown.evict(self.kube, pod, reason=reason, message=f"claim {_name(claim)}: {why}")
             if gone:
                 metrics.REPAIRS.labels(action="eviction").inc()
             self._evicting[uid] = now + (30.0 if gone else 5.0)

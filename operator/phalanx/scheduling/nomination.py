@@ -19,7 +19,7 @@ The loop then plans the preemptor as usual; it reserves the freed devices
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from phalanx.api import schema
@@ -29,11 +29,25 @@ from phalanx.kube.informers import ClusterView
 from phalanx.planner import Preemption
 from phalanx.scheduling import conditions, metrics, teardown
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.inputs import may_run, nominated_devices
+from phalanx.scheduling.inputs import consuming_ids, may_run, nominated_devices
 
 logger = logging.getLogger(__name__)
 
 PREEMPTED = "PreemptedByGang"
+
+
+def intruders(nomination: schema.Nomination, claims: Iterable[Mapping[str, Any]], preemptor: Collection[str]) -> list[Mapping[str, Any]]:
+    """Claims that took a device this nomination holds, for pods that are neither its victims nor the preemptor's
+    members (`preemptor`: their uids). A DeviceTaintRule holds a device only against requests that do not tolerate
+    its taint; one that tolerates every taint (`operator: Exists`) is allocated it by kube-scheduler all the same."""
+    held = set(nominated_devices(nomination))
+    victims = {v.uid for v in nomination.victims}
+    out = []
+    for claim in claims:
+        users = {r["uid"] for r in (claim.get("status") or {}).get("reservedFor") or [] if r.get("resource") == "pods"}
+        if held & set(consuming_ids(claim) or ()) and users and not users & (victims | set(preemptor)):
+            out.append(claim)
+    return out
 
 
 class Preemptor:
