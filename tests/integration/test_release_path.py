@@ -29,7 +29,7 @@ from phalanx.planner import Fits, plan
 from phalanx.planner.model import Group
 from phalanx.scheduling import inputs
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.reserve import ReleaseAborted, Releaser
+from phalanx.scheduling.reserve import NotLeading, ReleaseAborted, Releaser
 
 ROOT = Path(__file__).parents[2]
 DEADLINE = 8
@@ -389,8 +389,8 @@ async def _api(cluster: Cluster) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-async def test_a_conditional_allocation_write_that_loses_is_seen_as_lost(cluster: Cluster, namespace: str) -> None:
-    """No Job and no operator: two gated pods and a PodGroup made by hand, released by a Releaser in this process."""
+def _hand_made_gang(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    """Two gated one-GPU pods and their PodGroup, made by hand: no Job, no operator."""
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     pod_group = {
         "apiVersion": keys.API_VERSION,
@@ -410,38 +410,45 @@ async def test_a_conditional_allocation_write_that_loses_is_seen_as_lost(cluster
     cluster.kubectl(
         "apply", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [pod_group, *pods]})
     )
+    return pods
+
+
+async def _plan_by_hand(view: ClusterView, namespace: str, pods: list[dict[str, Any]]) -> Fits:
+    """The gang's plan on the view, once its members and their claims show there."""
+
+    def members() -> list[dict] | None:
+        found = [view.pods.get(namespace, p["metadata"]["name"]) for p in pods]
+        if not all(m and inputs.claim_names(m) and all(view.claims.get(namespace, c) for c in inputs.claim_names(m)) for m in found):
+            return None
+        return found
+
+    for _ in range(150):
+        if members():
+            break
+        await asyncio.sleep(0.2)
+    group = Group(namespace, "by-hand", 2, tuple(inputs.member(m, inputs.claim_names(m)) for m in members() or []))
+    snapshot = inputs.build(view.nodes.items(), view.pods.items(), view.slices.items(), view.claims.items(), view.classes.items())
+    result = plan(snapshot, group)
+    assert isinstance(result, Fits), result
+    return result
+
+
+async def test_a_conditional_allocation_write_that_loses_is_seen_as_lost(cluster: Cluster, namespace: str) -> None:
+    """No Job and no operator: two gated pods and a PodGroup made by hand, released by a Releaser in this process."""
+    pods = _hand_made_gang(cluster, namespace)
     async with await _api(cluster) as api, await _api(cluster) as rival_api:
         kube = _LosingKube(api, Kube(rival_api))
         view = ClusterView(kube)
         await view.start()
         try:
-
-            def members() -> list[dict] | None:
-                found = [view.pods.get(namespace, p["metadata"]["name"]) for p in pods]
-                if not all(
-                    m and inputs.claim_names(m) and all(view.claims.get(namespace, c) for c in inputs.claim_names(m)) for m in found
-                ):
-                    return None
-                return found
-
-            for _ in range(150):
-                if members():
-                    break
-                await asyncio.sleep(0.2)
             group_obj = await kube.get(custom_path("podgroups", namespace, "by-hand"))
             releaser = Releaser(kube, view, Holes(kube), settle=0)
 
-            def fits() -> Fits:
-                group = Group(namespace, "by-hand", 2, tuple(inputs.member(m, inputs.claim_names(m)) for m in members() or []))
-                snapshot = inputs.build(
-                    view.nodes.items(), view.pods.items(), view.slices.items(), view.claims.items(), view.classes.items()
-                )
-                result = plan(snapshot, group)
-                assert isinstance(result, Fits), result
-                return result
+            async def fits() -> Fits:
+                return await _plan_by_hand(view, namespace, pods)
 
             with pytest.raises(ReleaseAborted, match="resourceVersion conflict"):
-                await releaser.release(group_obj, fits())
+                await releaser.release(group_obj, await fits())
             assert len(kube.provoked) == kube.conflicts == 2, "the race happened: a rival wrote first and the server refused our writes"
             for p in pods:
                 name = inputs.claim_names(view.pods.get(namespace, p["metadata"]["name"]))[0]
@@ -450,11 +457,46 @@ async def test_a_conditional_allocation_write_that_loses_is_seen_as_lost(cluster
             group_obj = await kube.get(custom_path("podgroups", namespace, "by-hand"))
             assert not (group_obj.get("status") or {}).get("reservation"), "the reservation record is cleared"
 
-            await releaser.release(group_obj, fits())  # planned again: now nothing races
+            await releaser.release(group_obj, await fits())  # planned again: now nothing races
             await asyncio.to_thread(
                 wait_for, lambda: len(_bound(cluster.get("pods", "-n", namespace)["items"])) == 2, "both members bound after the retry"
             )
             held = _held(cluster)
             assert len(held) == len(set(held)), f"nothing held twice: {held}"
+        finally:
+            await view.stop()
+
+
+async def test_a_release_stops_at_the_first_step_after_its_lease_may_be_lost(cluster: Cluster, namespace: str) -> None:
+    """The Lease may be lost between two steps of a release (a renewal starved, the API server slow): the release
+    writes nothing more, not even a rollback, so nothing of it can land after the next leader's own writes. What
+    was written stays recorded (Reserving) for the next leader to finish or undo."""
+    pods = _hand_made_gang(cluster, namespace)
+    async with await _api(cluster) as api:
+        kube = Kube(api)
+        view = ClusterView(kube)
+        await view.start()
+        try:
+            asked: list[bool] = []
+
+            def leading() -> bool:
+                """Held through the record and the claims' writes, lost before the gate lifts."""
+                asked.append(len(asked) < 2)
+                return asked[-1]
+
+            releaser = Releaser(kube, view, Holes(kube), settle=0, leading=leading)
+            fits = await _plan_by_hand(view, namespace, pods)
+            group_obj = await kube.get(custom_path("podgroups", namespace, "by-hand"))
+            claims = [c.name for c in fits.claims]
+            with pytest.raises(NotLeading):
+                await releaser.release(group_obj, fits)
+            record = (await kube.get(custom_path("podgroups", namespace, "by-hand")))["status"]["reservation"]
+            assert record["state"] == "Reserving", "the record stays for the next leader"
+            for name in claims:
+                claim = await kube.get(claim_path(namespace, name))
+                assert (claim.get("status") or {}).get("allocation"), f"{name}: written before the Lease was lost, not rolled back"
+            for p in pods:
+                pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}")
+                assert inputs.gated(pod), f"{p['metadata']['name']}: no gate lifted after the Lease may be lost"
         finally:
             await view.stop()

@@ -44,7 +44,7 @@ from phalanx.scheduling import conditions, disruption, inputs, metrics, pacing, 
 from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.nomination import PREEMPTED, Preemptor
 from phalanx.scheduling.nomination import intruders as nomination_intruders
-from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser, Steps, planned_devices
+from phalanx.scheduling.reserve import GatesRefused, NotLeading, ReleaseAborted, Releaser, Steps, planned_devices
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class SchedulingLoop:
         self.bind_deadline = bind_deadline
         self.matcher = DeviceMatcher()
         self.holes = Holes(kube)
-        self.releaser = Releaser(kube, view, self.holes, settle=settle)
+        self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
         self.preemptor = Preemptor(kube, view, Holes(kube, NOMINATED))
         self._pods_of: dict[str, list[dict[str, Any]]] = {}
         """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
@@ -207,6 +207,9 @@ class SchedulingLoop:
                     self._back_off(pod_group)
             except asyncio.CancelledError:
                 raise
+            except NotLeading as exc:
+                logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), exc)
+                return
             except NotFound as exc:
                 logger.info(
                     "%s/%s: an object went away mid-reconcile (%s); next cycle sees the new state", _ns(pod_group), _name(pod_group), exc

@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -61,6 +61,11 @@ class ReleaseAborted(Exception):
         super().__init__(message)
         self.shared = shared
         """Devices of ours another claim also holds: undoing ours opens a hole in kube-scheduler's view of them."""
+
+
+class NotLeading(Exception):
+    """This replica may have lost its Lease mid-release: it writes nothing more, not even a rollback. The record
+    says where it stopped, and the next leader finishes or undoes it, as after a crash."""
 
 
 class GatesRefused(Exception):
@@ -192,8 +197,19 @@ class Steps:
 
 
 class Releaser:
-    def __init__(self, kube: Kube, view: ClusterView, holes: Holes, *, settle: float = 0.2, observe_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        view: ClusterView,
+        holes: Holes,
+        *,
+        settle: float = 0.2,
+        observe_timeout: float = 10.0,
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.kube = kube
+        self.leading = leading
+        """Checked before each step that writes: a deposed leader's next write could land after the new leader's."""
         self.view = view
         self.holes = holes
         self.settle = settle
@@ -205,6 +221,7 @@ class Releaser:
         """Record, reserve, verify, pin, lift. Raises ReleaseAborted (after a rollback) or GatesRefused."""
         steps = steps or Steps()
         reservation = reservation_of(fits)
+        self._still_leading()
         await self.record(pod_group, reservation)
         steps.done("record")
         crash_point("reserve.after-record")
@@ -230,6 +247,7 @@ class Releaser:
             if resumed:
                 await self._revalidate(namespace, reservation)
             users = self.claim_users(namespace, reservation)
+            self._still_leading()
             await all_answered(self._reserve_claim(namespace, c, users.get(c.name, [])) for c in reservation.claims)
             steps.done("reserve")
             await self._await_observed(namespace, reservation)
@@ -250,9 +268,11 @@ class Releaser:
         except ApiError as exc:
             await self._undo(pod_group, reservation, f"a write was refused: {exc}", record=record, resumed=resumed)
             raise ReleaseAborted(f"a write was refused: {exc}") from exc
+        self._still_leading()
         refused = await self._release_pods(pods, [p.node for p in reservation.placements])
         steps.done("pin+lift")
         metrics.RELEASED_PODS.inc(len(pods) - len(refused))
+        self._still_leading()
         if refused and len(refused) == len(pods):
             why = "; ".join(f"{name}: {exc}" for name, exc in refused)
             await self.rollback(pod_group, reservation, f"every gate lift was refused: {why}", record=record)
@@ -275,6 +295,7 @@ class Releaser:
         (GatesRefused), so its released members meet the bind deadline and the teardown like any other's, instead
         of running below minCount with no record that they are members."""
         namespace = pod_group["metadata"]["namespace"]
+        self._still_leading()
         if resumed and any(
             started(pod) and pod["metadata"]["uid"] == p.uid
             for p in reservation.placements
@@ -284,6 +305,10 @@ class Releaser:
             await self.record(pod_group, released)
             raise GatesRefused(f"found released in part after a restart, and it cannot finish: {why}", released)
         await self.rollback(pod_group, reservation, why, record=record)
+
+    def _still_leading(self) -> None:
+        if not self.leading():
+            raise NotLeading("this replica may have lost its Lease: the release stops where its record says")
 
     async def rollback(self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str, *, record: bool = True) -> None:
         """Clear every allocation this reservation made, except those of members already bound or released."""
