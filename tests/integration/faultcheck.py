@@ -6,7 +6,7 @@ fault test asserts the same invariants:
 - no device is held by two claims;
 - no pod that still runs (bound, and not stopped: a deleted pod runs out its
   grace period) has lost the devices of its claims;
-- no device is held for a pod that is gone;
+- no device is held for a pod that is gone, or once it has stopped;
 - no device is held, and no pod pinned, for a pod still behind our gate
   unless a PodGroup's recorded reservation names it (the intent a restart
   finishes or undoes);
@@ -149,6 +149,8 @@ def violations(snapshot: Snapshot) -> list[str]:
         name, users = claim["metadata"]["name"], [pods[u] for u in _users(claim) if u in pods]
         if not users:
             out.append(f"claim {name} holds {len(held(claim))} device(s) for pods that are gone")
+        elif all((p.get("status") or {}).get("phase") in ("Succeeded", "Failed") for p in users):
+            out.append(f"claim {name} holds {len(held(claim))} device(s) for pods that have stopped")
         elif all(gated(p) for p in users) and claim["metadata"]["uid"] not in intended_claims:
             out.append(f"claim {name} holds devices for gated pod(s) {[p['metadata']['name'] for p in users]} with no recorded intent")
     for pod in snapshot.pods:

@@ -48,6 +48,7 @@ def test_a_whole_running_gang_is_clean() -> None:
 def test_each_fault_is_named() -> None:
     assert check([pod("a", node="w")], [claim("ca", "a", "gpu-0"), claim("cb", "b", "gpu-0")], [])[0].startswith("device")
     assert "gone" in check([], [claim("ca", "a", "gpu-0")], [])[0]
+    assert "stopped" in check([{**pod("a", node="w"), "status": {"phase": "Failed"}}], [claim("ca", "a", "gpu-0")], [])[0]
     assert "no recorded intent" in check([pod("a", gated=True)], [claim("ca", "a", "gpu-0")], [])[0]
     intent = {"state": "Released", "claims": [{"uid": "cuid-ca"}], "placements": [{"uid": "uid-a"}]}
     assert check([pod("a", gated=True, pinned=True)], [claim("ca", "a", "gpu-0")], [group(1, intent)], devices=1) == []
