@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from phalanx.api import keys
@@ -116,3 +118,18 @@ def gpu_gang(
             "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
         },
     }
+
+
+@contextmanager
+def priority_classes(kubectl: Callable[..., Any], namespace: str) -> Iterator[tuple[str, str]]:
+    """Two PriorityClasses of the test's own, (low 100, urgent 10000), deleted afterwards."""
+    low, urgent = f"low-{namespace}", f"urgent-{namespace}"
+    classes = [
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": low}, "value": 100},
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": urgent}, "value": 10000},
+    ]
+    kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
+    try:
+        yield low, urgent
+    finally:
+        kubectl("delete", "priorityclass", low, urgent, "--ignore-not-found")

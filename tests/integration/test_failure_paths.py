@@ -17,7 +17,7 @@ from conftest import WORKLOADS, Cluster, Operator, wait_for
 
 import faultcheck
 import flakyapi
-from jobs import gpu_gang, one_gpu_pod_spec
+from jobs import gpu_gang, one_gpu_pod_spec, priority_classes
 from phalanx.api import keys
 from phalanx.localcluster import demo
 
@@ -232,24 +232,13 @@ def inputs_min_count(pod_group: dict[str, Any]) -> int | None:
     return gang.get("minCount")
 
 
-def _priority_classes(cluster: Cluster, namespace: str) -> tuple[str, str]:
-    low, urgent = f"low-{namespace}", f"urgent-{namespace}"
-    classes = [
-        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": low}, "value": 100},
-        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": urgent}, "value": 10000},
-    ]
-    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
-    return low, urgent
-
-
 def test_a_disruption_budget_is_summed_over_the_victims_and_never_broken(cluster: Cluster, operator: Operator, namespace: str) -> None:
     """Four low-priority pods hold four GPUs under one budget that allows two disruptions; an urgent gang needs
     all six GPUs. Each victim alone is within the budget, the four together are not: nothing is evicted (the Eviction
     API would refuse the last two, and the preemption would hold the freed devices for nothing), and the status
     names the budget."""
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    low, urgent = _priority_classes(cluster, namespace)
-    try:
+    with priority_classes(cluster.kubectl, namespace) as (low, urgent):
         for i in range(4):
             spec = {**one_gpu_pod_spec(), "priorityClassName": low}
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"low-{i}", "labels": {"app": "low"}}, "spec": spec}
@@ -278,8 +267,6 @@ def test_a_disruption_budget_is_summed_over_the_victims_and_never_broken(cluster
         assert len(_running(lows)) == 4 and not any(p["metadata"].get("deletionTimestamp") for p in lows), "no low pod evicted"
         pod_group = _pod_group(cluster, namespace, "urgent")
         assert not (pod_group.get("status") or {}).get("nomination"), pod_group["status"]["nomination"]
-    finally:
-        cluster.kubectl("delete", "priorityclass", low, urgent, "--ignore-not-found")
 
 
 def _held_claim_pods(cluster: Cluster, namespace: str, *names: str) -> dict[str, dict[str, Any]]:

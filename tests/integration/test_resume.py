@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import WORKLOADS, Cluster, wait_for
 
-from jobs import gpu_gang, one_gpu_pod_spec
+from jobs import gpu_gang, one_gpu_pod_spec, priority_classes
 from phalanx.api import keys
 from phalanx.localcluster import demo, operatorproc
 
@@ -266,13 +266,7 @@ def test_a_pod_that_tolerates_every_taint_does_not_keep_a_device_held_for_a_pree
     """A DeviceTaintRule holds a freed device only against requests that do not tolerate it. The operator is down
     while the victims stop; a low-priority pod whose claim tolerates every taint (`operator: Exists`) is given one
     of the held devices by kube-scheduler. The restarted operator evicts it as a victim, and the preemptor runs."""
-    low, urgent = f"low-{namespace}", f"urgent-{namespace}"
-    classes = [
-        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": low}, "value": 100},
-        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": urgent}, "value": 10000},
-    ]
-    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
-    try:
+    with priority_classes(cluster.kubectl, namespace) as (low, urgent):
         stoppable.append(operatorproc.start(cluster.local, ROOT))
         demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
         research = gpu_gang("research", 4, mode="all", priority_class=low, grace=6)
@@ -336,8 +330,6 @@ def test_a_pod_that_tolerates_every_taint_does_not_keep_a_device_held_for_a_pree
             timeout=20,
         )
         wait_for(lambda: len(_running(cluster, namespace, "urgent")) == 4, "the preemptor running", timeout=60)
-    finally:
-        cluster.kubectl("delete", "priorityclass", low, urgent, "--ignore-not-found")
 
 
 def test_a_preemption_killed_after_its_first_eviction_finishes_with_the_victims_it_chose(
@@ -346,13 +338,7 @@ def test_a_preemption_killed_after_its_first_eviction_finishes_with_the_victims_
     """kill -9 between the first and the last eviction: the nomination names train-a-0 and train-a-3, train-a-0 is
     already gone. The restarted operator evicts train-a-3 and nobody else (train-a-1 and -2 are valid victims too),
     and the preemptor gets the devices."""
-    low, urgent = f"low-{namespace}", f"urgent-{namespace}"
-    classes = [
-        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": low}, "value": 100},
-        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": urgent}, "value": 10000},
-    ]
-    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
-    try:
+    with priority_classes(cluster.kubectl, namespace) as (low, urgent):
         stoppable.append(operatorproc.start(cluster.local, ROOT))
         demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
         cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("train-a", 4, mode="single", priority_class=low)))
@@ -421,8 +407,6 @@ def test_a_preemption_killed_after_its_first_eviction_finishes_with_the_victims_
                 f"{pod['metadata']['name']} kept"
             )
         assert not (_pod_group(cluster, namespace, "train-urgent").get("status") or {}).get("nomination"), "the nomination is finished"
-    finally:
-        cluster.kubectl("delete", "priorityclass", low, urgent, "--ignore-not-found")
 
 
 def _running(cluster: Cluster, namespace: str, job: str) -> list[dict]:
