@@ -60,9 +60,9 @@ class Informer:
     ) -> None:
         self.name = name
         self._on_gone = on_gone
+        """Told of each object that went, as last seen: deleted on the watch, or missing from a list after a gap."""
         self._on_write = on_write
         """Told of each object written as (before, after), by the watch or by a relist after a gap; not by the first list."""
-        """Told of each object that went, as last seen: deleted on the watch, or missing from a list after a gap."""
         self._keep = keep
         self.optional = optional
         """A resource the server may not serve (404): then it is synced and empty, and asked for again now and then."""
@@ -252,9 +252,9 @@ class ClusterView:
         custom = client.CustomObjectsApi(api)
         self.changed = asyncio.Event()
         self.finished = Finished()
+        """Pods that Succeeded before they went: a member that finished its work and was removed is not lost."""
         self.allocations = AllocationOrder()
         """Which claim was allocated first, where two hold one device."""
-        """Pods that Succeeded before they went: a member that finished its work and was removed is not lost."""
         self.revision = 0
         """Moves on with every change any informer sees: equal revisions, equal view."""
         self.changed_since = time.monotonic()

@@ -142,11 +142,11 @@ class SchedulingLoop:
         self._counts_at: dict[str, float] = {}
         """PodGroup uid -> when this loop last wrote its member counts (monotonic)."""
         self._counts_due: set[str] = set()
+        """PodGroups whose counts changed since that write: written once COUNTS_EVERY has passed."""
         self._intended: dict[str, tuple[frozenset[str], int | None]] = {}
         """PodGroup uid -> (the members waiting to join it, the minCount its Job said when they were first seen)."""
         self._victims_gone_at: dict[str, float] = {}
         """PodGroup uid -> when this loop first saw every victim of its preemption gone (monotonic)."""
-        """PodGroups whose counts changed since that write: written once COUNTS_EVERY has passed."""
         self._budget = pacing.CpuBudget()
         self._woken_for = time.monotonic()
         """When the oldest change this cycle runs for arrived (monotonic)."""
@@ -663,8 +663,8 @@ class SchedulingLoop:
         reason: str = TORN_DOWN,
     ) -> bool:
         """Evict every member that was released or pinned, release the devices of members that cannot run (never
-        bound, and stopped or still gated), forget the reservation: the group starts over. A member still gated and never pinned holds nothing and waits for the next
-        admission (evicting it would only spend the Job's back-off).
+        bound, and stopped or still gated), forget the reservation: the group starts over. A member still gated and
+        never pinned holds nothing and waits for the next admission (evicting it would only spend the Job's back-off).
 
         False while an eviction is refused (a disruption budget): the caller backs off and tries again.
         """

@@ -1,4 +1,4 @@
-"""Where a group is taken down as a unit: its members evicted, the devices of those that never ran released.
+"""Where a group is taken down as a unit: its members evicted, marked once each eviction is accepted.
 
 Every member taken down carries a `DisruptionTarget` condition, so a Job
 with a `podFailurePolicy` rule `{action: Ignore, onPodConditions: [{type:
