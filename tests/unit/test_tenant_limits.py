@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from builders import GPU, GPU_CLASS, node
-from phalanx.planner import Fits, Short, plan, quantity
+from phalanx.planner import DeviceMatcher, Fits, Short, plan, quantity
 from phalanx.planner import cel as planner_cel
 from phalanx.planner.allocator import MAX_STEPS
 from phalanx.planner.model import Claim, Device, DeviceRequest, Group, MatchAttribute, Member, Snapshot, frozen_map
@@ -83,3 +83,27 @@ def test_a_range_that_is_not_a_literal_counts_as_a_full_attribute_map() -> None:
     over_map = planner_cel.estimated_cost(f'device.attributes["{GPU}"].all(k, k != "")')
     over_list = planner_cel.estimated_cost('["a"].all(k, k != "")')
     assert over_map >= planner_cel.UNKNOWN_RANGE * 4 > over_list
+
+
+def test_selectors_that_take_too_long_stop_the_plan_naming_the_claim_and_the_next_attempt_goes_on() -> None:
+    """A selector within the cost limit can still take tens of ms per device: a plan is bounded in time (here a
+    tiny limit, so the test takes no time; the loop's is 10 s), the verdict names the claim field and says why, and
+    the verdicts reached stay cached, so attempts make progress until one completes."""
+    expression = f"{SQUARE}.exists(x, string(x).matches('^9+9$') && device.attributes['{GPU}'].id == x)"  # ~3 ms per device
+    assert planner_cel.estimated_cost(expression) <= planner_cel.MAX_COST
+    claim = Claim("ml", "slow", "uid", (DeviceRequest("gpu", GPU, selectors=(expression,)),))
+    snapshot, group = one_member(claim, many_gpus(40))
+    matcher = DeviceMatcher()
+    plan(*one_member(Claim("ml", "plain", "uid", (DeviceRequest("gpu", GPU),)), many_gpus(40)), matcher)  # the class's verdicts
+    attempts = []
+    for _ in range(200):
+        with matcher.time_limit(0.02):
+            attempts.append(plan(snapshot, group, matcher))
+        if not (isinstance(attempts[-1], Short) and attempts[-1].timed_out):
+            break
+    first, last = attempts[0], attempts[-1]
+    assert isinstance(first, Short) and first.timed_out, first
+    assert "claim ml/slow spec.devices.requests[0]: device selectors took over" in first.message
+    assert "ms per device" in first.message
+    assert len(attempts) > 1 and isinstance(last, Short) and not last.timed_out, "a later attempt finished judging every device"
+    assert "no combination" in last.message or "short" in last.message, last.message

@@ -5,12 +5,20 @@ refused when too costly), and verdicts are remembered per (expression,
 device), since a device's attributes only change with a new pool generation.
 A selector that fails at run time on a device is an error, as it is for
 upstream's allocator (which then aborts the pod), never a quiet "no match".
+
+A selector within CEL's cost limit can still take tens of milliseconds per
+device, and thousands of devices then take minutes: a plan's selector work is
+bounded in time (`time_limit`, upstream's DRA filter timeout is 10 s), and a
+plan that runs out names the slowest selector. The verdicts it reached stay
+cached, so the next attempt goes on from there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from cachetools import LRUCache
@@ -30,6 +38,21 @@ class SelectorFailed(Exception):
     """A CEL selector that fails at run time on some device (a missing attribute, a bad quantity)."""
 
 
+PLAN_TIME_LIMIT = 10.0
+"""Seconds of selector evaluation one plan (or one preemption search) may spend: upstream's DRA filter timeout."""
+
+
+class SelectorsTooSlow(Exception):
+    """The selectors took longer than a plan may; `expression` is the one that cost the most time."""
+
+    def __init__(self, limit: float, expression: str, seconds: float, devices: int) -> None:
+        self.expression = expression
+        super().__init__(
+            f"device selectors took over {limit:g}s (the slowest, {expression!r}, {seconds / devices * 1000:.0f} ms per device "
+            f"over {devices} devices); the devices judged so far are remembered for the next attempt"
+        )
+
+
 class DeviceMatcher:
     """Compile-once, evaluate-many CEL for DeviceClass and request selectors.
 
@@ -43,6 +66,23 @@ class DeviceMatcher:
         self._verdicts: LRUCache[tuple[str, DeviceId, int], bool | str] = LRUCache(maxsize=VERDICTS)
         """True/False, or why evaluation failed."""
         self._ctx = cel.context()
+        self._deadline: float | None = None
+        self._limit = PLAN_TIME_LIMIT
+        self._spent: dict[str, tuple[float, int]] = {}
+        """Expression -> (seconds spent evaluating it, devices it was evaluated on) under the current time limit."""
+
+    @contextlib.contextmanager
+    def time_limit(self, seconds: float = PLAN_TIME_LIMIT) -> Iterator[None]:
+        """Bound the selector work done inside; nested limits keep the outer one, so a preemption search that plans
+        many times is bounded as a whole."""
+        if self._deadline is not None:
+            yield
+            return
+        self._deadline, self._limit, self._spent = time.monotonic() + seconds, seconds, {}
+        try:
+            yield
+        finally:
+            self._deadline = None
 
     def compile(self, expression: str) -> Any:
         program = self._programs.get(expression)
@@ -71,12 +111,20 @@ class DeviceMatcher:
         key = (expression, device.id, device.generation)
         verdict = self._verdicts.get(key)
         if verdict is None:
+            started = time.monotonic()
             try:
                 self._ctx.update({"device": _cel_device(device, self._named(expression))})
                 verdict = self.compile(expression).execute(self._ctx) is True
             except Exception as exc:
                 verdict = f"selector fails on device {'/'.join(device.id)}: {exc}"
             self._verdicts[key] = verdict
+            if self._deadline is not None:
+                now = time.monotonic()
+                seconds, devices = self._spent.get(expression, (0.0, 0))
+                self._spent[expression] = (seconds + now - started, devices + 1)
+                if now > self._deadline:
+                    slowest = max(self._spent, key=lambda e: self._spent[e][0])
+                    raise SelectorsTooSlow(self._limit, slowest, *self._spent[slowest])
         if isinstance(verdict, str):
             raise SelectorFailed(verdict)
         return verdict

@@ -29,7 +29,7 @@ from phalanx.planner import extended as extres
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
 from phalanx.planner.allocator import MAX_RESULTS, AllocationError, Ledger, Result, SearchTooLarge, Undo, allocate_all, pool_order
-from phalanx.planner.devices import DeviceMatcher, SelectorFailed, refusals
+from phalanx.planner.devices import DeviceMatcher, SelectorFailed, SelectorsTooSlow, refusals
 from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, Requirement, SelectorTerm, Snapshot
 
 DEFAULT_BUDGET = 20_000
@@ -89,6 +89,8 @@ class Short:
     """Scheduler-style filter reasons: (reason, number of nodes)."""
     unmodelled: tuple[str, ...] = ()
     """Rules of the members the planner cannot judge, so it made no plan: one kube-scheduler may refuse sticks the gang."""
+    timed_out: bool = False
+    """The plan ran out of time judging devices: nothing is known of the fit; try again later, not on the next change."""
 
     @property
     def message(self) -> str:
@@ -527,9 +529,27 @@ def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None,
     if refused:
         return Short(group.min_count, len(members), 0, unmodelled=refused)
     try:
-        return _search(planner, members)
+        with matcher.time_limit():
+            return _search(planner, members)
     except SelectorFailed as exc:  # a DeviceClass selector failing where the verdict counts devices
         return Short(group.min_count, len(members), 0, unmodelled=(str(exc),))
+    except SelectorsTooSlow as exc:
+        where = _selector_fields(claims, snapshot, exc.expression)
+        return Short(group.min_count, len(members), 0, unmodelled=(f"{where}: {exc}",), timed_out=True)
+
+
+def _selector_fields(claims: Sequence[Claim], snapshot: Snapshot, expression: str) -> str:
+    """Where the user wrote a selector: the claim fields (or DeviceClass) it appears in."""
+    fields = []
+    for claim in claims:
+        for i, request in enumerate(claim.requests):
+            for exact in request.subrequests or (request,):
+                if expression in exact.selectors:
+                    fields.append(f"claim {claim.namespace}/{claim.name} spec.devices.requests[{i}]")
+                device_class = snapshot.classes.get(exact.device_class)
+                if device_class is not None and expression in device_class.selectors:
+                    fields.append(f"DeviceClass {device_class.name} spec.selectors")
+    return ", ".join(dict.fromkeys(fields)) or "a device selector"
 
 
 def _search(planner: _Planner, members: tuple[Member, ...]) -> Fits | Short:

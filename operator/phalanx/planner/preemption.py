@@ -150,13 +150,29 @@ def plan_preemption(
     disruptions (a budget a victim names and this does not allows none). A group that fits already gets a
     Preemption with no victims."""
     matcher = matcher or DeviceMatcher()
+    with matcher.time_limit():  # the whole search, however many plans it asks for
+        return _plan_preemption(snapshot, group, victims, preemptor_priority, matcher, allowed)
+
+
+def _plan_preemption(
+    snapshot: Snapshot,
+    group: Group,
+    victims: Sequence[Victim],
+    preemptor_priority: int,
+    matcher: DeviceMatcher,
+    allowed: Mapping[str, int] | None,
+) -> Preemption | NoVictims:
     now = plan(snapshot, group, matcher)
     if isinstance(now, Fits):
         return Preemption((), now)
+    if now.timed_out:
+        return NoVictims(now.message)
     candidates = order(v for v in victims if v.priority < preemptor_priority and v.pods)
     if not candidates:
         return NoVictims(_none_below(victims, preemptor_priority))
     everyone = plan(without(snapshot, candidates), group, matcher)
+    if isinstance(everyone, Short) and everyone.timed_out:
+        return NoVictims(everyone.message)
     if isinstance(everyone, Short):
         pods = sum(len(v.pods) for v in candidates)
         counts = f"{_plural(len(candidates), 'victim')}, {_plural(pods, 'pod')}"

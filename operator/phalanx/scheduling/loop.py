@@ -456,6 +456,12 @@ class SchedulingLoop:
         result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
         steps.done("plan")
         metrics.ALGORITHM_DURATION.observe(time.monotonic() - decided)
+        if not isinstance(result, Fits) and result.timed_out:
+            # nothing is known of the fit: no preemption, no shortfall memo; back off, and the next attempt goes on
+            # from the verdicts this one reached, while the other groups are planned meanwhile
+            metrics.SCHEDULE_ATTEMPTS.labels(result="error", profile=metrics.PROFILE).inc()
+            await self._set(pod_group, False, "Unschedulable", result.message, warn=True)
+            return False
         if not isinstance(result, Fits):
             if nomination is not None:
                 return await self._preempting(pod_group, nomination, result.message)

@@ -28,7 +28,8 @@ VICTIM_BUCKETS = exponential(1, 2, 11)  # upstream workload_preemption_victims, 
 SCHEDULE_ATTEMPTS = Counter(
     "phalanx_podgroup_schedule_attempts_total",
     "Planning attempts for a pod group, by result: scheduled, unschedulable, waiting_on_preemption (victims chosen), "
-    "aborted (reservation undone or gates refused; planned again).",
+    "aborted (reservation undone or gates refused; planned again), error (the plan ran out of time judging devices; "
+    "backed off and tried again).",
     ["result", "profile"],
 )
 ATTEMPT_DURATION = Histogram(
