@@ -1,7 +1,8 @@
 """Least privilege, shipped and tested against the real API server: the ClusterRole in manifests/rbac.yaml grants
-exactly the operator's verbs, the ValidatingAdmissionPolicy in manifests/admission-policy.yaml lets its
-ServiceAccount change a pod only as Phalanx does, the in-cluster webhook configurations are static and the operator
-only sets their caBundle, and no tenant may write PodGroup status.
+exactly the operator's verbs, the ValidatingAdmissionPolicies in manifests/admission-policy.yaml let its
+ServiceAccount change a pod and a claim's status only as Phalanx does and delete only its own DeviceTaintRules, the
+in-cluster webhook configurations are static and the operator only sets their caBundle, and no tenant may write
+PodGroup status.
 
 No operator runs here: the ServiceAccount is impersonated (`kubectl --as`), or its own kubeconfig drives the
 operator's code.
@@ -19,10 +20,12 @@ import pytest
 from conftest import Cluster, wait_for
 from kubernetes_asyncio import client, config
 
-from phalanx.api import keys
+from phalanx.api import keys, schema
 from phalanx.jobs import webhook_config
 from phalanx.kube.client import Forbidden, Kube
 from phalanx.localcluster import operatorproc
+from phalanx.scheduling import holes
+from phalanx.scheduling.reserve import Releaser, allocation
 
 ROOT = Path(__file__).parents[2]
 SA = "system:serviceaccount:phalanx-system:phalanx"
@@ -55,6 +58,8 @@ CAN_I = [
     ("get", "secrets", [], False),
     ("patch", "jobs.batch", [], False),
     ("patch", "podgroups.scheduling.phalanx.dev", ["--subresource=status"], True),
+    ("delete", "devicetaintrules.resource.k8s.io", [], True),
+    ("patch", "devicetaintrules.resource.k8s.io", [], False),
     ("delete", "podgroups.scheduling.phalanx.dev", [], False),
     ("create", "mutatingwebhookconfigurations", [], False),
     ("create", "validatingwebhookconfigurations", [], False),
@@ -235,3 +240,200 @@ def test_in_cluster_the_operator_only_sets_the_ca_bundle(installed: Cluster) -> 
     finally:
         for kind in kinds:  # the next module's local operator writes its own
             installed.kubectl("delete", kind, webhook_config.CONFIGURATION_NAME, "--ignore-not-found")
+
+
+def _as_sa(cluster: Cluster, *args: str, stdin: str | None = None):
+    return cluster.kubectl("--as", SA, *args, stdin=stdin, check=False)
+
+
+def _refused(proc, policy: str, message: str) -> None:
+    denied = f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request: "
+    assert proc.returncode != 0, "must be refused"
+    assert denied in proc.stderr and message in proc.stderr.split(denied, 1)[1], proc.stderr
+
+
+DEVICE = ("gpu.example.com", "nowhere", "gpu-9")
+"""A device no node has: the rules and the allocation below keep nothing from the rest of the suite."""
+TAINTS = "phalanx-operator-device-taint-rules"
+MAINTENANCE = "maintenance-rack-1"
+
+
+@pytest.fixture
+def maintenance(installed: Cluster) -> Iterator[str]:
+    """An admin's own rule: NoExecute, a whole pool of a driver no node has (so it evicts nothing here); afterwards
+    every rule and grant the test made is gone."""
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": MAINTENANCE},
+        "spec": {
+            "deviceSelector": {"driver": "maintenance.example.com", "pool": "rack-1"},
+            "taint": {"key": "example.com/maintenance", "effect": "NoExecute"},
+        },
+    }
+    installed.kubectl("create", "-f", "-", stdin=json.dumps(rule))
+    try:
+        yield MAINTENANCE
+    finally:
+        installed.kubectl("delete", "devicetaintrule", MAINTENANCE, "--ignore-not-found")
+        for purpose in (holes.HELD, holes.NOMINATED):
+            installed.kubectl("delete", "devicetaintrule", holes.rule_name(DEVICE, purpose), "--ignore-not-found")
+        installed.kubectl("delete", "clusterrolebinding,clusterrole", "test-patch-rules", "--ignore-not-found")
+
+
+def _rule(**changes: dict) -> str:
+    """holes.rule(DEVICE) as Phalanx makes it, with `changes` merged into metadata and spec."""
+    rule = holes.rule(DEVICE)
+    for part, fields in changes.items():
+        rule[part] = {**rule[part], **fields}
+    return json.dumps(rule)
+
+
+def test_the_operator_deletes_and_makes_only_its_own_device_taint_rules(installed: Cluster, maintenance: str) -> None:
+    """Its own code (holes.Holes, both purposes) as its ServiceAccount makes and deletes its rules; an admin's rule
+    cannot be deleted, and no rule but Phalanx's shape (labelled, one device, NoSchedule scheduling.phalanx.dev/held)
+    can be made."""
+    operator = installed.local.service_account_kubeconfig("phalanx-system", "phalanx")
+    for purpose in (holes.HELD, holes.NOMINATED):
+        asyncio.run(_as(operator, lambda kube, purpose=purpose: holes.Holes(kube, purpose).cover([DEVICE], "a test")))
+        made = installed.get("devicetaintrule", holes.rule_name(DEVICE, purpose))
+        assert made["metadata"]["labels"][keys.MANAGED_BY_LABEL] == keys.MANAGER_NAME
+        asyncio.run(_as(operator, lambda kube, purpose=purpose: holes.Holes(kube, purpose).uncover([DEVICE])))
+        gone = installed.kubectl("get", "devicetaintrule", holes.rule_name(DEVICE, purpose), check=False)
+        assert gone.returncode != 0 and "NotFound" in gone.stderr, "its own rule is deleted"
+
+    _refused(
+        _as_sa(installed, "delete", "devicetaintrule", maintenance),
+        TAINTS,
+        f"may delete or change only the DeviceTaintRules it made (labelled app.kubernetes.io/managed-by: phalanx); {maintenance} is not",
+    )
+    assert installed.get("devicetaintrule", maintenance)["spec"]["taint"]["effect"] == "NoExecute", "the admin's rule stays"
+
+    unlabelled = _rule(metadata={"labels": {keys.TAINT_PURPOSE_LABEL: holes.HELD}})
+    _refused(_as_sa(installed, "create", "-f", "-", stdin=unlabelled), TAINTS, "makes only its own DeviceTaintRules")
+    wider = "keep one named device (driver, pool and device) from kube-scheduler: a NoSchedule taint scheduling.phalanx.dev/held"
+    no_execute = _rule(spec={"taint": {"key": keys.HELD_TAINT, "value": holes.HELD, "effect": "NoExecute"}})
+    _refused(_as_sa(installed, "create", "-f", "-", stdin=no_execute), TAINTS, wider)
+    whole_driver = _rule(spec={"deviceSelector": {"driver": DEVICE[0]}})
+    _refused(_as_sa(installed, "create", "-f", "-", stdin=whole_driver), TAINTS, wider)
+    other_key = _rule(spec={"taint": {"key": "example.com/maintenance", "effect": "NoSchedule"}})
+    _refused(_as_sa(installed, "create", "-f", "-", stdin=other_key), TAINTS, wider)
+
+    # RBAC grants no update or patch; should it ever, the policy holds: a test-only grant shows it
+    installed.kubectl("create", "clusterrole", "test-patch-rules", "--verb=get,patch", "--resource=devicetaintrules.resource.k8s.io")
+    installed.kubectl(
+        "create", "clusterrolebinding", "test-patch-rules", "--clusterrole=test-patch-rules", f"--serviceaccount={SA.split(':', 2)[2]}"
+    )
+    patch = json.dumps({"spec": {"taint": {"effect": "None"}}})
+    _refused(
+        _as_sa(installed, "patch", "devicetaintrule", maintenance, "--type=merge", "-p", patch), TAINTS, f"{maintenance} is not one of them"
+    )
+    own = holes.rule_name(DEVICE)
+    assert _as_sa(installed, "create", "-f", "-", stdin=_rule()).returncode == 0, "exactly holes.rule()"
+    _refused(_as_sa(installed, "label", "devicetaintrule", own, f"{keys.MANAGED_BY_LABEL}-"), TAINTS, "makes only its own")
+    escalate = json.dumps({"spec": {"taint": {"effect": "NoExecute"}}})
+    _refused(_as_sa(installed, "patch", "devicetaintrule", own, "--type=merge", "-p", escalate), TAINTS, wider)
+    assert _as_sa(installed, "delete", "devicetaintrule", own).returncode == 0
+
+
+CLAIMS = "phalanx-operator-claims"
+
+
+def test_the_operator_writes_a_claims_status_only_as_phalanx_does(installed: Cluster, namespace: str, gang_pods: list[str]) -> None:
+    """Its own code (reserve.Releaser) as its ServiceAccount allocates a claim for a gang's pod and undoes it; any
+    other status write is refused: reservedFor changed without the allocation, a consumer that is no pod, a change
+    to status.devices (the driver's)."""
+    first, second = gang_pods
+    uid = {p["metadata"]["name"]: p["metadata"]["uid"] for p in installed.get("pods", "-n", namespace)["items"]}
+    users = {name: {"resource": "pods", "name": name, "uid": uid[name]} for name in gang_pods}
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "gpu"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
+    }
+    installed.kubectl("-n", namespace, "create", "-f", "-", stdin=json.dumps(claim))
+    # test-only: `kubectl patch --subresource=status` reads the status first; the operator never does
+    installed.kubectl("-n", namespace, "create", "role", "read-claims", "--verb=get", "--resource=resourceclaims/status")
+    installed.kubectl(
+        "-n", namespace, "create", "rolebinding", "read-claims", "--role=read-claims", f"--serviceaccount={SA.split(':', 2)[2]}"
+    )
+    created = installed.get("resourceclaim", "gpu", "-n", namespace)
+    driver, pool, device = DEVICE
+    reservation = schema.ClaimReservation(
+        name="gpu",
+        uid=created["metadata"]["uid"],
+        node="worker-1",
+        results=[schema.DeviceResult(request="gpu", driver=driver, pool=pool, device=device)],
+    )
+
+    def status(body: dict):
+        return _as_sa(
+            installed, "-n", namespace, "patch", "resourceclaim", "gpu", "--subresource=status", "--type=merge", "-p", json.dumps(body)
+        )
+
+    widget = {"apiGroup": "example.com", "resource": "widgets", "name": "w", "uid": "w-1"}
+    _refused(status({"status": {"allocation": allocation(reservation), "reservedFor": [widget]}}), CLAIMS, "reserves a claim only for pods")
+
+    operator = installed.local.service_account_kubeconfig("phalanx-system", "phalanx")
+
+    def releaser(kube: Kube) -> Releaser:
+        return Releaser(kube, None, None)  # type: ignore[arg-type]  # the two claim writes use only its Kube
+
+    asyncio.run(_as(operator, lambda kube: releaser(kube)._write_claim(namespace, reservation, [users[first]], created)))
+    written = installed.get("resourceclaim", "gpu", "-n", namespace)
+    assert [(r["driver"], r["pool"], r["device"]) for r in written["status"]["allocation"]["devices"]["results"]] == [DEVICE]
+    assert written["status"]["allocation"]["allocationTimestamp"]
+    assert written["status"]["reservedFor"] == [users[first]]
+    assert keys.DELETE_PROTECTION in written["metadata"]["finalizers"]
+
+    alone = "may write a claim's reservedFor only together with its allocation"
+    _refused(status({"status": {"reservedFor": [users[first], users[second]]}}), CLAIMS, alone)
+    _refused(status({"status": {"reservedFor": None}}), CLAIMS, alone)
+
+    # the driver's status of its device (admin stands in for the driver); the API server refuses any change to it
+    # without `resourceclaims/driver` rights (DRAResourceClaimGranularStatusAuthorization), a test-only grant shows
+    # that the policy refuses it too
+    driver_status = {"driver": driver, "pool": pool, "device": device, "data": {"healthy": True}}
+    installed.kubectl(
+        "-n",
+        namespace,
+        "patch",
+        "resourceclaim",
+        "gpu",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"devices": [driver_status]}}),
+    )
+    grant = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "test-claim-driver"},
+        "rules": [
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceclaims/driver"],
+                "resourceNames": [driver],
+                "verbs": ["arbitrary-node:patch"],
+            }
+        ],
+    }
+    installed.kubectl("apply", "-f", "-", stdin=json.dumps(grant))
+    try:
+        installed.kubectl(
+            "create",
+            "clusterrolebinding",
+            "test-claim-driver",
+            "--clusterrole=test-claim-driver",
+            f"--serviceaccount={SA.split(':', 2)[2]}",
+        )
+        forged = {**driver_status, "data": {"healthy": False}}
+        _refused(status({"status": {"devices": [forged]}}), CLAIMS, "may not change a claim's status.devices")
+    finally:
+        installed.kubectl("delete", "clusterrolebinding,clusterrole", "test-claim-driver", "--ignore-not-found")
+
+    asyncio.run(_as(operator, lambda kube: releaser(kube).deallocate_claims(namespace, [reservation])))
+    undone = installed.get("resourceclaim", "gpu", "-n", namespace).get("status") or {}
+    assert not undone.get("allocation") and not undone.get("reservedFor"), undone
+    assert not undone.get("devices"), "the API server drops the status of deallocated devices itself"

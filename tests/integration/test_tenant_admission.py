@@ -1,6 +1,7 @@
 """What a tenant can do to Phalanx, through the real API server: every Job upstream accepts is admitted, only broken
-gangs are refused (naming the field as written), the gate cannot be taken off, and markers anyone can write
-(a pin annotation, the controller-uid label) are not trusted.
+gangs are refused (naming the field as written), the gate cannot be taken off a Job nor off a waiting gang's pods,
+Phalanx's labels and annotations on those pods are its own, and markers anyone can write elsewhere (a pin
+annotation, the controller-uid label) are not trusted.
 
 Slices: the session cluster's, from dra-example-driver's plugin (3 workers x 2 GPUs).
 """
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from conftest import WORKLOADS, Cluster, Operator, _fresh_namespace, wait_for
 
-from jobs import as_json, gang_job, gpu_gang
+from jobs import MIN4, as_json, gang_job, gpu_gang
 from phalanx.api import keys, naming
 from phalanx.localcluster import demo
 
@@ -144,6 +145,69 @@ def test_the_gate_cannot_be_removed_from_a_suspended_gang_job(cluster: Cluster, 
     cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", other)
     gates = cluster.get("job", "train", "-n", namespace)["spec"]["template"]["spec"]["schedulingGates"]
     assert {"name": keys.SCHEDULING_GATE} in gates, "changes that keep the gate are admitted"
+
+
+TENANT = ("--as=tenant", "--as-group=system:authenticated")
+GANG_PODS = "ValidatingAdmissionPolicy 'phalanx-gang-pods' with binding 'phalanx-gang-pods' denied request: "
+
+
+def test_a_tenant_cannot_lift_the_gate_or_rewrite_phalanxs_keys_on_a_waiting_gang(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    """A tenant allowed by RBAC to patch its pods (pods and pods/status: a status update may change labels too)
+    cannot lift the gate on part of a waiting gang, nor add, change or remove a label or annotation under
+    scheduling.phalanx.dev/ on one of its pods; any other change to them is theirs."""
+    cluster.kubectl("create", "-n", namespace, "-f", "-", stdin=as_json(gang_job(annotations=MIN4)))
+    pods = wait_for(lambda: len(p := _pods(cluster, namespace, "train")) == 4 and p, "the gang's four pods")
+    pod = pods[0]["metadata"]["name"]
+    assert keys.TEMPLATE_LABEL in pods[0]["metadata"]["labels"]
+    cluster.kubectl("create", "role", "tenant-pods", "-n", namespace, "--verb=get,patch,update", "--resource=pods,pods/status")
+    cluster.kubectl("create", "rolebinding", "tenant-pods", "-n", namespace, "--role=tenant-pods", "--user=tenant")
+
+    def tenant(*args: str):
+        return cluster.kubectl(*TENANT, "-n", namespace, *args, check=False)
+
+    gate = "the scheduling gate scheduling.phalanx.dev/gang is lifted only by Phalanx, once the whole gang is placed"
+    labels = "the labels under scheduling.phalanx.dev/ of a pod held by the gate scheduling.phalanx.dev/gang are written only by Phalanx"
+    annotations = (
+        "the annotations under scheduling.phalanx.dev/ of a pod held by the gate scheduling.phalanx.dev/gang are written only by Phalanx"
+    )
+    refused = [
+        (("patch", "pod", pod, "--type=json", "-p", '[{"op": "remove", "path": "/spec/schedulingGates"}]'), gate),
+        (("patch", "pod", pod, "--type=merge", "-p", '{"spec": {"schedulingGates": []}}'), gate),
+        (
+            ("label", "pod", pod, f"{keys.TEMPLATE_LABEL}-"),
+            f"{labels} (they tie the pod to its gang); refused: a change to {keys.TEMPLATE_LABEL}",
+        ),
+        (("label", "pod", pod, f"{keys.TEMPLATE_LABEL}=other", "--overwrite"), f"refused: a change to {keys.TEMPLATE_LABEL}"),
+        (("label", "pod", pod, f"{keys.GROUP}/rank=0"), f"{labels} (they tie the pod to its gang); refused: a change to {keys.GROUP}/rank"),
+        (
+            ("annotate", "pod", pod, f"{keys.PINNED_NODE}=worker-1"),
+            f"{annotations} (they say where it pins the pod); refused: a change to {keys.PINNED_NODE}",
+        ),
+        (
+            (
+                "patch",
+                "pod",
+                pod,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps({"metadata": {"labels": {keys.TEMPLATE_LABEL: None}}}),
+            ),
+            f"refused: a change to {keys.TEMPLATE_LABEL}",
+        ),
+    ]
+    for args, message in refused:
+        proc = tenant(*args)
+        assert proc.returncode != 0, f"{args} must be refused"
+        assert GANG_PODS in proc.stderr and message in proc.stderr.split(GANG_PODS, 1)[1], proc.stderr
+    assert tenant("label", "pod", pod, "team=vision").returncode == 0, "a label of their own"
+    assert tenant("annotate", "pod", pod, "example.com/note=waiting").returncode == 0, "an annotation of their own"
+    after = cluster.get("pod", pod, "-n", namespace)
+    assert after["spec"]["schedulingGates"] == [{"name": keys.SCHEDULING_GATE}]
+    assert after["metadata"]["labels"][keys.TEMPLATE_LABEL] == pods[0]["metadata"]["labels"][keys.TEMPLATE_LABEL]
+    assert after["metadata"]["labels"]["team"] == "vision" and keys.PINNED_NODE not in after["metadata"].get("annotations", {})
 
 
 @pytest.fixture
