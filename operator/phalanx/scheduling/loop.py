@@ -688,7 +688,7 @@ class SchedulingLoop:
             await self.releaser.deallocate_claims(_ns(pod_group), idle)
             crash_point("teardown.after-deallocate")
         if standing:
-            waits = f"{why}; waiting for the eviction of {', '.join(standing)}, refused for now (a disruption budget)"
+            waits = f"{why}; waiting for the eviction of {', '.join(standing)}, refused for now and tried again"
             scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
             if scheduled is not None and scheduled["status"] == "True":
                 # that condition is terminal once True: a running gang's teardown is told where its loss is
