@@ -73,6 +73,17 @@ INCOMPLETE_GROUP_DEVICES = Gauge(
     "Devices allocated to claims of gangs with fewer than minCount members bound or reserved, outside a recorded release "
     "(must stay 0 with disruptionMode all; see scheduling/quorum.py).",
 )
+PODGROUPS_WAITING = Gauge(
+    "phalanx_podgroups_waiting",
+    "Gang PodGroups with minCount members ready but not yet released, by the PodGroup's priorityClassName (\"\" for none); "
+    "set every cycle, so it stays current on a quiet cluster (see scheduling/waits.py).",
+    ["priority_class"],
+)
+OLDEST_WAIT = Gauge(
+    "phalanx_podgroup_oldest_wait_seconds",
+    "Seconds since the oldest of those gangs had its quorum (0: none waits), by priority class.",
+    ["priority_class"],
+)
 PREEMPTION_ATTEMPTS = Counter(
     "phalanx_workload_preemption_attempts_total",
     "Gang preemption searches, by result: Success (victims chosen), Unschedulable (no victims help), or GaveUp (a "
