@@ -75,7 +75,7 @@ INCOMPLETE_GROUP_DEVICES = Gauge(
 )
 PODGROUPS_WAITING = Gauge(
     "phalanx_podgroups_waiting",
-    "Gang PodGroups with minCount members ready but not yet released, by the PodGroup's priorityClassName (\"\" for none); "
+    "Gang PodGroups with minCount members ready but not yet released, by the PodGroup's priorityClassName (empty for none); "
     "set every cycle, so it stays current on a quiet cluster (see scheduling/waits.py).",
     ["priority_class"],
 )
