@@ -12,12 +12,14 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 from prometheus_client import REGISTRY
 
+from phalanx import cli
 from phalanx.localcluster import promtool
 from phalanx.scheduling import metrics
 
 ROOT = Path(__file__).parents[2]
 DASHBOARD = ROOT / "manifests/monitoring/grafana-dashboard.json"
 RULE = ROOT / "manifests/monitoring/prometheusrule.yaml"
+PODMONITOR = ROOT / "manifests/monitoring/podmonitor.yaml"
 
 
 def _exprs() -> list[str]:
@@ -119,3 +121,19 @@ def test_nothing_waiting_fires_nothing(tmp_path: Path) -> None:
         "phalanx_incomplete_group_devices": "0x30",
     }
     assert _rule_test(tmp_path, series, minutes=30) == []
+
+
+def test_the_podmonitor_scrapes_the_port_the_operator_serves_metrics_on() -> None:
+    deployment = yaml.safe_load((ROOT / "manifests/deployment.yaml").read_text())
+    monitor = yaml.safe_load(PODMONITOR.read_text())
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "PodMonitor"
+    assert monitor["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    template = deployment["spec"]["template"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    (container,) = template["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert ports[endpoint["port"]] == cli._parser().parse_args(container["args"]).metrics_port != 0
+    # kubectl apply -k manifests/ must work without the Prometheus Operator's CRDs
+    kustomization = yaml.safe_load((ROOT / "manifests/kustomization.yaml").read_text())
+    assert not any("monitoring" in r for r in kustomization["resources"])
