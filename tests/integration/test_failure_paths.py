@@ -40,11 +40,30 @@ def _pod_group(cluster: Cluster, namespace: str, job: str) -> dict[str, Any]:
     return items[0] if items else {}
 
 
+def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    """A PodGroup's or a pod's condition of that type; {} when it has none."""
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
 def _reason(pod_group: dict[str, Any]) -> str | None:
-    for cond in (pod_group.get("status") or {}).get("conditions") or []:
-        if cond["type"] == keys.INITIALLY_SCHEDULED:
-            return cond["reason"]
-    return None
+    return _condition(pod_group, keys.INITIALLY_SCHEDULED).get("reason")
+
+
+def _saying(cluster: Cluster, namespace: str, job: str, type_: str, text: str, what: str, timeout: float) -> dict[str, Any]:
+    """The PodGroup's condition of that type once its message says `text`."""
+    return wait_for(lambda: text in (c := _condition(_pod_group(cluster, namespace, job), type_)).get("message", "") and c, what, timeout)
+
+
+def _budget(cluster: Cluster, namespace: str, name: str, min_available: int, labels: dict[str, str]) -> None:
+    """A PodDisruptionBudget, once its controller has counted the healthy pods it selects."""
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": labels}},
+    }
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(budget))
+    wait_for(lambda: (cluster.get("pdb", name, "-n", namespace).get("status") or {}).get("observedGeneration"), f"budget {name} counted")
 
 
 def _start(cluster: Cluster, namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -111,10 +130,6 @@ def test_a_member_removed_after_it_succeeded_is_not_a_loss(cluster: Cluster, ope
     assert disrupted is None or disrupted["status"] != "True", disrupted
 
 
-def _disruption_target(pod: dict[str, Any]) -> dict[str, Any] | None:
-    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == keys.DISRUPTION_TARGET), None)
-
-
 def test_a_member_whose_eviction_is_refused_is_not_marked_and_the_teardown_finishes_later(
     cluster: Cluster, operator: Operator, namespace: str
 ) -> None:
@@ -124,32 +139,17 @@ def test_a_member_whose_eviction_is_refused_is_not_marked_and_the_teardown_finis
     members = _start(cluster, namespace, gpu_gang("held", 4, mode="all"))
     by_index = {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]: p for p in members}
     protected = by_index["3"]["metadata"]["name"]
-    budget = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "rank-3"},
-        "spec": {
-            "minAvailable": 1,
-            "selector": {"matchLabels": {"batch.kubernetes.io/job-name": "held", "batch.kubernetes.io/job-completion-index": "3"}},
-        },
-    }
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(budget))
-    wait_for(lambda: cluster.get("pdb", "rank-3", "-n", namespace).get("status", {}).get("currentHealthy") == 1, "the budget counts rank 3")
+    _budget(cluster, namespace, "rank-3", 1, {"batch.kubernetes.io/job-name": "held", "batch.kubernetes.io/job-completion-index": "3"})
+    wait_for(lambda: cluster.get("pdb", "rank-3", "-n", namespace)["status"].get("currentHealthy") == 1, "the budget counts rank 3")
     cluster.kubectl("delete", "pod", by_index["0"]["metadata"]["name"], "-n", namespace, "--wait=false")
-    waiting = wait_for(
-        lambda: (
-            "waiting for the eviction"
-            in (c := _condition(_pod_group(cluster, namespace, "held"), keys.DISRUPTION_TARGET)).get("message", "")
-            and c
-        ),
-        "the PodGroup says the teardown waits for the refused eviction",
-        timeout=20,
+    waiting = _saying(
+        cluster, namespace, "held", keys.DISRUPTION_TARGET, "waiting for the eviction", "the PodGroup says the teardown waits", 20
     )
     assert protected in waiting["message"], waiting
     time.sleep(2)  # a few more teardown passes, each refused
     pod = cluster.get("pod", protected, "-n", namespace)
     assert not pod["metadata"].get("deletionTimestamp") and pod["status"]["phase"] == "Running", "the budget kept rank 3 running"
-    assert _disruption_target(pod) is None, f"rank 3 runs on, marked for a teardown it was refused: {_disruption_target(pod)}"
+    assert not _condition(pod, keys.DISRUPTION_TARGET), f"rank 3 runs on, marked for a teardown it was refused: {pod['status']}"
     cluster.kubectl("delete", "pdb", "rank-3", "-n", namespace)
     wait_for(
         lambda: (p := cluster.get("pod", protected, "-n", namespace, "--ignore-not-found")) == {} or p["metadata"].get("deletionTimestamp"),
@@ -158,11 +158,7 @@ def test_a_member_whose_eviction_is_refused_is_not_marked_and_the_teardown_finis
     )
     marked = cluster.get("pod", protected, "-n", namespace, "--ignore-not-found")
     if marked:
-        assert (_disruption_target(marked) or {}).get("reason") in ("GangDisrupted", "EvictionByEvictionAPI"), marked["status"]
-
-
-def _condition(pod_group: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+        assert _condition(marked, keys.DISRUPTION_TARGET).get("reason") in ("GangDisrupted", "EvictionByEvictionAPI"), marked["status"]
 
 
 @pytest.mark.parametrize("code", [429, 503])
@@ -218,18 +214,16 @@ def test_members_a_raised_min_count_adds_are_released_together(cluster: Cluster,
     grow = {"metadata": {"annotations": {keys.MIN_COUNT: "4"}}, "spec": {"parallelism": 4, "completions": 4}}
     cluster.kubectl("patch", "job", "grow", "-n", namespace, "--type=merge", "-p", json.dumps(grow))
     wait_for(lambda: len(_pods(cluster, namespace, "grow")) == 4, "the Job created 2 more ranks")
-    wait_for(lambda: inputs_min_count(_pod_group(cluster, namespace, "grow")) == 4, "the PodGroup's minCount raised to 4")
+    wait_for(
+        lambda: _pod_group(cluster, namespace, "grow")["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4,
+        "the PodGroup's minCount raised to 4",
+    )
     time.sleep(4)  # many cycles: the one rank that fits would have gone by now
     pods = _pods(cluster, namespace, "grow")
     released = [p for p in pods if not faultcheck.gated(p)]
     assert len(released) == 2, f"no new rank released alone below minCount 4: {[p['metadata']['name'] for p in released]}"
     cluster.kubectl("delete", "pod", blockers[0], "-n", namespace, "--wait=false")
     wait_for(lambda: len(_running(_pods(cluster, namespace, "grow"))) == 4, "both new ranks released together once both fit")
-
-
-def inputs_min_count(pod_group: dict[str, Any]) -> int | None:
-    gang = ((pod_group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
-    return gang.get("minCount")
 
 
 def test_a_disruption_budget_is_summed_over_the_victims_and_never_broken(cluster: Cluster, operator: Operator, namespace: str) -> None:
@@ -243,23 +237,11 @@ def test_a_disruption_budget_is_summed_over_the_victims_and_never_broken(cluster
             spec = {**one_gpu_pod_spec(), "priorityClassName": low}
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"low-{i}", "labels": {"app": "low"}}, "spec": spec}
             cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(pod))
-        budget = {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": {"name": "low"},
-            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "low"}}},
-        }
-        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(budget))
-        wait_for(lambda: cluster.get("pdb", "low", "-n", namespace).get("status", {}).get("disruptionsAllowed") == 2, "the budget allows 2")
+        _budget(cluster, namespace, "low", 2, {"app": "low"})
+        wait_for(lambda: cluster.get("pdb", "low", "-n", namespace)["status"].get("disruptionsAllowed") == 2, "the budget allows 2")
         cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("urgent", 6, priority_class=urgent)))
-        refused = wait_for(
-            lambda: (
-                "PodDisruptionBudget"
-                in (c := _condition(_pod_group(cluster, namespace, "urgent"), keys.INITIALLY_SCHEDULED)).get("message", "")
-                and c
-            ),
-            "the gang told which budget stops its preemption",
-            timeout=30,
+        refused = _saying(
+            cluster, namespace, "urgent", keys.INITIALLY_SCHEDULED, "PodDisruptionBudget", "the gang told which budget stops it", 30
         )
         assert f"{namespace}/low (allows 2)" in refused["message"], refused
         time.sleep(2)

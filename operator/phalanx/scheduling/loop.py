@@ -586,9 +586,9 @@ class SchedulingLoop:
         a victim would; one of the preemptor's priority or above keeps it, and the preemption may give up."""
         members = {p["metadata"]["uid"] for p in self._pods_of.get(pod_group["metadata"]["uid"], [])}
         priority = self._priority(pod_group)
-        pods = {p["metadata"]["uid"]: p for p in self.view.pods.items()}
         for claim in nomination_intruders(nomination, self.view.claims.items(), members):
-            users = [pods[r["uid"]] for r in claim["status"]["reservedFor"] if r["uid"] in pods]
+            reserved = [(self.view.pods.get(_ns(claim), r["name"]), r["uid"]) for r in claim["status"]["reservedFor"]]
+            users = [p for p, uid in reserved if p is not None and p["metadata"]["uid"] == uid]
             if users and all(int(p["spec"].get("priority") or 0) < priority for p in users):
                 taken = sorted(set(inputs.nominated_devices(nomination)) & set(inputs.consuming_ids(claim) or ()))
                 why = f"it took device {'/'.join(taken[0])}, held for gang {_ns(pod_group)}/{_name(pod_group)} (priority {priority})"
