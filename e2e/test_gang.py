@@ -63,8 +63,13 @@ def _example_2(cluster: Cluster, namespace: str) -> None:
     assert shortage == "minCount 4: 2 of 4 members fit; short 2 x gpu.example.com (2 free of 6); 1 node(s) had untolerated taint(s)"
     assert preemption.startswith("no lower-priority victims"), "train-a has train-b's priority: nothing to preempt, and it says so"
 
-    a, b = _pods(cluster, namespace, "train-a"), _pods(cluster, namespace, "train-b")
-    assert [p["status"]["phase"] for p in a] == ["Running"] * RANKS
+    # bound is not yet running where containers start for real (real nodes, Kind): wait for the containers
+    a = wait_for(
+        lambda: (pods := _pods(cluster, namespace, "train-a")) and all(p["status"]["phase"] == "Running" for p in pods) and pods,
+        "train-a's ranks running",
+    )
+    b = _pods(cluster, namespace, "train-b")
+    assert len(a) == RANKS
     assert len(b) == RANKS and all(_gated(p) and "nodeName" not in p["spec"] for p in b)
     held = _held(cluster)
     assert len(held) == len(set(held)) == 4, "4 GPUs held, 2 free, none twice"

@@ -60,6 +60,12 @@ def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
     up.add_argument("--workers", type=int, default=3, help="worker nodes (default 3)")
     up.add_argument("--gpus-per-worker", type=int, default=2, help="GPUs per worker (default 2)")
     up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        help="nodes that run containers (kubelet, containerd, runc; root), beside the kwok workers, each with the same GPUs (default 0)",
+    )
+    up.add_argument(
         "--driver",
         choices=["auto", "dra-example-driver", "fakegpu"],
         default="auto",
@@ -74,6 +80,13 @@ def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
     up.add_argument("--no-operator", action="store_true", help="do not start the operator (the CRDs are not installed either)")
     up.add_argument("--repo", type=Path, default=DEFAULT_REPO, help=f"checkout holding crds/ and manifests/ (default {DEFAULT_REPO})")
     up.set_defaults(func=_cluster_up)
+    install = cluster_commands.add_parser(
+        "install",
+        help="install the operator as a user does, on the cluster's real nodes: its image built and loaded here, `kubectl apply -k e2e/install`",
+    )
+    _add_name(install)
+    install.add_argument("--repo", type=Path, default=DEFAULT_REPO, help=f"checkout to build the image from (default {DEFAULT_REPO})")
+    install.set_defaults(func=_cluster_install)
     down = cluster_commands.add_parser("down", help="stop the operator, the driver and the cluster, and delete its state")
     _add_name(down)
     down.set_defaults(func=_cluster_down)
@@ -276,6 +289,7 @@ def _cluster_up(args: argparse.Namespace) -> int:
         name=args.name,
         workers=args.workers,
         gpus_per_worker=args.gpus_per_worker,
+        real_nodes=args.real_nodes,
         upstream_gang=args.upstream_gang,
         driver=None if args.driver == "auto" else args.driver,
     )
@@ -310,6 +324,15 @@ def start_cluster(cluster: LocalCluster, *, operator: bool, repo: Path, export: 
     if export:
         print(f"export KUBECONFIG={cluster.kubeconfig}")
     return started
+
+
+def _cluster_install(args: argparse.Namespace) -> int:
+    from phalanx.localcluster import deployed
+
+    cluster = _existing(args.name)
+    deployed.install(cluster, args.repo)
+    _say(f"operator installed from {args.repo / deployed.OVERLAY}: 2 replicas Ready in {deployed.NAMESPACE}, one leading")
+    return 0
 
 
 def _cluster_down(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ import socket
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +121,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     memo.watches = await preflight.api_client()
     memo.view = ClusterView(memo.kube, memo.watches)
     await memo.view.start()
-    identity = cfg.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-    memo.elector = lease.Elector(memo.kube, cfg.namespace, cfg.lease_name, identity, cfg.lease_timing)
+    memo.elector = lease.Elector(memo.kube, cfg.namespace, cfg.lease_name, cfg.identity, cfg.lease_timing)
     memo.loop_task = asyncio.create_task(memo.elector.run(lambda: _lead(memo, logger)), name="leader-election")
     memo.loop_task.add_done_callback(_stop_unless_cancelled)
     if cfg.readiness:
@@ -206,4 +205,7 @@ def run(cfg: OperatorConfig) -> None:
     # the event loop (webhooks, probes, watches) waits that long at every wake-up. A shorter turn bounds the wait.
     sys.setswitchinterval(PLANNER_GIL_TURN)
     asyncio.run(preflight.run())
-    kopf.run(clusterwide=True, standalone=True, memo=kopf.Memo(config=cfg), liveness_endpoint=cfg.liveness)
+    # Kopf would otherwise name itself from the user name, which a non-root uid without a passwd entry (the image's
+    # 65532, as in distroless images) does not have: getpwuid() raises and the operator never starts.
+    cfg = replace(cfg, identity=cfg.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
+    kopf.run(clusterwide=True, standalone=True, memo=kopf.Memo(config=cfg), liveness_endpoint=cfg.liveness, identity=cfg.identity)

@@ -13,6 +13,7 @@ import json
 import ssl
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,12 +35,14 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 class FlakyLifts:
-    """Answers the first `times` gate lifts of each pod of an Indexed Job whose index is in `indexes` with `code`."""
+    """Answers the first `times` gate lifts of each pod of an Indexed Job whose index is in `indexes` with `code`,
+    `delay` seconds after deciding to (an overloaded server is slow to say so, too)."""
 
-    def __init__(self, code: int, times: int, indexes: set[str]) -> None:
+    def __init__(self, code: int, times: int, indexes: set[str], *, delay: float = 0.0) -> None:
         self.code = code
         self.times = times
         self.indexes = indexes
+        self.delay = delay
         self.answered: Counter[str] = Counter()
         """Pod name -> transient answers sent so far."""
         self.lock = threading.Lock()
@@ -49,10 +52,13 @@ class FlakyLifts:
         name, index = meta.get("name", ""), (meta.get("annotations") or {}).get(INDEX)
         lift = _gated(request.get("oldObject")) and not _gated(request.get("object"))
         with self.lock:
-            if lift and index in self.indexes and self.answered[name] < self.times:
+            refuse = lift and index in self.indexes and self.answered[name] < self.times
+            if refuse:
                 self.answered[name] += 1
-                return {"uid": request["uid"], "allowed": False, "status": {"code": self.code, "message": "injected transient answer"}}
-        return {"uid": request["uid"], "allowed": True}
+        if not refuse:
+            return {"uid": request["uid"], "allowed": True}
+        time.sleep(self.delay)
+        return {"uid": request["uid"], "allowed": False, "status": {"code": self.code, "message": "injected transient answer"}}
 
 
 @contextmanager

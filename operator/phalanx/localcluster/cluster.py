@@ -28,11 +28,12 @@ from typing import Any, Literal
 import yaml
 from kubernetes_asyncio import client, config
 
-from phalanx.localcluster import dradriver, fakegpu
+from phalanx.localcluster import dradriver, fakegpu, realnodes
 
 KUBE_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+CONTAINERD_VERSION = "v2.4.2"
 HERE = Path(__file__).parent
 UPSTREAM_GANG_GATES = "GenericWorkload=true,WorkloadWithJob=true,DRAWorkloadResourceClaims=true"
 UPSTREAM_GANG_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
@@ -53,6 +54,9 @@ class ClusterSpec:
     `driver` says who publishes the ResourceSlices: dra-example-driver's own
     plugin (the default up to MAX_DRIVER_WORKERS workers) or the `fakegpu`
     stand-in (the default beyond, for simulated clusters of hundreds of nodes).
+    `real_nodes` adds nodes with a kubelet and containerd that run containers
+    (`realnodes`), each with the same GPUs from the driver's plugin, beside the
+    `workers` kwok nodes; they need root.
     """
 
     name: str = "phalanx"
@@ -62,10 +66,11 @@ class ClusterSpec:
     upstream_gang: bool = False
     node_shape: fakegpu.NodeShape = field(default_factory=fakegpu.NodeShape)
     driver: SliceSource | None = None
+    real_nodes: int = 0
 
     @property
     def node_count(self) -> int:
-        return self.workers + (1 if self.control_plane_node else 0)
+        return self.workers + self.real_nodes + (1 if self.control_plane_node else 0)
 
     @property
     def slice_source(self) -> SliceSource:
@@ -74,12 +79,14 @@ class ClusterSpec:
         return "dra-example-driver" if self.workers <= MAX_DRIVER_WORKERS else "fakegpu"
 
 
-def build_binaries() -> Path:
+def build_binaries(*, real_nodes: bool = False) -> Path:
     """Build (once; cached by version) and return the directory of the control-plane binaries.
 
-    The same step builds dra-example-driver's kubelet plugin, beside them (`driver_binary`).
+    The same step builds dra-example-driver's kubelet plugin, beside them (`driver_binary`), and with
+    `real_nodes` the kubelet and containerd (`node_binaries`).
     """
     env = dict(os.environ, KUBE_VERSION=KUBE_VERSION, ETCD_VERSION=ETCD_VERSION, KWOK_VERSION=KWOK_VERSION)
+    env.update(CONTAINERD_VERSION=CONTAINERD_VERSION, PHALANX_REAL_NODES="1" if real_nodes else "0")
     # the interpreter running Phalanx has pip (its venv's), which installs a Go toolchain where the machine has none
     env.update(DRA_DRIVER_VERSION=dradriver.VERSION, PHALANX_CACHE=str(cache_dir()), PYTHON=sys.executable)
     out = subprocess.run(["bash", str(HERE / "build-kube.sh")], env=env, check=True, stdout=subprocess.PIPE, text=True)
@@ -89,6 +96,11 @@ def build_binaries() -> Path:
 def driver_binary() -> Path:
     build_binaries()
     return cache_dir() / "bin" / f"dra-example-driver-{dradriver.VERSION}" / dradriver.BINARY
+
+
+def node_binaries() -> Path:
+    """containerd, its runc shim and ctr (the kubelet is with the control plane's binaries)."""
+    return cache_dir() / "bin" / f"containerd-{CONTAINERD_VERSION}"
 
 
 class LocalCluster:
@@ -108,7 +120,7 @@ class LocalCluster:
         return self.cluster_dir / "kubeconfig.yaml"
 
     def _env(self) -> dict[str, str]:
-        bin_dir = self.bin_dir or build_binaries()
+        bin_dir = self.bin_dir or build_binaries(real_nodes=self.spec.real_nodes > 0)
         self.bin_dir = bin_dir
         env = dict(os.environ)
         env.update(
@@ -143,6 +155,7 @@ class LocalCluster:
         env = self._env()
         started = time.monotonic()
         dradriver.stop(self.kubeconfig)
+        realnodes.stop_all(self.cluster_dir)
         if self.exists():
             self._kwokctl(env, "delete", "cluster")
         args = [
@@ -180,6 +193,7 @@ class LocalCluster:
         self.stop_driver()
         if not self.cluster_dir.exists():
             return
+        realnodes.stop_all(self.cluster_dir)
         self._kwokctl(self._env(), "delete", "cluster")
         shutil.rmtree(self.cluster_dir, ignore_errors=True)
 
@@ -290,9 +304,37 @@ class LocalCluster:
                 await fakegpu.publish_slices(api, workers, spec.gpus_per_worker)
             elif spec.gpus_per_worker > 0:
                 dradriver.start(driver_binary(), self.cluster_dir, self.kubeconfig, workers, spec.gpus_per_worker)
+            real = self.start_real_nodes() if spec.real_nodes else []
             await _wait_nodes_ready(client.CoreV1Api(api), spec.node_count)
             if spec.gpus_per_worker > 0:
-                await self._wait_slices(client.ResourceV1Api(api), sorted(workers))
+                await self._wait_slices(client.ResourceV1Api(api), sorted([*workers, *(n.name for n in real)]))
+
+    def start_real_nodes(self) -> list[realnodes.RealNode]:
+        """The kubelets, and on each the driver's plugin where the kubelet looks for it and containerd reads its CDI specs."""
+        nodes = realnodes.start(
+            self.spec.name,
+            self.cluster_dir,
+            self.kubeconfig,
+            self.api_port,
+            self.spec.real_nodes,
+            bins=self.bin_dir or build_binaries(real_nodes=True),
+            node_bins=node_binaries(),
+        )
+        if self.spec.gpus_per_worker > 0:
+            dradriver.start(
+                driver_binary(),
+                self.cluster_dir,
+                self.kubeconfig,
+                [n.name for n in nodes],
+                self.spec.gpus_per_worker,
+                kubelet={n.name: n for n in nodes},
+            )
+        return nodes
+
+    @property
+    def api_port(self) -> int:
+        server = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        return int(server.rsplit(":", 1)[1])
 
     async def _wait_slices(self, resource: client.ResourceV1Api, workers: list[str], timeout: float = 120) -> None:
         """Every worker's pool published whole; a plugin that died is reported with its log, not waited for."""

@@ -1,9 +1,11 @@
 """The real dra-example-driver on kwok nodes: one kubelet plugin process per worker.
 
 The plugin publishes its node's ResourceSlice through the API server at
-start-up, the way it does on a real node; it needs no kubelet for that. No
-kubelet ever calls its sockets either, so NodePrepareResources (CDI specs,
-checkpoints) never runs here: that side is exercised only by the Kind path.
+start-up, the way it does on a real node; it needs no kubelet for that. On a
+kwok node no kubelet ever calls its sockets; on a real node (`realnodes`) the
+plugin's sockets are where that node's kubelet looks for them, and its CDI
+specs where that node's containerd reads them, so NodePrepareResources runs
+and the containers see their devices.
 
 Processes are found through /proc by the cluster's kubeconfig in their
 environment, not by pid files, so `stop` works from any later process
@@ -17,9 +19,9 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 DRIVER = "gpu.example.com"
 DEVICE_CLASS = "gpu.example.com"
@@ -39,17 +41,28 @@ def device_class() -> dict[str, Any]:
     }
 
 
+class Kubelet(Protocol):
+    """Where a real node's kubelet looks for plugins and its containerd for CDI specs."""
+
+    @property
+    def plugins(self) -> Path: ...
+    @property
+    def plugins_registry(self) -> Path: ...
+    @property
+    def cdi_dir(self) -> Path: ...
+
+
 def node_dir(cluster_dir: Path, node: str) -> Path:
     return cluster_dir / "dra" / node
 
 
-def plugin_env(cluster_dir: Path, kubeconfig: Path, node: str, devices: int) -> dict[str, str]:
+def plugin_env(cluster_dir: Path, kubeconfig: Path, node: str, devices: int, kubelet: Kubelet | None = None) -> dict[str, str]:
     """What the chart's DaemonSet sets, with per-node directories instead of the host's /var/lib/kubelet.
 
     Health and metrics ports stay off (-1) so plugins never compete for a port.
     """
     base = node_dir(cluster_dir, node)
-    return {
+    env = {
         "NODE_NAME": node,
         "NUM_DEVICES": str(devices),
         "KUBECONFIG": str(kubeconfig),
@@ -61,14 +74,24 @@ def plugin_env(cluster_dir: Path, kubeconfig: Path, node: str, devices: int) -> 
         "HEALTHCHECK_PORT": "-1",
         "METRICS_PORT": "-1",
     }
+    if kubelet is not None:
+        env.update(
+            CDI_ROOT=str(kubelet.cdi_dir),
+            KUBELET_PLUGINS_DIRECTORY_PATH=str(kubelet.plugins),
+            KUBELET_REGISTRAR_DIRECTORY_PATH=str(kubelet.plugins_registry),
+        )
+    return env
 
 
-def start(binary: Path, cluster_dir: Path, kubeconfig: Path, nodes: Iterable[str], devices: int) -> dict[str, int]:
+def start(
+    binary: Path, cluster_dir: Path, kubeconfig: Path, nodes: Iterable[str], devices: int, kubelet: Mapping[str, Kubelet] | None = None
+) -> dict[str, int]:
     """Start one plugin per node, each in its own process group, logging to dra/<node>/plugin.log; return pids.
 
     Every socket path is checked first: the plugin would fail only once it binds, with a less helpful error.
     """
-    envs = {node: plugin_env(cluster_dir, kubeconfig, node, devices) for node in nodes}
+    kubelet = kubelet or {}
+    envs = {node: plugin_env(cluster_dir, kubeconfig, node, devices, kubelet.get(node)) for node in nodes}
     for env in envs.values():
         for sock in (
             Path(env["KUBELET_REGISTRAR_DIRECTORY_PATH"]) / f"{DRIVER}-reg.sock",
@@ -81,6 +104,7 @@ def start(binary: Path, cluster_dir: Path, kubeconfig: Path, nodes: Iterable[str
     pids = {}
     for node, env in envs.items():
         Path(env["KUBELET_REGISTRAR_DIRECTORY_PATH"]).mkdir(parents=True, exist_ok=True)
+        node_dir(cluster_dir, node).mkdir(parents=True, exist_ok=True)
         log = node_dir(cluster_dir, node) / "plugin.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(

@@ -1,0 +1,1 @@
+"""Phalanx's API: the CRD models and the gang intent a Job carries."""

@@ -1,0 +1,68 @@
+"""Every string key Phalanx reads or writes on Kubernetes objects, spelled once.
+
+Labels, annotations, the scheduling gate, finalizers, condition types and
+reasons, field managers: any module that needs one imports it from here.
+"""
+
+from __future__ import annotations
+
+GROUP = "scheduling.phalanx.dev"
+VERSION = "v1beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+ANNOTATION_PREFIX = f"{GROUP}/"
+
+# Job annotations: the portable spelling of the gang intent (see api.intent).
+POLICY = f"{GROUP}/policy"
+MIN_COUNT = f"{GROUP}/min-count"
+DISRUPTION_MODE = f"{GROUP}/disruption-mode"
+TOPOLOGY_KEY = f"{GROUP}/topology-key"
+INTENT_ANNOTATIONS = (POLICY, MIN_COUNT, DISRUPTION_MODE, TOPOLOGY_KEY)
+"""The only ANNOTATION_PREFIX keys a Job may carry: Phalanx writes no other onto Jobs, and admission refuses the rest (a typo would run the Job ungated)."""
+
+SCHEDULING_GATE = f"{GROUP}/gang"
+"""The gate on every gang pod; only Phalanx lifts it, once the whole group is reserved."""
+
+TEMPLATE_LABEL = f"{GROUP}/pod-group-template"
+"""On pods: the PodGroup template they belong to (the Job's name is all admission knows; absent with generateName)."""
+
+PINNED_NODE = f"{GROUP}/node"
+"""On pods Phalanx pinned: the node, so a pinned but not yet bound pod is counted there."""
+
+EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
+"""Upstream's annotation (value "true") on the claim kube-scheduler creates for a pod's extended resources a DeviceClass serves."""
+
+JOB_NAME_LABEL = f"{GROUP}/job-name"
+"""On Workloads and PodGroups: the Job they were made for."""
+
+POLICY_LABEL = f"{GROUP}/policy"
+"""On Workloads and PodGroups: `Gang` or `Basic`, for the POLICY printer column."""
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGER_NAME = "phalanx"
+"""On objects Phalanx creates for itself (DeviceTaintRules), so a restart finds them."""
+
+HELD_TAINT = f"{GROUP}/held"
+"""Device taint (NoSchedule) on a device kube-scheduler lost track of after a double allocation was repaired."""
+HELD_DEVICE_ANNOTATION = f"{GROUP}/device"
+"""On such a DeviceTaintRule: the device, as driver/pool/device."""
+TAINT_PURPOSE_LABEL = f"{GROUP}/purpose"
+"""On such a DeviceTaintRule: why the device is kept (double-allocated, nominated)."""
+
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+"""Set by the Job controller on every pod it creates."""
+
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+"""The finalizer kube-scheduler puts on a claim it allocates; we do the same."""
+
+# PodGroup conditions.
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+"""Upstream's: True (terminal) once minCount members are bound."""
+DISRUPTION_TARGET = "DisruptionTarget"
+"""On a PodGroup: a member was lost (True); on a pod, as upstream: it is being taken down (our reasons, or the API server's)."""
+GATED = "PodsGated"
+"""Ours: whether the Job's pods carry the gate (False: admitted without the webhook)."""
+
+# Field managers, one per writer of PodGroup status, so server-side apply keeps each one's conditions.
+JOB_CONTROLLER = "phalanx-job-controller"
+SCHEDULING_LOOP = "phalanx-release-loop"

@@ -1,0 +1,125 @@
+"""The Job controller: every gang Job gets its Workload and PodGroup, and keeps them in step.
+
+Level-triggered on every Job event and idempotent, so a restart, a missed
+event or a retry converges on the same objects. Kopf's persistence is not
+used: nothing of Kopf's is written onto users' Jobs or Pods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from phalanx.api import keys
+from phalanx.api.intent import GangSpecError
+from phalanx.jobs import objects
+from phalanx.kube.client import ApiError, Kube, custom_path
+from phalanx.scheduling import conditions
+
+NOT_GATED_MESSAGE = (
+    "the Job's pod template lacks the scheduling gate {gate}: it was admitted without Phalanx's webhook "
+    "(webhook not installed, namespace excluded, or bypassed), so its pods are scheduled one by one and may "
+    "deadlock; delete and recreate the Job to get gang scheduling"
+)
+
+
+def _is_gang_job(annotations: Any, **_: Any) -> bool:
+    return any(k in (annotations or {}) for k in keys.INTENT_ANNOTATIONS)
+
+
+@kopf.on.event("batch", "v1", "jobs", when=_is_gang_job)
+async def job_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    if not memo.elector.leading:
+        return  # a standby: the leader reconciles, and resyncs every Job when this replica takes over
+    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+        return  # ownerReferences hand the Workload and PodGroup to the garbage collector
+    job = dict(body)
+    try:
+        source = objects.from_job(job)
+    except GangSpecError as exc:
+        await memo.kube.event(_job_ref(job), type_="Warning", reason="InvalidGangSpec", message=str(exc))
+        return
+    if source is not None:
+        await reconcile(memo.kube, job, source, logger)
+
+
+async def resync(kube: Kube, logger: Any) -> int:
+    """Reconcile every gang Job once, as a new leader: events that arrived while this replica stood by were dropped."""
+    done = 0
+    async for page in kube.pages("/apis/batch/v1/jobs"):
+        for job in page.get("items") or []:
+            if not _is_gang_job(job["metadata"].get("annotations")) or job["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                source = objects.from_job(job)
+                if source is not None:
+                    await reconcile(kube, job, source, logger)
+                    done += 1
+            except (GangSpecError, ApiError) as exc:
+                logger.warning(f"resync of Job {job['metadata']['namespace']}/{job['metadata']['name']}: {exc}")
+    return done
+
+
+async def reconcile(kube: Kube, job: dict[str, Any], source: objects.GangSource, logger: Any) -> None:
+    """Ensure the Workload, then the PodGroup (which names it as owner), then their minCount and status."""
+    job_ref = _job_ref(job)
+    workload, created = await kube.create_custom("workloads", source.namespace, objects.workload(source).wire())
+    if created:
+        await kube.event(job_ref, type_="Normal", reason="WorkloadCreated", message=f"Created Workload {source.workload_name}")
+    elif patch := objects.min_count_patch(source, workload, workload_kind=True):
+        await kube.merge_patch(custom_path("workloads", source.namespace, source.workload_name), patch)
+    pod_group, created = await kube.create_custom(
+        "podgroups", source.namespace, objects.pod_group(source, workload["metadata"]["uid"]).wire()
+    )
+    if created:
+        await kube.event(
+            job_ref,
+            type_="Normal",
+            reason="PodGroupCreated",
+            message=f"Created PodGroup {source.pod_group_name} ({_policy_text(source)})",
+        )
+    elif patch := objects.min_count_patch(source, pod_group, workload_kind=False):
+        pod_group = await kube.merge_patch(custom_path("podgroups", source.namespace, source.pod_group_name), patch)
+        await kube.event(
+            job_ref, type_="Normal", reason="MinCountUpdated", message=f"minCount of {source.pod_group_name} is now {source.min_count}"
+        )
+    await _report_gating(kube, job_ref, source, pod_group, logger)
+
+
+async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.GangSource, pod_group: dict[str, Any], logger: Any) -> None:
+    """The PodsGated condition is this controller's; PodGroupInitiallyScheduled belongs to the release loop."""
+    wanted = gating_condition(source.gated, pod_group)
+    existing = (pod_group.get("status") or {}).get("conditions") or []
+    merged = conditions.merged(existing, wanted)
+    if merged is None:
+        return
+    (current,) = [c for c in merged if c["type"] == keys.GATED]
+    await kube.apply_status("PodGroup", source.namespace, source.pod_group_name, {"conditions": [current]}, keys.JOB_CONTROLLER)
+    if not source.gated:
+        logger.warning(f"gang Job {source.namespace}/{source.name} was admitted without its scheduling gate")
+        await kube.event(job_ref, type_="Warning", reason="GangNotEnforced", message=NOT_GATED_MESSAGE.format(gate=keys.SCHEDULING_GATE))
+
+
+def gating_condition(gated: bool, pod_group: dict[str, Any]) -> dict[str, Any]:
+    """PodsGated: True while the group waits behind the gate, False once the loop released it whole (or when the
+    template was never gated). Level-triggered: a group torn down and admitted again is gated again."""
+    generation = pod_group["metadata"].get("generation")
+    if not gated:
+        return conditions.condition(keys.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(gate=keys.SCHEDULING_GATE), generation)
+    scheduled = next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c.get("type") == keys.INITIALLY_SCHEDULED), {})
+    if scheduled.get("status") == "True" or scheduled.get("reason") == "Released":
+        message = f"the whole group was placed and {keys.SCHEDULING_GATE} lifted from its members; later members are released as they fit"
+        return conditions.condition(keys.GATED, False, "GatesLifted", message, generation)
+    message = f"pods are held by {keys.SCHEDULING_GATE} until the group can be placed"
+    return conditions.condition(keys.GATED, True, "Gated", message, generation)
+
+
+def _policy_text(source: objects.GangSource) -> str:
+    if source.intent.policy == "gang":
+        return f"gang, minCount {source.min_count}, disruptionMode {source.intent.disruption_mode or 'all'}"
+    return "basic"
+
+
+def _job_ref(job: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job["metadata"]}

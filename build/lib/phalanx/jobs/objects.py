@@ -1,0 +1,153 @@
+"""The Workload and PodGroup a gang Job gets, built as pure data from the Job.
+
+The Job is the adapter seam: another workload kind (JobSet, LeaderWorkerSet)
+would provide its own `GangSource` and reuse everything below it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.api import keys, naming, schema
+from phalanx.api.intent import GangIntent, from_annotations
+
+
+@dataclass(frozen=True)
+class GangSource:
+    """What Phalanx needs to know of a Job (or any other kind of gang owner)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    intent: GangIntent
+    parallelism: int | None
+    completions: int | None
+    priority_class_name: str | None
+    gated: bool
+
+    @property
+    def min_count(self) -> int:
+        return self.intent.min_count_for(self.parallelism, self.completions)
+
+    @property
+    def workload_name(self) -> str:
+        return naming.workload_name(self.name, self.uid)
+
+    @property
+    def template_name(self) -> str:
+        return naming.template_name(self.name)
+
+    @property
+    def pod_group_name(self) -> str:
+        return naming.pod_group_name(self.workload_name, self.template_name)
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid, "controller": True}
+
+
+def from_job(job: dict[str, Any]) -> GangSource | None:
+    """None for a Job that does not ask for gang scheduling. Raises GangSpecError on bad annotations."""
+    meta = job["metadata"]
+    intent = from_annotations(meta.get("annotations"))
+    if intent is None:
+        return None
+    spec = job.get("spec") or {}
+    pod_spec = (spec.get("template") or {}).get("spec") or {}
+    return GangSource(
+        api_version="batch/v1",
+        kind="Job",
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta["uid"],
+        intent=intent,
+        parallelism=spec.get("parallelism"),
+        completions=spec.get("completions"),
+        priority_class_name=pod_spec.get("priorityClassName"),
+        gated=any(g.get("name") == keys.SCHEDULING_GATE for g in pod_spec.get("schedulingGates") or []),
+    )
+
+
+def scheduling_policy(source: GangSource) -> schema.PodGroupSchedulingPolicy:
+    if source.intent.policy == "gang":
+        return schema.PodGroupSchedulingPolicy(gang=schema.GangSchedulingPolicy(min_count=source.min_count))
+    return schema.PodGroupSchedulingPolicy(basic=schema.Empty())
+
+
+def _disruption_mode(source: GangSource) -> schema.DisruptionMode:
+    mode = source.intent.disruption_mode or ("all" if source.intent.policy == "gang" else "single")
+    return schema.DisruptionMode(**{mode: schema.Empty()})
+
+
+def _constraints(source: GangSource) -> schema.PodGroupSchedulingConstraints | None:
+    if source.intent.topology_key is None:
+        return None
+    return schema.PodGroupSchedulingConstraints(topology=[schema.TopologyConstraint(key=source.intent.topology_key)])
+
+
+def _labels(source: GangSource) -> dict[str, str]:
+    return {keys.JOB_NAME_LABEL: source.name, keys.POLICY_LABEL: source.intent.policy.capitalize()}
+
+
+def workload(source: GangSource) -> schema.Workload:
+    return schema.Workload(
+        metadata=schema.ObjectMeta(
+            name=source.workload_name,
+            namespace=source.namespace,
+            labels=_labels(source),
+            ownerReferences=[source.owner_reference()],
+        ),
+        spec=schema.WorkloadSpec(
+            controller_ref=schema.TypedLocalObjectReference(api_group="batch", kind=source.kind, name=source.name),
+            pod_group_templates=[
+                schema.PodGroupTemplate(
+                    name=source.template_name,
+                    scheduling_policy=scheduling_policy(source),
+                    scheduling_constraints=_constraints(source),
+                    disruption_mode=_disruption_mode(source),
+                    priority_class_name=source.priority_class_name,
+                )
+            ],
+        ),
+    )
+
+
+def pod_group(source: GangSource, workload_uid: str) -> schema.PodGroup:
+    workload_owner = {
+        "apiVersion": schema.API_VERSION,
+        "kind": "Workload",
+        "name": source.workload_name,
+        "uid": workload_uid,
+    }
+    return schema.PodGroup(
+        metadata=schema.ObjectMeta(
+            name=source.pod_group_name,
+            namespace=source.namespace,
+            labels=_labels(source),
+            ownerReferences=[source.owner_reference(), workload_owner],
+        ),
+        spec=schema.PodGroupSpec(
+            workload_ref=schema.WorkloadReference(workload_name=source.workload_name, template_name=source.template_name),
+            scheduling_policy=scheduling_policy(source),
+            scheduling_constraints=_constraints(source),
+            disruption_mode=_disruption_mode(source),
+            priority_class_name=source.priority_class_name,
+        ),
+    )
+
+
+def min_count_patch(source: GangSource, current: dict[str, Any], *, workload_kind: bool) -> dict[str, Any] | None:
+    """The merge patch that carries a changed minCount, or None when it is already right."""
+    if source.intent.policy != "gang":
+        return None
+    if workload_kind:
+        templates = current["spec"]["podGroupTemplates"]
+        if templates[0]["schedulingPolicy"]["gang"]["minCount"] == source.min_count:
+            return None
+        updated = [dict(templates[0], schedulingPolicy={"gang": {"minCount": source.min_count}}), *templates[1:]]
+        return {"spec": {"podGroupTemplates": updated}}
+    if current["spec"]["schedulingPolicy"]["gang"]["minCount"] == source.min_count:
+        return None
+    return {"spec": {"schedulingPolicy": {"gang": {"minCount": source.min_count}}}}

@@ -1,0 +1,43 @@
+"""The Job admission webhooks, served by Kopf, decided by `phalanx.admission`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from phalanx.api.intent import GangSpecError
+from phalanx.jobs import admission
+from phalanx.jobs.webhook_config import MUTATE_ID, VALIDATE_ID
+
+
+@kopf.on.mutate("batch", "v1", "jobs", id=MUTATE_ID, operations=["CREATE", "UPDATE"])
+def mutate_job(body: Any, old: Any, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
+    try:
+        mutation = admission.mutate_job(
+            dict(body),
+            dict(old) if old is not None else None,
+            gang_default_mode=memo.config.gang_disruption_mode,
+            field_dropped=memo.config.job_scheduling_dropped,
+        )
+    except GangSpecError as exc:
+        raise kopf.AdmissionError(str(exc), code=exc.code) from None
+    _merge_into(patch, mutation.patch)
+    warnings.extend(mutation.warnings)
+
+
+@kopf.on.validate("batch", "v1", "jobs", id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
+def validate_job(body: Any, old: Any, **_: Any) -> None:
+    try:
+        admission.validate_job(dict(body), dict(old) if old is not None else None)
+    except GangSpecError as exc:
+        raise kopf.AdmissionError(str(exc), code=exc.code) from None
+
+
+def _merge_into(target: Any, source: dict[str, Any]) -> None:
+    for key, value in source.items():
+        if isinstance(value, dict):
+            target.setdefault(key, {})
+            _merge_into(target[key], value)
+        else:
+            target[key] = value

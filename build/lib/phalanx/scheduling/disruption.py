@@ -1,0 +1,104 @@
+"""Which members of a running group were lost, and why: the input of disruptionMode `all` and `single`.
+
+A member is a pod released in the group's current incarnation (the
+placements of its reservation record). It is lost when it was evicted,
+preempted (by Phalanx or by kube-scheduler), deleted, failed, or its node
+went away; a member that Succeeded finished its work and is not lost, nor is
+one removed after it Succeeded (PodGC, a cleanup), nor any member of a Job
+that has finished (its successPolicy deletes the rest). Pods of
+an earlier incarnation (failed and kept by the Job) are not members any more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.api import keys, schema
+
+
+@dataclass(frozen=True)
+class Loss:
+    name: str
+    uid: str
+    cause: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cause})"
+
+
+def _disruption_reason(pod: Mapping[str, Any]) -> str | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == keys.DISRUPTION_TARGET and cond.get("status") == "True":
+            return cond.get("reason") or "disrupted"
+    return None
+
+
+def _exit(pod: Mapping[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode"):
+            return f"failed: container {status['name']} exited {terminated['exitCode']}"
+    return "failed"
+
+
+def cause(pod: Mapping[str, Any] | None, nodes: set[str], finished: bool = False) -> str | None:
+    """Why this member is lost, or None while it runs (or after it Succeeded, even once its pod is removed)."""
+    if pod is None:
+        return None if finished else "deleted"
+    phase = (pod.get("status") or {}).get("phase")
+    if phase == "Succeeded":
+        return None
+    disrupted = _disruption_reason(pod)
+    if phase == "Failed":
+        return disrupted or _exit(pod)
+    if pod["metadata"].get("deletionTimestamp"):
+        return disrupted or "deleted"
+    node = pod["spec"].get("nodeName")
+    if node and node not in nodes:
+        return f"node {node} is gone"
+    return None
+
+
+def losses(
+    reservation: schema.Reservation, pods: Iterable[Mapping[str, Any]], nodes: Iterable[str], finished: Container[str] = ()
+) -> list[Loss]:
+    """Members of this incarnation that are lost, in placement order; `finished`: uids of pods that Succeeded and went."""
+    by_uid = {p["metadata"]["uid"]: p for p in pods}
+    node_names = set(nodes)
+    out = []
+    for placement in reservation.placements:
+        why = cause(by_uid.get(placement.uid), node_names, placement.uid in finished)
+        if why is not None:
+            out.append(Loss(placement.name, placement.uid, why))
+    return out
+
+
+def finished(reservation: schema.Reservation, pods: Iterable[Mapping[str, Any]], gone: Container[str] = ()) -> int:
+    """Members of this incarnation that Succeeded, their pods still there or removed since (`gone`): done, not missing."""
+    succeeded = {p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
+    return sum(1 for p in reservation.placements if p.uid in succeeded or p.uid in gone)
+
+
+def current(
+    record: schema.Reservation, pods: Iterable[Mapping[str, Any]], claims: Container[str], gone: Container[str] = ()
+) -> schema.Reservation:
+    """The record cut to the members still in this incarnation, when late members join it.
+
+    A member that stopped before finishing (gone, or Failed) had its loss reported when it happened and is replaced
+    by the member joining now; its entries go, with every claim that no longer exists (by uid), so a long-running
+    Job's record stays the size of its gang instead of growing with every replacement until its writes fail."""
+    by_uid = {p["metadata"]["uid"]: p for p in pods}
+
+    def stays(uid: str) -> bool:
+        pod = by_uid.get(uid)
+        return uid in gone if pod is None else (pod.get("status") or {}).get("phase") != "Failed"
+
+    return record.model_copy(
+        update={
+            "placements": [p for p in record.placements if stays(p.uid)],
+            "claims": [c for c in record.claims if c.uid in claims],
+            "planned": [p for p in record.planned or () if stays(p.uid)] or None,
+        }
+    )

@@ -1,0 +1,505 @@
+"""Why a gang is where it is: pure, from one list of each kind of object, in the operator's own terms.
+
+`explain` builds the snapshot and the group with `scheduling.inputs` and asks
+the planner (`plan`, then `plan_preemption` as a dry run) exactly what the
+scheduling loop would ask on the same objects, so the answer is the loop's
+decision, not a second opinion. `text` renders it for a person, `as_json`
+for tools. Reading the objects is `phalanx.explain`'s job; nothing here reads
+the API, writes, or looks at the clock (`now` is passed in).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from phalanx.api import keys
+from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
+from phalanx.planner import nodes as nodefilter
+from phalanx.planner import pods as podrules
+from phalanx.planner.devices import SelectorFailed
+from phalanx.planner.model import Device, Group, Snapshot
+from phalanx.scheduling import disruption, inputs, quorum, victims
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Objects:
+    """One list of each kind the operator reads, plus the namespace's Events."""
+
+    nodes: Sequence[JSON] = ()
+    pods: Sequence[JSON] = ()
+    slices: Sequence[JSON] = ()
+    claims: Sequence[JSON] = ()
+    classes: Sequence[JSON] = ()
+    priorities: Sequence[JSON] = ()
+    podgroups: Sequence[JSON] = ()
+    budgets: Sequence[JSON] = ()
+    taint_rules: Sequence[JSON] = ()
+    events: Sequence[JSON] = ()
+
+
+@dataclass(frozen=True)
+class MemberRow:
+    name: str
+    state: str
+    node: str | None
+    devices: tuple[str, ...]
+    """pool/device of each device its claims hold."""
+
+
+@dataclass(frozen=True)
+class ShortRow:
+    resource: str
+    needed: int
+    free: int
+    total: int
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    excluded_by: str | None
+    """The filter that keeps the group's members off this node (the scheduler's words), or None."""
+    free: Mapping[str, str]
+    """What the members request, free on this node."""
+    devices_free: int
+    devices: int
+    """Node-local devices of the classes the members' claims ask for: free, and in all."""
+
+
+@dataclass(frozen=True)
+class VictimRow:
+    victim: str
+    priority: int
+    pods: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """The planner's answer for the members waiting now."""
+
+    fits: bool
+    fit: int
+    members: int
+    min_count: int
+    message: str
+    shortages: tuple[ShortRow, ...] = ()
+    blocked: tuple[tuple[str, int], ...] = ()
+    unmodelled: tuple[str, ...] = ()
+    placements: tuple[tuple[str, str], ...] = ()
+    nodes: tuple[NodeRow, ...] = ()
+    network_devices_free: int = 0
+    network_devices: int = 0
+
+
+@dataclass(frozen=True)
+class PreemptionView:
+    """What preemption would take (a dry run of the loop's search), or why it cannot help, or the one under way."""
+
+    under_way: bool
+    victims: tuple[VictimRow, ...] = ()
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ConditionRow:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class EventRow:
+    age: str
+    type: str
+    reason: str
+    object: str
+    message: str
+
+
+@dataclass(frozen=True)
+class LossRow:
+    member: str
+    cause: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    namespace: str
+    job: str
+    pod_group: str
+    state: str
+    """Waiting (quorum not there), Pending, Preempting, Releasing, Running, Disrupted."""
+    summary: str
+    min_count: int
+    members: int
+    bound: int
+    priority: int
+    disruption_mode: str
+    devices_below_min_count: int
+    """What this group adds to phalanx_incomplete_group_devices."""
+    plan: PlanView | None = None
+    preemption: PreemptionView | None = None
+    losses: tuple[LossRow, ...] = ()
+    member_rows: tuple[MemberRow, ...] = ()
+    conditions: tuple[ConditionRow, ...] = ()
+    events: tuple[EventRow, ...] = field(default_factory=tuple)
+
+
+class NotFoundError(LookupError):
+    """No PodGroup for the Job the user named."""
+
+
+def find_pod_group(objects: Objects, namespace: str, job: str) -> JSON:
+    """The PodGroup of Job `job` (by the Job-name label Phalanx sets), or the PodGroup named `job`."""
+    mine = [g for g in objects.podgroups if g["metadata"]["namespace"] == namespace]
+    found = [g for g in mine if (g["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL) == job]
+    found = found or [g for g in mine if g["metadata"]["name"] == job]
+    if not found:
+        raise NotFoundError(
+            f"no PodGroup for Job {job!r} in namespace {namespace!r}: is it a gang Job "
+            f"(spec.scheduling or the {keys.MIN_COUNT} annotation), and is the namespace right (-n)?"
+        )
+    return max(found, key=lambda g: g["metadata"].get("creationTimestamp", ""))
+
+
+def _member_order(pod: Mapping[str, Any]) -> tuple[int, str, str]:
+    """By completion index, then oldest first: a replacement follows the member it replaces."""
+    index = (pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", "")
+    meta = pod["metadata"]
+    return (int(index) if index.isdigit() else 1 << 30, meta.get("creationTimestamp", ""), meta["name"])
+
+
+def _condition_order(condition: Mapping[str, Any]) -> tuple[int, str]:
+    """A gang's life in order (gated, scheduled, disrupted), whoever wrote its condition first."""
+    known = (keys.GATED, keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
+    return (known.index(condition["type"]) if condition["type"] in known else len(known), condition["type"])
+
+
+def _condition(pod_group: Mapping[str, Any], type_: str) -> JSON | None:
+    return next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+
+
+def _state(pod: Mapping[str, Any]) -> str:
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    if pod["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    if phase in ("Succeeded", "Failed"):
+        return phase
+    if inputs.gated(pod):
+        return "Gated"
+    if pod["spec"].get("nodeName"):
+        return phase
+    return "Released" if inputs.placed_on(pod) else phase
+
+
+def _devices(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], JSON]) -> tuple[str, ...]:
+    out = []
+    for name in inputs.holding_claim_names(pod):
+        claim = claims.get((pod["metadata"]["namespace"], name))
+        out += [f"{pool}/{device}" for _, pool, device in inputs.allocated_ids(claim or {}) or ()]
+    return tuple(out)
+
+
+def _amount(resource: str, value: int) -> str:
+    if resource == "cpu":
+        return f"{value}m"
+    if value and value % 2**30 == 0:
+        return f"{value // 2**30}Gi"
+    if value and value % 2**20 == 0:
+        return f"{value // 2**20}Mi"
+    return str(value)
+
+
+def _age(timestamp: str | None, now: datetime.datetime) -> str:
+    if not timestamp:
+        return "?"
+    then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    seconds = max(0, int((now - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _classes(group: Group, snapshot: Snapshot) -> set[str]:
+    """The classes the members' claims ask for, and those serving the extended resources they request."""
+    return {
+        r.device_class
+        for m in group.members
+        for c in m.claims
+        if (claim := snapshot.claims.get((m.namespace, c))) is not None
+        for r in claim.requests
+    } | {snapshot.extended[r] for m in group.members for r, v in m.requests.items() if v > 0 and r in snapshot.extended}
+
+
+def _matches(matcher: DeviceMatcher, expression: str, device: Device) -> bool:
+    """For the device counts shown: a selector refused or failing counts no device (the plan's verdict says why)."""
+    try:
+        return matcher.matches(expression, device)
+    except (SelectorFailed, ValueError):
+        return False
+
+
+def _nodes(snapshot: Snapshot, group: Group, matcher: DeviceMatcher) -> tuple[tuple[NodeRow, ...], int, int]:
+    """Where: per node, the filter that excludes it, what is free of what the members request, and their devices."""
+    first = group.members[0]
+    by_name = {n.name: n for n in snapshot.nodes}
+    rules = podrules.Rules(snapshot, group.members, by_name)
+    selectors = [e for c in _classes(group, snapshot) if (dc := snapshot.classes.get(c)) is not None for e in dc.selectors or ("true",)]
+    wanted = [d for d in snapshot.devices if selectors and any(_matches(matcher, e, d) for e in selectors)]
+    requested = sorted({r for m in group.members for r, v in m.requests.items() if v > 0})
+    rows = []
+    for node in sorted(snapshot.nodes, key=lambda n: n.name):
+        reason = nodefilter.blocking_reason(first, node)
+        if reason is None and rules.static:
+            reason = rules.fixed(first, node)
+        local = [d for d in wanted if d.node_name == node.name]
+        free = {r: _amount(r, node.allocatable.get(r, 0) - node.requested.get(r, 0)) for r in requested}
+        rows.append(NodeRow(node.name, reason, free, sum(1 for d in local if d.id not in snapshot.held), len(local)))
+    network = [d for d in wanted if d.node_name is None]
+    return tuple(rows), sum(1 for d in network if d.id not in snapshot.held), len(network)
+
+
+def _plan_view(snapshot: Snapshot, group: Group, matcher: DeviceMatcher) -> tuple[PlanView, Fits | None]:
+    result = plan(snapshot, group, matcher)
+    rows, network_free, network = _nodes(snapshot, group, matcher)
+    where = {"nodes": rows, "network_devices_free": network_free, "network_devices": network}
+    if isinstance(result, Fits):
+        placements = tuple(sorted((m.name, node) for m, node in result.placements))
+        message = f"all {len(placements)} of {len(group.members)} members fit (minCount {group.min_count}): released on the next cycle"
+        return PlanView(True, len(placements), len(group.members), group.min_count, message, placements=placements, **where), result
+    shortages = tuple(ShortRow(s.resource, s.needed, s.free, s.total) for s in result.shortages)
+    view = PlanView(
+        False,
+        result.fit,
+        result.members,
+        result.min_count,
+        result.message,
+        shortages=shortages,
+        blocked=result.blocked,
+        unmodelled=result.unmodelled,
+        **where,
+    )
+    return view, None
+
+
+def _victim_rows(preemption: Preemption) -> tuple[VictimRow, ...]:
+    return tuple(VictimRow(v.key, v.priority, tuple(p.name for p in v.pods)) for v in preemption.victims)
+
+
+def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: DeviceMatcher | None = None) -> Explanation:
+    matcher = matcher or DeviceMatcher()
+    namespace, name = pod_group["metadata"]["namespace"], pod_group["metadata"]["name"]
+    job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL, "")
+    uid = pod_group["metadata"]["uid"]
+    pods_of = inputs.pods_by_group(objects.podgroups, objects.pods)
+    every = sorted(pods_of.get(uid, []), key=_member_order)
+    live = [p for p in every if not inputs.terminal(p) and not p["metadata"].get("deletionTimestamp")]
+    claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in objects.claims}
+    priorities = {p["metadata"]["name"]: p for p in objects.priorities}
+    gang = pod_group["spec"]["schedulingPolicy"].get("gang") is not None
+    min_count = inputs.min_count(pod_group)
+    bound = [p for p in live if p["spec"].get("nodeName")]
+    mode = next(iter(pod_group["spec"].get("disruptionMode") or {}), "single")
+    reservation = inputs.reservation(pod_group)
+    nomination = inputs.nomination(pod_group)
+    scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
+    disrupted = _condition(pod_group, keys.DISRUPTION_TARGET)
+    node_names = {n["metadata"]["name"] for n in objects.nodes}
+    losses = disruption.losses(reservation, every, node_names) if reservation is not None and reservation.state == "Released" else []
+    priority = inputs.priority(pod_group, priorities.get)
+    held = quorum.held_devices(pod_group, every, lambda ns, n: claims.get((ns, n)))
+
+    plan_view: PlanView | None = None
+    preemption: PreemptionView | None = None
+    is_scheduled = scheduled is not None and scheduled["status"] == "True"
+    if is_scheduled and (losses or (disrupted is not None and disrupted["status"] == "True")):
+        state = "Disrupted"
+        summary = (disrupted or {}).get("message") or f"lost {', '.join(str(loss) for loss in losses)}"
+    elif is_scheduled or not gang:
+        state = "Running"
+        summary = f"{len(bound)} of {len(live)} members bound to {len({p['spec']['nodeName'] for p in bound})} node(s)"
+    elif reservation is not None:
+        state = "Releasing"
+        summary = (scheduled or {}).get("message") or f"reservation {reservation.state}"
+    else:
+        waiting = [p for p in live if inputs.gated(p)]
+        ready = [p for p in waiting if inputs.claims_ready(p, lambda ns, n: claims.get((ns, n)))]
+        torn = scheduled is not None and scheduled["reason"] in ("GangDisrupted", "GangTornDown")
+        if len(ready) < min_count:
+            state = "Disrupted" if torn else "Waiting"
+            summary = f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims"
+        else:
+            snapshot = inputs.snapshot(
+                objects.nodes,
+                objects.pods,
+                objects.slices,
+                objects.claims,
+                objects.classes,
+                objects.podgroups,
+                for_group=pod_group,
+                taint_rules=objects.taint_rules,
+            )
+            group = inputs.group(pod_group, ready, min_count)
+            plan_view, fits = _plan_view(snapshot, group, matcher)
+            state = "Disrupted" if torn else ("Preempting" if nomination is not None else "Pending")
+            summary = plan_view.message
+            if nomination is not None:
+                gone = {(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"]["uid"]) for p in objects.pods}
+                standing = tuple(v.name for v in nomination.victims if (v.namespace, v.name, v.uid) in gone)
+                preemption = PreemptionView(True, (VictimRow("nominated", 0, standing),) if standing else (), None)
+            elif fits is None:
+                candidates = victims.for_preemptor(
+                    pod_group,
+                    (m.uid for m in group.members),
+                    objects.pods,
+                    objects.claims,
+                    objects.podgroups,
+                    pods_of,
+                    objects.budgets,
+                    pinned=inputs.pins(objects.podgroups),
+                )
+                if candidates is None:
+                    preemption = PreemptionView(False, reason="preemptionPolicy is Never")
+                else:
+                    verdict = plan_preemption(snapshot, group, candidates, priority, matcher, victims.allowed(objects.budgets))
+                    if isinstance(verdict, NoVictims):
+                        preemption = PreemptionView(False, reason=verdict.reason)
+                    else:
+                        preemption = PreemptionView(False, victims=_victim_rows(verdict))
+
+    members = tuple(
+        MemberRow(p["metadata"]["name"], _state(p), inputs.placed_on(p), _devices(p, claims))
+        for p in every
+        if p in live or p["metadata"]["uid"] in {loss.uid for loss in losses}
+    )
+    conditions = tuple(
+        ConditionRow(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
+        for c in sorted((pod_group.get("status") or {}).get("conditions") or [], key=_condition_order)
+    )
+    return Explanation(
+        namespace=namespace,
+        job=job,
+        pod_group=name,
+        state=state,
+        summary=summary,
+        min_count=min_count,
+        members=len(live),
+        bound=len(bound),
+        priority=priority,
+        disruption_mode=mode,
+        devices_below_min_count=held,
+        plan=plan_view,
+        preemption=preemption,
+        losses=tuple(LossRow(loss.name, loss.cause) for loss in losses),
+        member_rows=members,
+        conditions=conditions,
+        events=_events(objects.events, pod_group, every, now),
+    )
+
+
+def _events(events: Sequence[JSON], pod_group: JSON, pods: Sequence[JSON], now: datetime.datetime) -> tuple[EventRow, ...]:
+    """The PodGroup's events, and the Warnings on its pods (evictions, preemptions, teardowns), oldest first."""
+    pod_uids = {p["metadata"]["uid"] for p in pods}
+    rows = []
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        mine = involved.get("uid") == pod_group["metadata"]["uid"]
+        on_pod = involved.get("uid") in pod_uids and event.get("type") == "Warning"
+        if not (mine or on_pod):
+            continue
+        when = event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get("creationTimestamp") or ""
+        what = f"{involved.get('kind', '').lower()}/{involved.get('name', '')}"
+        created = int(event["metadata"].get("resourceVersion") or 0)  # etcd's order of creation, finer than the timestamps
+        rows.append((when, created, event.get("type", ""), event.get("reason", ""), what, event.get("message", "")))
+    return tuple(EventRow(_age(when, now), *rest) for when, _, *rest in sorted(rows))
+
+
+def as_json(explanation: Explanation) -> JSON:
+    return asdict(explanation)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=False)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=False)]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+def text(e: Explanation) -> str:
+    """At a glance: state and why first, then where (nodes), what preemption would take, members, conditions, events."""
+    lines = [
+        f"Job {e.namespace}/{e.job}  PodGroup {e.pod_group}",
+        f"State:       {e.state}: {e.summary}",
+        f"Gang:        minCount {e.min_count}, {e.members} members, {e.bound} bound; priority {e.priority}; disruptionMode {e.disruption_mode}",
+        f"Held below minCount: {e.devices_below_min_count} device(s)",
+    ]
+    if e.plan is not None:
+        p = e.plan
+        lines.append(f"Plan:        {p.fit} of {p.members} members fit (minCount {p.min_count})")
+        if p.shortages:
+            lines.append("Short:")
+            lines += _table(
+                ["RESOURCE", "NEEDED", "FREE", "TOTAL", "SHORT"],
+                [[s.resource, str(s.needed), str(s.free), str(s.total), str(s.needed - s.free)] for s in p.shortages],
+            )
+        for reason, count in p.blocked:
+            lines.append(f"Excluded:    {count} {reason}")
+        for rule in p.unmodelled:
+            lines.append(f"Not judged:  {rule}")
+        lines.append("Nodes:")
+        lines += _table(
+            ["NODE", "DEVICES FREE", "FREE", "EXCLUDED BY"],
+            [
+                [n.name, f"{n.devices_free}/{n.devices}", " ".join(f"{k}={v}" for k, v in n.free.items()) or "-", n.excluded_by or "-"]
+                for n in p.nodes
+            ],
+        )
+        if p.network_devices:
+            lines.append(f"Network-attached devices: {p.network_devices_free}/{p.network_devices} free")
+        if p.placements:
+            lines.append("Placement:")
+            lines += _table(["MEMBER", "NODE"], [list(pl) for pl in p.placements])
+    if e.preemption is not None:
+        pre = e.preemption
+        if pre.under_way:
+            standing = pre.victims[0].pods if pre.victims else ()
+            lines.append(
+                f"Preemption:  under way; {len(standing)} victim(s) still standing" + (f": {', '.join(standing)}" if standing else "")
+            )
+        elif pre.reason is not None:
+            lines.append(f"Preemption:  would not help: {pre.reason}")
+        else:
+            pods = sum(len(v.pods) for v in pre.victims)
+            lines.append(f"Preemption:  would evict {pods} pod(s) in {len(pre.victims)} unit(s) (dry run; the operator does it next cycle)")
+            lines += _table(["VICTIM", "PRIORITY", "PODS"], [[v.victim, str(v.priority), ", ".join(v.pods)] for v in pre.victims])
+    if e.losses:
+        lines.append("Lost:")
+        lines += _table(["MEMBER", "CAUSE"], [[loss.member, loss.cause] for loss in e.losses])
+    lines.append("Members:")
+    lines += (
+        _table(["NAME", "STATE", "NODE", "DEVICES"], [[m.name, m.state, m.node or "-", ", ".join(m.devices) or "-"] for m in e.member_rows])
+        if e.member_rows
+        else ["  (none)"]
+    )
+    lines.append("Conditions:")
+    lines += (
+        _table(["TYPE", "STATUS", "REASON", "MESSAGE"], [[c.type, c.status, c.reason, c.message] for c in e.conditions])
+        if e.conditions
+        else ["  (none)"]
+    )
+    lines.append("Events:")
+    lines += (
+        _table(["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE"], [[v.age, v.type, v.reason, v.object, v.message] for v in e.events])
+        if e.events
+        else ["  (none)"]
+    )
+    return "\n".join(lines) + "\n"

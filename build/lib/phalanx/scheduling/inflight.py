@@ -1,0 +1,43 @@
+"""The pods kube-scheduler may be allocating devices for at this moment.
+
+kube-scheduler allocates a pod's claims in memory when it reserves the pod and writes the allocation later, in
+PreBind; until then nothing in the API shows it (two allocators are not coordinated upstream,
+kubernetes#128980). A reservation of ours that overlaps such an allocation is only found once that write
+lands, so the release waits for it, but only when such a pod exists: an ungated, unbound, pending pod with a
+claim not yet allocated (or not yet created), or asking for an extended resource a DeviceClass serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from phalanx.scheduling.inputs import allocated_ids, claim_names
+
+
+def _may_allocate(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[str, Any] | None], extended: Mapping[str, str]) -> bool:
+    spec = pod["spec"]
+    if spec.get("nodeName") or spec.get("schedulingGates") or pod["metadata"].get("deletionTimestamp"):
+        return False
+    if (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+        return False
+    names = claim_names(pod)
+    if names is None:
+        return True  # a template's claim is being created: it may be allocated as soon as it exists
+    namespace = pod["metadata"]["namespace"]
+    if any(allocated_ids(claim(namespace, n) or {}) is None for n in names):
+        return True
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    return any(
+        name in extended for c in containers for part in ("requests", "limits") for name in (c.get("resources") or {}).get(part) or {}
+    )
+
+
+def allocating(
+    pods: Iterable[Mapping[str, Any]], claim: Callable[[str, str], Mapping[str, Any] | None], extended: Mapping[str, str]
+) -> list[str]:
+    """`namespace/name` of every pod kube-scheduler may hold an allocation for that the API does not show yet.
+
+    `claim` looks a claim up by namespace and name; `extended` maps extended resource names to DeviceClasses.
+    """
+    return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods if _may_allocate(p, claim, extended)]

@@ -1,0 +1,718 @@
+"""From API objects (the view's dicts) to the planner's immutable snapshot.
+
+This is the edge where Kubernetes' shapes meet the core's dataclasses; the
+translation follows what kube-scheduler counts: requests of every
+non-terminal pod bound to a node (plus those Phalanx pinned, as its
+reservations record, and released but the scheduler has not bound yet), only the newest complete generation of a
+ResourceSlice pool, and every device some claim holds. The same pods are what
+pod affinity, topology spreading and host ports are judged against.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from phalanx.api import keys, schema
+from phalanx.planner import quantity
+from phalanx.planner.model import (
+    CapacityPolicy,
+    Claim,
+    Container,
+    CounterUse,
+    Device,
+    DeviceClass,
+    DeviceId,
+    DeviceRequest,
+    Group,
+    HostPort,
+    MatchAttribute,
+    Member,
+    Node,
+    Pod,
+    PodTerm,
+    Requirement,
+    Selector,
+    SelectorTerm,
+    Snapshot,
+    Spread,
+    Taint,
+    Toleration,
+    frozen_map,
+)
+
+
+def terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    return any(g.get("name") == keys.SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or [])
+
+
+def may_run(pod: Mapping[str, Any] | None) -> bool:
+    """Whether a pod's containers may be running or may yet start, so its devices must stay with it.
+
+    Upstream's resourceclaim controller frees a claim only once its pod is done (`isPodDone`: a terminal phase,
+    or deleted before it was bound); a bound pod being deleted runs out its grace period first. A pod still
+    behind Phalanx's gate cannot start either: only Phalanx lifts it."""
+    if pod is None or terminal(pod):
+        return False
+    if pod["spec"].get("nodeName"):
+        return True
+    return not pod["metadata"].get("deletionTimestamp") and not gated(pod)
+
+
+def pins(pod_groups: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Pod uid -> node, for every pod Phalanx pinned: the placements its reservations record.
+
+    The `scheduling.phalanx.dev/node` annotation alone proves nothing (anyone who
+    may patch a pod can write it), so only a recorded pin counts."""
+    return {
+        p["uid"]: p["node"]
+        for g in pod_groups
+        for p in (((g.get("status") or {}).get("reservation") or {}).get("placements") or [])
+        if p.get("uid") and p.get("node")
+    }
+
+
+def placed_on(pod: Mapping[str, Any], pinned: Mapping[str, str] | None = None) -> str | None:
+    """The node a pod occupies: bound, or pinned by Phalanx (`pinned`, from `pins`) and released."""
+    node = pod["spec"].get("nodeName")
+    if node:
+        return node
+    if not gated(pod):
+        return (pinned or {}).get(pod["metadata"]["uid"])
+    return None
+
+
+def containers(pod: Mapping[str, Any]) -> tuple[Container, ...]:
+    """Init containers, then regular ones, with every request they name (for extended resources a DeviceClass serves)."""
+    spec = pod["spec"]
+
+    def of(c: Mapping[str, Any], init: bool) -> Container:
+        requests = ((c.get("resources") or {}).get("requests")) or {}
+        return Container(
+            frozen_map({k: quantity.amount(k, v) for k, v in requests.items()}),
+            init=init,
+            sidecar=init and c.get("restartPolicy") == "Always",
+        )
+
+    return tuple(of(c, True) for c in spec.get("initContainers") or []) + tuple(of(c, False) for c in spec.get("containers") or [])
+
+
+def awaiting_kube_scheduler(
+    podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]]
+) -> frozenset[DeviceId]:
+    """Devices a reservation planned for a member's extended resources while kube-scheduler has not yet allocated
+    that member's own claim: held for Phalanx's next plans, so it gives them to no other gang in that window.
+    Only Phalanx heeds this; a pod kube-scheduler places alone may still take them (the bind deadline covers it)."""
+    live = {p["metadata"]["uid"] for p in pods if not terminal(p) and not p["metadata"].get("deletionTimestamp")}
+    served = {
+        ref["uid"]
+        for c in claims
+        if (c["metadata"].get("annotations") or {}).get(keys.EXTENDED_RESOURCE_CLAIM) == "true" and allocated_ids(c) is not None
+        for ref in c["metadata"].get("ownerReferences") or []
+        if ref.get("controller")
+    }
+    return frozenset(
+        tuple(d.split("/", 2))  # type: ignore[misc]
+        for g in podgroups
+        for planned in (((g.get("status") or {}).get("reservation") or {}).get("planned") or ())
+        if planned.get("uid") in live and planned["uid"] not in served
+        for d in planned.get("devices") or ()
+    )
+
+
+def extended_claim_name(pod: Mapping[str, Any]) -> str | None:
+    """The claim kube-scheduler created for the pod's extended resources a DeviceClass serves, once it did."""
+    return ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+
+
+def holding_claim_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every claim that may hold devices for the pod: its own (those created so far), and kube-scheduler's for its
+    extended resources."""
+    special = extended_claim_name(pod)
+    return (*(claim_names(pod) or ()), *((special,) if special else ()))
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Counter[str]:
+    """Effective requests as the scheduler computes them: containers summed, init containers' max, overhead."""
+    total: Counter[str] = Counter()
+    for container in pod["spec"].get("containers") or []:
+        for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[name] += quantity.amount(name, value)
+    for container in pod["spec"].get("initContainers") or []:
+        for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[name] = max(total[name], quantity.amount(name, value))
+    for name, value in (pod["spec"].get("overhead") or {}).items():
+        total[name] += quantity.amount(name, value)
+    return total
+
+
+def _requirements(term: Mapping[str, Any]) -> SelectorTerm:
+    reqs = [Requirement(e["key"], e["operator"], tuple(e.get("values") or ())) for e in term.get("matchExpressions") or []]
+    reqs += [Requirement(e["key"], e["operator"], tuple(e.get("values") or ()), field=True) for e in term.get("matchFields") or []]
+    return SelectorTerm(tuple(reqs))
+
+
+def node_selector_terms(selector: Mapping[str, Any] | None) -> tuple[SelectorTerm, ...]:
+    return tuple(_requirements(t) for t in (selector or {}).get("nodeSelectorTerms") or [])
+
+
+def node(obj: Mapping[str, Any], requested: Mapping[str, int]) -> Node:
+    spec = obj.get("spec") or {}
+    allocatable = (obj.get("status") or {}).get("allocatable") or {}
+    return Node(
+        name=obj["metadata"]["name"],
+        labels=frozen_map(obj["metadata"].get("labels")),
+        taints=tuple(Taint(t["key"], t.get("value", ""), t.get("effect", "")) for t in spec.get("taints") or []),
+        unschedulable=bool(spec.get("unschedulable")),
+        allocatable=frozen_map({k: quantity.amount(k, v) for k, v in allocatable.items()}),
+        requested=frozen_map(requested),
+    )
+
+
+def _attribute(value: Mapping[str, Any]) -> Any:
+    for kind in ("int", "bool", "string", "version"):
+        if kind in value:
+            return value[kind]
+    return None
+
+
+def _pools(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
+    """The slices of the newest generation of each pool, sorted by name as the allocator reads them; only of pools
+    whose slices are all published."""
+    pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for s in slices:
+        spec = s["spec"]
+        pools.setdefault((spec["driver"], spec["pool"]["name"]), []).append(s)
+    out: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for key, objs in pools.items():
+        newest = max(o["spec"]["pool"].get("generation", 0) for o in objs)
+        current = [o for o in objs if o["spec"]["pool"].get("generation", 0) == newest]
+        if len(current) < max(o["spec"]["pool"].get("resourceSliceCount", 1) for o in current):
+            continue
+        out[key] = sorted(current, key=lambda o: (o.get("metadata") or {}).get("name", ""))
+    return out
+
+
+def incomplete_pools(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
+    """One placeholder per slice of a pool being updated (not all its slices published): where the pool reaches.
+    The scheduler refuses `allocationMode: All` on a node such a pool reaches (it cannot know what "all" is)."""
+    pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for s in slices:
+        spec = s["spec"]
+        pools.setdefault((spec["driver"], spec["pool"]["name"]), []).append(spec)
+    complete = set(_pools(slices))
+    out = []
+    for (driver, pool), specs in pools.items():
+        if (driver, pool) in complete:
+            continue
+        for spec in specs:
+            selector = node_selector_terms(spec.get("nodeSelector")) if spec.get("nodeSelector") else None
+            out.append(
+                Device(
+                    driver,
+                    pool,
+                    "",
+                    node_name=spec.get("nodeName"),
+                    node_selector=selector,
+                    all_nodes=bool(spec.get("allNodes") or spec.get("perDeviceNodeSelection")),
+                )
+            )
+    return out
+
+
+def _exact(value: Any) -> Decimal:
+    return quantity.parse(value)
+
+
+def _capacity(value: Mapping[str, Any]) -> CapacityPolicy:
+    policy = value.get("requestPolicy") or {}
+    valid_range = policy.get("validRange") or {}
+    return CapacityPolicy(
+        value=_exact(value["value"]),
+        default=_exact(policy["default"]) if policy.get("default") is not None else None,
+        valid_values=tuple(_exact(v) for v in policy.get("validValues") or ()),
+        minimum=_exact(valid_range["min"]) if valid_range.get("min") is not None else None,
+        maximum=_exact(valid_range["max"]) if valid_range.get("max") is not None else None,
+        step=_exact(valid_range["step"]) if valid_range.get("step") is not None else None,
+    )
+
+
+def _taints(raw: Iterable[Mapping[str, Any]]) -> tuple[Taint, ...]:
+    return tuple(Taint(t["key"], t.get("value", ""), t.get("effect", "")) for t in raw)
+
+
+def rule_taints(rules: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, str], Taint]]:
+    """DeviceTaintRules as (selector, taint), except Phalanx's own: those keep devices from kube-scheduler only,
+    and the planner already counts those devices as held (or, for the group a preemption freed them for, as free)."""
+    out = []
+    for rule in rules:
+        if (rule["metadata"].get("labels") or {}).get(keys.MANAGED_BY_LABEL) == keys.MANAGER_NAME:
+            continue
+        spec = rule.get("spec") or {}
+        taint = spec.get("taint") or {}
+        out.append((spec.get("deviceSelector") or {}, Taint(taint.get("key", ""), taint.get("value", ""), taint.get("effect", ""))))
+    return out
+
+
+def devices(slices: Iterable[Mapping[str, Any]], taint_rules: Iterable[Mapping[str, Any]] = ()) -> list[Device]:
+    """Devices of the newest generation of each complete pool, with the taints their slices and DeviceTaintRules give."""
+    rules = rule_taints(taint_rules)
+    out: list[Device] = []
+    for (driver, pool), objs in _pools(slices).items():
+        for obj in objs:
+            spec = obj["spec"]
+            per_device = bool(spec.get("perDeviceNodeSelection"))
+            for d in spec.get("devices") or []:
+                where = d if per_device else spec
+                selector = node_selector_terms(where.get("nodeSelector")) if where.get("nodeSelector") else None
+                attributes = {(k if "/" in k else f"{driver}/{k}"): _attribute(v) for k, v in (d.get("attributes") or {}).items()}
+                capacity = {
+                    (k if "/" in k else f"{driver}/{k}"): quantity.amount("", v["value"]) for k, v in (d.get("capacity") or {}).items()
+                }
+                taints = _taints(d.get("taints") or ()) + tuple(
+                    t
+                    for sel, t in rules
+                    if sel.get("driver", driver) == driver and sel.get("pool", pool) == pool and sel.get("device", d["name"]) == d["name"]
+                )
+                out.append(
+                    Device(
+                        driver=driver,
+                        pool=pool,
+                        name=d["name"],
+                        node_name=where.get("nodeName"),
+                        node_selector=selector,
+                        all_nodes=bool(where.get("allNodes")),
+                        attributes=frozen_map(attributes),
+                        capacity=frozen_map(capacity),
+                        generation=spec["pool"].get("generation", 0),
+                        taints=taints,
+                        consumes=tuple(
+                            CounterUse(c["counterSet"], frozen_map({n: _exact(v["value"]) for n, v in (c.get("counters") or {}).items()}))
+                            for c in d.get("consumesCounters") or ()
+                        ),
+                        allow_multiple=bool(d.get("allowMultipleAllocations")),
+                        capacities=frozen_map({n: _capacity(v) for n, v in (d.get("capacity") or {}).items()}),
+                        binding_conditions=tuple(d.get("bindingConditions") or ()),
+                        binding_failure_conditions=tuple(d.get("bindingFailureConditions") or ()),
+                        binds_to_node=bool(d.get("bindsToNode")),
+                    )
+                )
+    return out
+
+
+def counters(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Mapping[str, Decimal]]]:
+    """The sharedCounters each complete pool publishes: (driver, pool) -> counter set -> counter -> value."""
+    out: dict[tuple[str, str], Mapping[str, Mapping[str, Decimal]]] = {}
+    for key, objs in _pools(slices).items():
+        sets = {
+            c["name"]: frozen_map({n: _exact(v["value"]) for n, v in (c.get("counters") or {}).items()})
+            for obj in objs
+            for c in obj["spec"].get("sharedCounters") or ()
+        }
+        if sets:
+            out[key] = frozen_map(sets)
+    return out
+
+
+def extended_resources(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Extended resource name -> DeviceClass: the implicit `deviceclass.resource.kubernetes.io/<class>` every class
+    answers to, and each class's extendedResourceName; of several classes naming one resource, kube-scheduler's
+    cache keeps the newest (creationTimestamp), on a tie the first by name."""
+    out: dict[str, str] = {}
+    explicit: dict[str, tuple[str, str]] = {}
+    for obj in classes:
+        name = obj["metadata"]["name"]
+        out[f"deviceclass.resource.kubernetes.io/{name}"] = name
+        resource = (obj.get("spec") or {}).get("extendedResourceName")
+        if resource:
+            created = obj["metadata"].get("creationTimestamp") or ""
+            known = explicit.get(resource)
+            if known is None or created > known[0] or (created == known[0] and name < known[1]):
+                explicit[resource] = (created, name)
+    out.update({resource: name for resource, (_, name) in explicit.items()})
+    return out
+
+
+def device_class(obj: Mapping[str, Any]) -> DeviceClass:
+    spec = obj.get("spec") or {}
+    return DeviceClass(
+        name=obj["metadata"]["name"],
+        selectors=tuple(s["cel"]["expression"] for s in spec.get("selectors") or [] if "cel" in s),
+        config=tuple(frozen_map(c) for c in spec.get("config") or []),
+    )
+
+
+def consuming_ids(obj: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
+    """The devices an allocation takes from others; None when unallocated.
+
+    A result with `adminAccess` (monitoring, DRAAdminAccess GA) consumes
+    nothing: the device stays free for everyone else, as the scheduler counts.
+    """
+    allocation = (obj.get("status") or {}).get("allocation")
+    if not allocation:
+        return None
+    results = (allocation.get("devices") or {}).get("results") or []
+    return tuple((r["driver"], r["pool"], r["device"]) for r in results if not r.get("adminAccess"))
+
+
+def _results(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return ((((obj.get("status") or {}).get("allocation") or {}).get("devices")) or {}).get("results") or []
+
+
+def dedicated_ids(obj: Mapping[str, Any]) -> tuple[DeviceId, ...]:
+    """Devices an allocation takes whole: neither admin access nor a share (a result with a shareID)."""
+    return tuple((r["driver"], r["pool"], r["device"]) for r in _results(obj) if not r.get("adminAccess") and not r.get("shareID"))
+
+
+def shares(obj: Mapping[str, Any]) -> list[tuple[DeviceId, dict[str, Decimal]]]:
+    """The shares an allocation holds (results with a shareID, not admin access): device and capacity consumed."""
+    return [
+        ((r["driver"], r["pool"], r["device"]), {n: _exact(v) for n, v in (r.get("consumedCapacity") or {}).items()})
+        for r in _results(obj)
+        if r.get("shareID") and not r.get("adminAccess")
+    ]
+
+
+def allocated_ids(obj: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
+    allocation = (obj.get("status") or {}).get("allocation")
+    if not allocation:
+        return None
+    return tuple((r["driver"], r["pool"], r["device"]) for r in (allocation.get("devices") or {}).get("results") or [])
+
+
+def _pinned_node(allocation: Mapping[str, Any] | None) -> str | None:
+    for term in ((allocation or {}).get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("operator") == "In" and len(field.get("values") or []) == 1:
+                return field["values"][0]
+    return None
+
+
+def _toleration(t: Mapping[str, Any]) -> Toleration:
+    seconds = t.get("tolerationSeconds")
+    return Toleration(
+        t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""), t.get("effect", ""), None if seconds is None else int(seconds)
+    )
+
+
+_KNOWN_REQUEST = {"deviceClassName", "allocationMode", "count", "selectors", "adminAccess", "tolerations", "capacity"}
+
+
+def _request(name: str, body: Mapping[str, Any], where: str, unmodelled: list[str]) -> DeviceRequest:
+    """One `exactly` request or `firstAvailable` subrequest; fields it cannot honour are named in `unmodelled`."""
+    for key in sorted(set(body) - _KNOWN_REQUEST - {"name"}):
+        unmodelled.append(f"{where}.{key} is not modelled")
+    if any("cel" not in s for s in body.get("selectors") or []):
+        unmodelled.append(f"{where}.selectors: only CEL selectors are modelled")
+    return DeviceRequest(
+        name=name,
+        device_class=body.get("deviceClassName", ""),
+        mode=body.get("allocationMode", "ExactCount"),
+        count=int(body.get("count", 1)),
+        selectors=tuple(s["cel"]["expression"] for s in body.get("selectors") or [] if "cel" in s),
+        admin_access=bool(body.get("adminAccess")),
+        tolerations=tuple(_toleration(t) for t in body.get("tolerations") or ()),
+        capacity=frozen_map({n: _exact(v) for n, v in ((body.get("capacity") or {}).get("requests") or {}).items()}),
+    )
+
+
+def claim(obj: Mapping[str, Any]) -> Claim:
+    devices_spec = (obj.get("spec") or {}).get("devices") or {}
+    requests = []
+    unmodelled: list[str] = []
+    for i, r in enumerate(devices_spec.get("requests") or []):
+        if r.get("firstAvailable"):
+            subs = tuple(
+                _request(s["name"], s, f"spec.devices.requests[{i}].firstAvailable[{j}]", unmodelled)
+                for j, s in enumerate(r["firstAvailable"])
+            )
+            requests.append(DeviceRequest(name=r["name"], device_class="", subrequests=subs))
+        else:
+            requests.append(_request(r["name"], r.get("exactly") or {}, f"spec.devices.requests[{i}].exactly", unmodelled))
+    constraints = []
+    for i, c in enumerate(devices_spec.get("constraints") or []):
+        if c.get("matchAttribute"):
+            constraints.append(MatchAttribute(c["matchAttribute"], tuple(c.get("requests") or ())))
+        elif c.get("distinctAttribute"):
+            constraints.append(MatchAttribute(c["distinctAttribute"], tuple(c.get("requests") or ()), distinct=True))
+        else:
+            unmodelled.append(f"spec.devices.constraints[{i}]: only matchAttribute and distinctAttribute are modelled")
+    allocation = (obj.get("status") or {}).get("allocation")
+    return Claim(
+        namespace=obj["metadata"]["namespace"],
+        name=obj["metadata"]["name"],
+        uid=obj["metadata"]["uid"],
+        requests=tuple(requests),
+        constraints=tuple(constraints),
+        config=tuple(frozen_map(c) for c in devices_spec.get("config") or []),
+        allocated=allocated_ids(obj),
+        allocated_node=_pinned_node(allocation),
+        reserved_for=len((obj.get("status") or {}).get("reservedFor") or ()),
+        unmodelled=tuple(unmodelled),
+    )
+
+
+def claim_names(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The ResourceClaims a pod uses, or None while the resourceclaim controller has not created them all."""
+    statuses = {s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+    names = []
+    for ref in pod["spec"].get("resourceClaims") or []:
+        if ref.get("resourceClaimName"):
+            names.append(ref["resourceClaimName"])
+        elif ref.get("resourceClaimTemplateName"):
+            generated = statuses.get(ref["name"])
+            if not generated:
+                return None
+            names.append(generated)
+    return tuple(names)
+
+
+def label_selector(selector: Mapping[str, Any] | None) -> Selector | None:
+    """matchLabels as `In` requirements, then matchExpressions; an absent selector stays None (it selects nothing)."""
+    if selector is None:
+        return None
+    requirements = [Requirement(k, "In", (v,)) for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    requirements += [Requirement(e["key"], e["operator"], tuple(e.get("values") or ())) for e in selector.get("matchExpressions") or []]
+    return tuple(requirements)
+
+
+def _merged(
+    selector: Selector | None, labels: Mapping[str, str], same: Iterable[str] = (), different: Iterable[str] = ()
+) -> Selector | None:
+    """matchLabelKeys (and mismatchLabelKeys) merged as the API server does at pod creation: a key the pod lacks is
+    skipped, an absent selector stays absent, and a second merge of the same keys selects the same pods."""
+    if selector is None:
+        return None
+    extra = [Requirement(k, "In", (labels[k],)) for k in same if k in labels]
+    extra += [Requirement(k, "NotIn", (labels[k],)) for k in different if k in labels]
+    return selector + tuple(extra)
+
+
+def pod_terms(pod: Mapping[str, Any], kind: str) -> tuple[PodTerm, ...]:
+    """The required terms of `kind` (podAffinity or podAntiAffinity); preferred terms only score."""
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    terms = (((pod["spec"].get("affinity") or {}).get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")) or []
+    out = []
+    for t in terms:
+        namespace_selector = t.get("namespaceSelector")
+        namespaces = t.get("namespaces") or ([meta["namespace"]] if namespace_selector is None else [])
+        selector = _merged(label_selector(t.get("labelSelector")), labels, t.get("matchLabelKeys") or (), t.get("mismatchLabelKeys") or ())
+        out.append(PodTerm(t["topologyKey"], selector, frozenset(namespaces), label_selector(namespace_selector)))
+    return tuple(out)
+
+
+def spread(pod: Mapping[str, Any]) -> tuple[Spread, ...]:
+    """The DoNotSchedule topology spread constraints; ScheduleAnyway ones only score."""
+    labels = pod["metadata"].get("labels") or {}
+    return tuple(
+        Spread(
+            topology_key=c["topologyKey"],
+            max_skew=int(c.get("maxSkew", 1)),
+            selector=_merged(label_selector(c.get("labelSelector")), labels, c.get("matchLabelKeys") or ()),
+            min_domains=int(c.get("minDomains") or 1),
+            node_affinity_policy=c.get("nodeAffinityPolicy") or "Honor",
+            node_taints_policy=c.get("nodeTaintsPolicy") or "Ignore",
+        )
+        for c in pod["spec"].get("topologySpreadConstraints") or []
+        if c.get("whenUnsatisfiable") == "DoNotSchedule"
+    )
+
+
+def host_ports(pod: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    """Host ports of the containers and of sidecars (init containers with restartPolicy Always), as the scheduler's GetHostPorts."""
+    spec = pod["spec"]
+    containers = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"] + list(spec.get("containers") or [])
+    return tuple(
+        HostPort(int(p["hostPort"]), p.get("protocol") or "TCP", p.get("hostIP") or "0.0.0.0")
+        for c in containers
+        for p in c.get("ports") or []
+        if int(p.get("hostPort") or 0) > 0
+    )
+
+
+def existing(pod: Mapping[str, Any], node_name: str) -> Pod:
+    """A pod on a node, as other pods' placement sees it."""
+    meta = pod["metadata"]
+    return Pod(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        node=node_name,
+        labels=frozen_map(meta.get("labels")),
+        anti_affinity=pod_terms(pod, "podAntiAffinity"),
+        host_ports=host_ports(pod),
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def member(pod: Mapping[str, Any], claims: tuple[str, ...]) -> Member:
+    spec = pod["spec"]
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    return Member(
+        namespace=pod["metadata"]["namespace"],
+        name=pod["metadata"]["name"],
+        uid=pod["metadata"]["uid"],
+        requests=frozen_map(pod_requests(pod)),
+        tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or []),
+        node_selector=frozen_map(spec.get("nodeSelector")),
+        affinity=node_selector_terms(affinity),
+        claims=claims,
+        labels=frozen_map(pod["metadata"].get("labels")),
+        pod_affinity=pod_terms(pod, "podAffinity"),
+        pod_anti_affinity=pod_terms(pod, "podAntiAffinity"),
+        spread=spread(pod),
+        host_ports=host_ports(pod),
+        containers=containers(pod),
+    )
+
+
+def build(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    slices: Iterable[Mapping[str, Any]],
+    claims: Iterable[Mapping[str, Any]],
+    classes: Iterable[Mapping[str, Any]],
+    taint_rules: Iterable[Mapping[str, Any]] = (),
+    pinned: Mapping[str, str] | None = None,
+    awaiting: frozenset[DeviceId] = frozenset(),
+) -> Snapshot:
+    """`awaiting`: devices planned for extended resources that kube-scheduler has yet to allocate, counted as held."""
+    requested: dict[str, Counter[str]] = {}
+    placed: list[Pod] = []
+    for pod in pods:
+        where = placed_on(pod, pinned)
+        if where is None or terminal(pod):
+            continue
+        placed.append(existing(pod, where))
+        counter = requested.setdefault(where, Counter())
+        counter.update(pod_requests(pod))
+        counter["pods"] += 1
+    claims = list(claims)
+    slices = list(slices)
+    classes = list(classes)
+    claim_objs = [claim(c) for c in claims]
+    held = {d for c in claims for d in dedicated_ids(c)}
+    shared: dict[DeviceId, dict[str, Decimal]] = {}
+    for c in claims:
+        for device, consumed in shares(c):
+            total = shared.setdefault(device, {})
+            for name, value in consumed.items():
+                total[name] = total.get(name, Decimal(0)) + value
+    return Snapshot(
+        nodes=tuple(node(n, requested.get(n["metadata"]["name"], Counter())) for n in nodes),
+        devices=tuple(devices(slices, taint_rules)),
+        classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
+        claims=frozen_map({c.key: c for c in claim_objs}),
+        held=frozenset(held) | awaiting,
+        pods=tuple(placed),
+        shared=frozen_map({d: frozen_map(c) for d, c in shared.items()}),
+        counters=frozen_map(counters(slices)),
+        extended=frozen_map(extended_resources(classes)),
+        incomplete=tuple(incomplete_pools(slices)),
+    )
+
+
+# A PodGroup's inputs: the same for the scheduling loop (informers' stores, each cycle) and `phalanx explain`
+# (one list of each kind), so what explain says is what the loop decides.
+
+
+def owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
+    """The uid of the object's controller of this kind."""
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == kind and ref.get("controller"):
+            return ref["uid"]
+    return None
+
+
+def min_count(pod_group: Mapping[str, Any]) -> int:
+    gang_policy = pod_group["spec"]["schedulingPolicy"].get("gang")
+    return int(gang_policy["minCount"]) if gang_policy else 1
+
+
+def priority(pod_group: Mapping[str, Any], priority_class: Callable[[str], Mapping[str, Any] | None]) -> int:
+    """The group's priority: its own, else its PriorityClass's value (looked up by name), else 0."""
+    name = pod_group["spec"].get("priorityClassName")
+    value = pod_group["spec"].get("priority")
+    if value is None and name:
+        value = (priority_class(name) or {}).get("value", 0)
+    return int(value or 0)
+
+
+def nomination(pod_group: Mapping[str, Any]) -> schema.Nomination | None:
+    raw = (pod_group.get("status") or {}).get("nomination")
+    return schema.Nomination.model_validate(raw) if raw else None
+
+
+def reservation(pod_group: Mapping[str, Any]) -> schema.Reservation | None:
+    raw = (pod_group.get("status") or {}).get("reservation")
+    return schema.Reservation.model_validate(raw) if raw else None
+
+
+def nominated_devices(record: schema.Nomination) -> list[DeviceId]:
+    return [tuple(d.split("/", 2)) for d in record.devices]  # type: ignore[misc]
+
+
+def pods_by_group(podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """PodGroup uid -> every pod of its Job, terminal and terminating ones included (losses are found among them).
+
+    A Job's members are the pods it controls, in its own namespace: a label (which anyone creating a pod may
+    copy) makes no pod a member."""
+    every: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for pod in pods:
+        job_uid = owner_uid(pod, "Job")
+        if job_uid:
+            every[(pod["metadata"]["namespace"], job_uid)].append(pod)  # type: ignore[arg-type]
+    return {g["metadata"]["uid"]: every.get((g["metadata"]["namespace"], owner_uid(g, "Job") or ""), []) for g in podgroups}
+
+
+def claims_ready(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[str, Any] | None]) -> bool:
+    """Every claim of the pod exists (`claim` looks one up by namespace and name)."""
+    names = claim_names(pod)
+    return names is not None and all(claim(pod["metadata"]["namespace"], n) for n in names)
+
+
+def snapshot(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    slices: Iterable[Mapping[str, Any]],
+    claims: Iterable[Mapping[str, Any]],
+    classes: Iterable[Mapping[str, Any]],
+    podgroups: Iterable[Mapping[str, Any]],
+    for_group: Mapping[str, Any] | None = None,
+    taint_rules: Iterable[Mapping[str, Any]] = (),
+    pinned: Mapping[str, str] | None = None,
+) -> Snapshot:
+    """The cluster as `for_group` is planned on: devices a preemption freed for another group count as held.
+
+    `pinned` is every pin Phalanx made (default: those the PodGroups' reservations record)."""
+    podgroups, pods, claims = list(podgroups), list(pods), list(claims)
+    awaiting = awaiting_kube_scheduler(podgroups, pods, claims)
+    built = build(nodes, pods, slices, claims, classes, taint_rules, pins(podgroups) if pinned is None else pinned, awaiting)
+    return nominated_elsewhere(built, podgroups, for_group)
+
+
+def nominated_elsewhere(built: Snapshot, podgroups: Iterable[Mapping[str, Any]], for_group: Mapping[str, Any] | None) -> Snapshot:
+    """`built` with the devices a preemption freed for another group than `for_group` counted as held."""
+    others = {
+        d
+        for g in podgroups
+        if (nominated := nomination(g)) is not None and (for_group is None or g["metadata"]["uid"] != for_group["metadata"]["uid"])
+        for d in nominated_devices(nominated)
+    }
+    return replace(built, held=built.held | others) if others else built
+
+
+def group(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], quorum: int) -> Group:
+    """The planner's group: these pods as members, `quorum` of them needed together."""
+    topology = (pod_group["spec"].get("schedulingConstraints") or {}).get("topology") or []
+    members = tuple(member(p, claim_names(p) or ()) for p in pods)
+    return Group(
+        pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], quorum, members, topology[0]["key"] if topology else None
+    )

@@ -1,0 +1,802 @@
+"""The scheduling loop: each cycle, every PodGroup in priority then FIFO order gets a plan, a reason, or a repair.
+
+One cycle:
+1. repair: a device held beyond what it allows (two allocators raced) is
+   given back by the holder that allocated later (`repair`);
+2. resume: a reservation recorded but not finished (operator restarted) is
+   re-validated, then completed or rolled back (`reserve`);
+3. each PodGroup still waiting for its first placement, once its quorum
+   exists (minCount gated pods whose claims exist), is planned on a fresh
+   snapshot; on Fits it is reserved and released as a unit, on Short the
+   exact reason goes to its status;
+4. a released group that does not reach minCount bound within the bind
+   deadline, or whose gate lift was refused in part, is torn down as a
+   unit and admitted again (`teardown`);
+5. members arriving after the group was scheduled are released one by one;
+   PodGroupInitiallyScheduled turns True once minCount members are bound;
+   a Job suspended after its release starts over: the pods it creates once
+   resumed are admitted as a gang again.
+Groups are isolated: an error in one is logged, counted and retried with
+backoff, and never stops the others. Cycles run on every watch change
+(coalesced) and at least every `period` seconds; after each, the loop rests
+once it has spent more than a third of a core (`pacing`), so a stream of
+changes cannot keep it busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from phalanx.api import intent, keys, schema
+from phalanx.crashpoints import crash_point
+from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
+from phalanx.kube.informers import ClusterView
+from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
+from phalanx.planner.model import Group, Snapshot
+from phalanx.scheduling import conditions, disruption, inputs, metrics, pacing, quorum, repair, shortfall, teardown, victims, waits
+from phalanx.scheduling.holes import NOMINATED, Holes
+from phalanx.scheduling.nomination import PREEMPTED, Preemptor
+from phalanx.scheduling.nomination import intruders as nomination_intruders
+from phalanx.scheduling.reserve import GatesRefused, NotLeading, ReleaseAborted, Releaser, Steps, planned_devices
+
+logger = logging.getLogger(__name__)
+
+TORN_DOWN = "GangTornDown"
+DISRUPTED = "GangDisrupted"
+LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
+DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
+SUSPENDED = "JobSuspended"
+COUNTS_EVERY = 1.0
+"""Seconds between two writes of a group's member counts: a gang of hundreds binding would otherwise write its
+status once per cycle, on the API server kube-scheduler is binding through."""
+
+
+def _condition(pod_group: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
+    for cond in (pod_group.get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return cond
+    return None
+
+
+def _ns(obj: Mapping[str, Any]) -> str:
+    return obj["metadata"]["namespace"]
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return obj["metadata"]["name"]
+
+
+def _since(timestamp: str | None) -> float:
+    """Seconds since an RFC 3339 time. A release recorded without one (by an older Phalanx) that is still not
+    Scheduled is the stuck group the deadline exists for: it counts as long past."""
+    if not timestamp:
+        return math.inf
+    then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
+
+
+def _suspended_since(job: Mapping[str, Any], reservation: schema.Reservation) -> bool:
+    """Whether the Job was suspended after this incarnation was released (and maybe resumed since): the Job
+    controller deleted its pods, and whatever it creates next is a new gang, not late members."""
+    if (job.get("spec") or {}).get("suspend"):
+        return True
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Suspended" and reservation.released_at and (cond.get("lastTransitionTime") or "") > reservation.released_at:
+            return True
+    return False
+
+
+def _finished(job: Mapping[str, Any]) -> bool:
+    """The Job is done or on its way (its successPolicy met, its failure decided): it ends its own pods."""
+    ending = {"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"}
+    return any(c.get("type") in ending and c.get("status") == "True" for c in (job.get("status") or {}).get("conditions") or [])
+
+
+def _live(pod: Mapping[str, Any]) -> bool:
+    return not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
+
+
+def _cause_label(cause: str) -> str:
+    """A bounded metric label from a loss cause (the cause text names pods and nodes)."""
+    for label in ("Eviction", "Preemption", "Taint", "PodGC", "node", "failed", "deleted"):
+        if label.lower() in cause.lower():
+            return label.lower()
+    return "other"
+
+
+class SchedulingLoop:
+    def __init__(self, kube: Kube, view: ClusterView, *, period: float = 5.0, settle: float = 0.2, bind_deadline: float = 60.0) -> None:
+        self.kube = kube
+        self.view = view
+        self.period = period
+        self.bind_deadline = bind_deadline
+        self.matcher = DeviceMatcher()
+        self.holes = Holes(kube)
+        self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
+        self.preemptor = Preemptor(kube, view, Holes(kube, NOMINATED))
+        self._pods_of: dict[str, list[dict[str, Any]]] = {}
+        """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
+        self._mine: dict[str, dict[str, dict[str, Any]]] = {}
+        """PodGroup uid -> the conditions this loop last wrote: the watch may not show them yet."""
+        self._backoff: dict[str, tuple[float, float]] = {}
+        """PodGroup uid -> (not before, last delay): a group whose reconcile failed waits before it is tried again."""
+        self._counted: set[tuple[tuple[str, str, str], str]] = set()
+        """(device, claim uid) of double allocations already counted: a conflict takes cycles to end, it counts once."""
+        self._evicting: dict[str, float] = {}
+        """Pod uid -> not before: an eviction already sent is not sent again until then."""
+        self._quorum_at: dict[str, float] = {}
+        """PodGroup uid -> when this loop first saw its quorum waiting (monotonic), until the group is released."""
+        self._owners: dict[str, tuple[frozenset[str], dict[str, Any] | None]] = {}
+        """PodGroup uid -> (its lost members, its Job as read when they were lost)."""
+        self._base: tuple[tuple[Any, ...], Snapshot] | None = None
+        """(view revision and pins, snapshot): built once per state of the view, not once per group or member."""
+        self.shortfalls = shortfall.Shortfalls()
+        """Groups found short, planned again only when capacity they could use is freed or they change."""
+        self._counts_at: dict[str, float] = {}
+        """PodGroup uid -> when this loop last wrote its member counts (monotonic)."""
+        self._counts_due: set[str] = set()
+        """PodGroups whose counts changed since that write: written once COUNTS_EVERY has passed."""
+        self._intended: dict[str, tuple[frozenset[str], int | None]] = {}
+        """PodGroup uid -> (the members waiting to join it, the minCount its Job said when they were first seen)."""
+        self._victims_gone_at: dict[str, float] = {}
+        """PodGroup uid -> when this loop first saw every victim of its preemption gone (monotonic)."""
+        self._budget = pacing.CpuBudget()
+        self._woken_for = time.monotonic()
+        """When the oldest change this cycle runs for arrived (monotonic)."""
+        self.leading: Callable[[], bool] = lambda: True
+        """False once this replica may have lost its Lease: no group is touched after that."""
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.view.changed.wait(), timeout=self._next_wake())
+            self._woken_for = self.view.changed_since if self.view.changed.is_set() else time.monotonic()
+            self.view.changed.clear()
+            cpu = time.thread_time()
+            try:
+                await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # only a bug in the loop itself gets here; every group is guarded
+                logger.exception("scheduling cycle failed; retrying on the next change")
+                await asyncio.sleep(1)
+            await asyncio.sleep(self._budget.rest(time.monotonic(), time.thread_time() - cpu))
+
+    def _next_wake(self) -> float:
+        now = time.monotonic()
+        due = [until - now for until, _ in self._backoff.values()]
+        due += [at + COUNTS_EVERY - now for uid, at in self._counts_at.items() if uid in self._counts_due]
+        return max(0.05, min([self.period, *due]))
+
+    async def cycle(self) -> None:
+        self.releaser.forget({p["metadata"]["uid"] for p in self.view.pods.items()})
+        self._pods_of = inputs.pods_by_group(self.view.podgroups.items(), self.view.pods.items())
+        groups = [(g, sorted(filter(_live, self._pods_of[g["metadata"]["uid"]]), key=_name)) for g in self.view.podgroups.items()]
+        groups = [(g, pods) for g, pods in groups if inputs.owner_uid(g, "Job") and not g["metadata"].get("deletionTimestamp")]
+        self._forget({g["metadata"]["uid"] for g, _ in groups})
+        try:
+            for rules in (self.holes, self.preemptor.nominated):
+                if rules.served is None:
+                    await rules.load()  # the rules a previous run left behind
+            await self._repair({g["metadata"]["uid"]: pods for g, pods in groups})
+            nominated = {d for g, _ in groups if (n := inputs.nomination(g)) is not None for d in inputs.nominated_devices(n)}
+            await self.preemptor.nominated.uncover([d for d in self.preemptor.nominated.covered if d not in nominated])
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            metrics.ERRORS.labels(stage="repair").inc()
+            logger.exception("double-allocation repair failed; retrying next cycle")
+        metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
+        waits.publish(waits.current(groups, self._quorum_at, time.monotonic()))  # every cycle: fresh on a quiet cluster
+        for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
+            if not self.leading():
+                return
+            uid = pod_group["metadata"]["uid"]
+            if self._backoff.get(uid, (0.0, 0.0))[0] > time.monotonic():
+                continue
+            try:
+                if await self._reconcile(pod_group, pods):
+                    self._backoff.pop(uid, None)
+                else:
+                    self._back_off(pod_group)
+            except asyncio.CancelledError:
+                raise
+            except NotLeading as exc:
+                logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), exc)
+                return
+            except NotFound as exc:
+                logger.info(
+                    "%s/%s: an object went away mid-reconcile (%s); next cycle sees the new state", _ns(pod_group), _name(pod_group), exc
+                )
+            except Exception as exc:
+                delay = self._back_off(pod_group)
+                metrics.ERRORS.labels(stage="reconcile").inc()
+                logger.exception("%s/%s: reconcile failed (%s); retrying in %.1fs", _ns(pod_group), _name(pod_group), exc, delay)
+
+    def _forget(self, live: set[str]) -> None:
+        """What the loop remembers of PodGroups that are gone goes with them."""
+        for uid in [u for u in self._mine if u not in live]:
+            del self._mine[uid]
+        for uid in [u for u in self._backoff if u not in live]:
+            del self._backoff[uid]
+        for uid in [u for u in self._quorum_at if u not in live]:
+            del self._quorum_at[uid]
+        for uid in [u for u in self._owners if u not in live]:
+            del self._owners[uid]
+        for uid in [u for u in self._counts_at if u not in live]:
+            del self._counts_at[uid]
+        for uid in [u for u in self._victims_gone_at if u not in live]:
+            del self._victims_gone_at[uid]
+        for uid in [u for u in self._intended if u not in live]:
+            del self._intended[uid]
+        self._counts_due &= live
+        claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
+        self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
+        pods = {p["metadata"]["uid"] for p in self.view.pods.items()}
+        now = time.monotonic()
+        self._evicting = {uid: until for uid, until in self._evicting.items() if uid in pods and until > now}
+        self.shortfalls.keep_only(live)
+
+    def _back_off(self, pod_group: Mapping[str, Any]) -> float:
+        """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
+        uid = pod_group["metadata"]["uid"]
+        delay = min(60.0, 2 * self._backoff.get(uid, (0.0, 0.25))[1])
+        self._backoff[uid] = (time.monotonic() + delay, delay)
+        return delay
+
+    def _priority(self, pod_group: Mapping[str, Any]) -> int:
+        return inputs.priority(pod_group, lambda name: self.view.priorities.get("", name))
+
+    def _order(self, pod_group: Mapping[str, Any]) -> tuple[int, str, str]:
+        return (-self._priority(pod_group), pod_group["metadata"].get("creationTimestamp", ""), pod_group["metadata"]["name"])
+
+    async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+        """False when an attempt was undone: the group then backs off before the next one."""
+        reservation = inputs.reservation(pod_group)
+        if reservation is not None and reservation.state == "Reserving":
+            return await self._resume(pod_group, reservation, pods)
+        bound = [p for p in pods if p["spec"].get("nodeName")]
+        waiting = [p for p in pods if inputs.gated(p)]
+        await self._counters(pod_group, len(pods), len(bound))
+        if pod_group["spec"]["schedulingPolicy"].get("basic") is not None:
+            await self._release_each(pod_group, waiting)
+            return True
+        scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
+        min_count = inputs.min_count(pod_group)
+        lost: list[disruption.Loss] = []
+        owner: dict[str, Any] | None = None
+        if reservation is not None and reservation.state == "Released":
+            lost = disruption.losses(
+                reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self._node_names(), self.view.finished
+            )
+            owner = await self._job(pod_group, lost) if lost else None
+            if owner is not None and _suspended_since(owner, reservation):
+                why = "the Job was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
+                return await self._tear_down(pod_group, pods, reservation, why, reason=SUSPENDED)
+            if owner is not None and _finished(owner):
+                return True  # its successPolicy or failure ended the rest: the Job's own doing, nothing to take down
+        if scheduled is not None and scheduled["status"] == "True":
+            if reservation is not None:
+                if lost and "all" in (pod_group["spec"].get("disruptionMode") or {}):
+                    return await self._disrupt(pod_group, pods, lost, owner)
+                done = disruption.finished(reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self.view.finished)
+                await self._below_min_count(pod_group, bound, lost, min_count, done)
+                # minCount may have been raised since the release: the members it adds go together, as a gang
+                released = sum(1 for p in pods if not inputs.gated(p))
+                wanted = await self._min_count_now(pod_group, waiting, min_count)
+                await self._release_each(pod_group, waiting, max(1, wanted - released - done))
+                return True
+            await self._release_each(pod_group, waiting)
+            return True
+        if reservation is not None and reservation.state == "Released":
+            return await self._await_binding(pod_group, pods, bound, reservation, min_count)
+        if not waiting:
+            return True
+        ready = [p for p in waiting if self._claims_ready(p)]
+        if len(ready) < min_count:
+            # while the others arrive the claims get their finalizer, so the release writes only allocations; and no
+            # running count in the message: status.members counts, and one status write per arriving member is enough
+            why = f"waiting for quorum: minCount {min_count} members created with their claims"
+            await all_answered([self.releaser.protect(ready), self._set(pod_group, False, "Pending", why)])
+            return True
+        self._quorum_at.setdefault(pod_group["metadata"]["uid"], time.monotonic())
+        return await self._attempt(pod_group, ready, min_count)
+
+    async def _await_binding(
+        self,
+        pod_group: dict[str, Any],
+        pods: list[dict[str, Any]],
+        bound: list[dict[str, Any]],
+        reservation: schema.Reservation,
+        min_count: int,
+    ) -> bool:
+        """A released group becomes Scheduled once minCount members are bound, or is torn down at the deadline."""
+        if len(bound) >= min_count:
+            nodes = len({p["spec"]["nodeName"] for p in bound})
+            await self._set(pod_group, True, "Scheduled", f"{len(bound)} of {len(pods)} members bound to {nodes} node(s)")
+            return True
+        waited = _since(reservation.released_at)
+        if waited >= self.bind_deadline:
+            why = (
+                f"only {len(bound)} of minCount {min_count} members bound {self.bind_deadline:.0f}s after release "
+                f"({len(pods)} members exist)"
+            )
+            return await self._tear_down(pod_group, pods, reservation, why)
+        return True
+
+    def _node_names(self) -> set[str]:
+        return {n["metadata"]["name"] for n in self.view.nodes.items()}
+
+    async def _job(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> dict[str, Any] | None:
+        """The group's Job, read afresh when its lost members change (a lost member stays lost: no read every cycle);
+        None when it is gone or being deleted."""
+        uid = pod_group["metadata"]["uid"]
+        key = frozenset(loss.uid for loss in lost)
+        known = self._owners.get(uid)
+        if known is not None and known[0] == key:
+            return known[1]
+        owner = await self._read_job(pod_group)
+        self._owners[uid] = (key, owner)
+        return owner
+
+    async def _read_job(self, pod_group: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The group's Job as the API server has it now; None when it is gone, replaced or being deleted."""
+        job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
+        owner = await self.kube.get(f"/apis/batch/v1/namespaces/{_ns(pod_group)}/jobs/{job}") if job else None
+        if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != inputs.owner_uid(pod_group, "Job"):
+            return None
+        return owner
+
+    async def _min_count_now(self, pod_group: Mapping[str, Any], waiting: list[dict[str, Any]], recorded: int) -> int:
+        """minCount as the Job says it now, while members wait to join a scheduled gang. A raised minCount comes
+        with the pods it adds, which the Job controller creates at once; the PodGroup learns it a moment later, and
+        a member released in between would run below it. Read once per set of waiting members."""
+        if not waiting:
+            return recorded
+        uid = pod_group["metadata"]["uid"]
+        key = frozenset(p["metadata"]["uid"] for p in waiting)
+        known = self._intended.get(uid)
+        if known is None or known[0] != key:
+            job = await self._read_job(pod_group)
+            wanted = None
+            with contextlib.suppress(intent.GangSpecError):
+                said = intent.from_annotations(job["metadata"].get("annotations")) if job is not None else None
+                if said is not None and said.policy == "gang":
+                    wanted = said.min_count_for(job["spec"].get("parallelism"), job["spec"].get("completions"))
+            known = self._intended[uid] = (key, wanted)
+        return max(recorded, known[1] or 0)
+
+    async def _disrupt(
+        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], lost: list[disruption.Loss], owner: dict[str, Any] | None
+    ) -> bool:
+        """disruptionMode all: one member lost takes the whole group down, so no member holds devices without quorum.
+
+        Not when the Job itself is going (`owner` None): its pods are deleted with it, and nothing is lost."""
+        if owner is None:
+            return True
+        why = f"member {', '.join(str(loss) for loss in lost)} lost; disruptionMode all takes the whole group down"
+        if not await self._tear_down(pod_group, pods, None, why, reason=DISRUPTED):
+            return False  # the condition says what the teardown waits for
+        metrics.DISRUPTIONS.labels(mode="all", cause=_cause_label(lost[0].cause)).inc()
+        await self._condition(pod_group, keys.DISRUPTION_TARGET, True, DISRUPTED, why)
+        return True
+
+    async def _below_min_count(
+        self, pod_group: dict[str, Any], bound: list[dict[str, Any]], lost: list[disruption.Loss], min_count: int, done: int
+    ) -> None:
+        """disruptionMode single: nothing else is touched; the status says how far below minCount the group runs.
+        Members that finished their work (`done`) count with those that run: the gang is short of nobody."""
+        said = _condition(pod_group, keys.DISRUPTION_TARGET) or self._mine.get(pod_group["metadata"]["uid"], {}).get(keys.DISRUPTION_TARGET)
+        finished = f", {done} finished" if done else ""
+        if len(bound) + done >= min_count:
+            if said is not None and said["status"] == "True":
+                await self._condition(
+                    pod_group,
+                    keys.DISRUPTION_TARGET,
+                    False,
+                    "MinCountRunning",
+                    f"{len(bound)} members run{finished} (minCount {min_count})",
+                )
+            return
+        message = f"below minCount: {len(bound)} of minCount {min_count} members run{finished}"
+        if lost:
+            message += f"; lost {', '.join(str(loss) for loss in lost)}"
+        if said is None or said["status"] != "True":
+            metrics.DISRUPTIONS.labels(mode="single", cause=_cause_label(lost[0].cause if lost else "other")).inc()
+        await self._condition(pod_group, keys.DISRUPTION_TARGET, True, "BelowMinCount", message, warn=True)
+
+    def _claims_ready(self, pod: Mapping[str, Any]) -> bool:
+        return inputs.claims_ready(pod, self.view.claims.get)
+
+    def _snapshot(self, for_group: Mapping[str, Any] | None = None) -> Snapshot:
+        """This cycle's cluster; devices a preemption freed for another group count as held.
+
+        Built once per state of the view (and of the pins), however many groups and members are planned on it;
+        each build is what `shortfalls` compares capacity on.
+        """
+        view = self.view
+        key = (view.revision, tuple(sorted(self.releaser.pinned.items())))
+        if self._base is None or self._base[0] != key:
+            sources = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules)
+            awaiting = inputs.awaiting_kube_scheduler(view.podgroups.items(), view.pods.items(), view.claims.items())
+            built = inputs.build(*(i.items() for i in sources), pinned=self._pins(), awaiting=awaiting)
+            self._base = (key, built)
+            self.shortfalls.observe(shortfall.capacity(inputs.nominated_elsewhere(built, view.podgroups.items(), None), self._policy()))
+        return inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group)
+
+    def _pins(self) -> dict[str, str]:
+        """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
+        return {**inputs.pins(self.view.podgroups.items()), **self.releaser.pinned}
+
+    def _policy(self) -> tuple[Any, ...]:
+        """What preemption reads besides capacity: priority classes, disruption budgets, the groups' specs."""
+        objs = [*self.view.priorities.items(), *self.view.budgets.items()]
+        specs = [(g["metadata"]["uid"], g["metadata"].get("generation")) for g in self.view.podgroups.items()]
+        return (frozenset((o["metadata"]["uid"], o["metadata"]["resourceVersion"]) for o in objs), frozenset(specs))
+
+    async def _attempt(self, pod_group: dict[str, Any], ready: list[dict[str, Any]], min_count: int) -> bool:
+        started = time.monotonic()
+        steps = Steps(self._woken_for)
+        steps.done("wait for the loop")
+        snapshot = self._snapshot(pod_group)
+        steps.done("snapshot")
+        decided = time.monotonic()
+        group = inputs.group(pod_group, ready, min_count)
+        nomination = inputs.nomination(pod_group)
+        key = shortfall.group_key(group, snapshot, self._priority(pod_group))
+        if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
+            return True  # its status already says why; nothing it could use was freed
+        # in a worker thread: a costly claim must not keep the webhooks and probes this event loop serves from answering
+        result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
+        steps.done("plan")
+        metrics.ALGORITHM_DURATION.observe(time.monotonic() - decided)
+        if not isinstance(result, Fits) and result.timed_out:
+            # nothing is known of the fit: no preemption, no shortfall memo; back off, and the next attempt goes on
+            # from the verdicts this one reached, while the other groups are planned meanwhile
+            metrics.SCHEDULE_ATTEMPTS.labels(result="error", profile=metrics.PROFILE).inc()
+            await self._set(pod_group, False, "Unschedulable", result.message, warn=True)
+            return False
+        if not isinstance(result, Fits):
+            if nomination is not None:
+                return await self._preempting(pod_group, nomination, result.message)
+            verdict = await self._plan_preemption(pod_group, snapshot, group)
+            if isinstance(verdict, Preemption) and verdict.victims:
+                await self._preempt(pod_group, verdict)
+                return True
+            metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable", profile=metrics.PROFILE).inc()
+            metrics.ATTEMPT_DURATION.labels(result="unschedulable", profile=metrics.PROFILE).observe(time.monotonic() - started)
+            why_not = f"; preemption: {verdict.reason}" if isinstance(verdict, NoVictims) else ""
+            self.shortfalls.remember(pod_group["metadata"]["uid"], key)
+            await self._set(pod_group, False, "Unschedulable", result.message + why_not, warn=True)
+            return True
+        try:
+            reservation = await self.releaser.release(pod_group, result, steps)
+        except ReleaseAborted as exc:
+            metrics.SCHEDULE_ATTEMPTS.labels(result="aborted", profile=metrics.PROFILE).inc()
+            await self._set(pod_group, False, "Pending", f"reservation undone, will plan again: {exc}")
+            await self._event(pod_group, "Warning", "ReservationRolledBack", f"reservation undone, will plan again: {exc}")
+            return False
+        except GatesRefused as exc:
+            metrics.SCHEDULE_ATTEMPTS.labels(result="aborted", profile=metrics.PROFILE).inc()
+            await self._tear_down(pod_group, self._current(pod_group, ready), exc.reservation, str(exc))
+            return False
+        metrics.SCHEDULE_ATTEMPTS.labels(result="scheduled", profile=metrics.PROFILE).inc()
+        metrics.ATTEMPT_DURATION.labels(result="scheduled", profile=metrics.PROFILE).observe(time.monotonic() - started)
+        metrics.QUORUM_TO_RELEASE.observe(time.monotonic() - self._quorum_at.pop(pod_group["metadata"]["uid"], started))
+        metrics.RESERVATIONS.inc()
+        metrics.RESERVED_DEVICES.inc(sum(len(c.results) for c in reservation.claims))
+        nodes = sorted({p.node for p in reservation.placements})
+        planned = planned_devices(reservation)
+        left = f", {planned} device(s) for extended resources left to kube-scheduler on the pinned node(s)" if planned else ""
+        message = (
+            f"all {len(reservation.placements)} members placed on {len(nodes)} node(s) ({', '.join(nodes)}) "
+            f"with {sum(len(c.results) for c in reservation.claims)} device(s) reserved{left} and their gates lifted; "
+            f"waiting up to {self.bind_deadline:.0f}s for minCount {min_count} to be bound"
+        )
+        await self._set(pod_group, False, "Released", message)
+        await self._event(pod_group, "Normal", "Released", message)
+        if nomination is not None:
+            metrics.PREEMPTION_ATTEMPT_DURATION.observe(_since(nomination.nominated_at))
+            await self.preemptor.finish(pod_group, nomination)
+        return True
+
+    async def _plan_preemption(self, pod_group: dict[str, Any], snapshot: Snapshot, group: Group) -> Preemption | NoVictims:
+        """Victims of lower priority whose going lets the whole group fit; pure, on this cycle's snapshot, in a worker
+        thread (it plans the group once per victim set tried). The candidates are read from the view here, on the loop."""
+        view = self.view
+        candidates = victims.for_preemptor(
+            pod_group,
+            (m.uid for m in group.members),
+            view.pods.items(),
+            view.claims.items(),
+            view.podgroups.items(),
+            self._pods_of,
+            view.budgets.items(),
+            pinned=self._pins(),
+        )
+        if candidates is None:
+            return NoVictims("preemptionPolicy is Never")
+        started = time.monotonic()
+        budgets = victims.allowed(view.budgets.items())
+        verdict = await asyncio.to_thread(plan_preemption, snapshot, group, candidates, self._priority(pod_group), self.matcher, budgets)
+        result = "Success" if isinstance(verdict, Preemption) and verdict.victims else "Unschedulable"
+        metrics.PREEMPTION_DURATION.labels(preemptor="podgroup", result=result).observe(time.monotonic() - started)
+        metrics.PREEMPTION_ATTEMPTS.labels(result=result).inc()
+        return verdict
+
+    async def _preempt(self, pod_group: dict[str, Any], preemption: Preemption) -> None:
+        names = ", ".join(v.key for v in preemption.victims)
+        why = (
+            f"preempted by gang {_ns(pod_group)}/{_name(pod_group)} (priority {self._priority(pod_group)}), which needs the room they hold"
+        )
+        await self.preemptor.start(pod_group, preemption, why)
+        metrics.SCHEDULE_ATTEMPTS.labels(result="waiting_on_preemption", profile=metrics.PROFILE).inc()
+        message = f"preempting {names} ({len(preemption.pods)} pods) to place the whole group"
+        await self._set(pod_group, False, "Preempting", message)
+        await self._event(pod_group, "Normal", "Preempting", message)
+
+    async def _preempting(self, pod_group: dict[str, Any], nomination: schema.Nomination, short: str) -> bool:
+        """A preemption under way: its victims go (evicted again after a restart or a refusal), nobody else takes their
+        devices, and it ends: the preemptor reserves them, or it gives up by the deadline and says why.
+
+        The deadline is `bind_deadline` three ways: for a victim whose eviction is still refused (a budget), since the
+        nomination; for a victim that does not stop, past the end of its grace period; and once every victim is gone,
+        since this process saw them gone (a restart holds the devices one deadline longer, never shorter), so a
+        victim's long grace period does not eat the time the freed devices are held for the preemptor."""
+        uid = pod_group["metadata"]["uid"]
+        why = f"preempted by gang {_ns(pod_group)}/{_name(pod_group)}"
+        # a crash between recording the nomination and covering its devices left them open: cover them (idempotent)
+        await self.preemptor.nominated.cover(inputs.nominated_devices(nomination), why)
+        await self._evict_intruders(pod_group, nomination)
+        remaining = self.preemptor.remaining(nomination)
+        if remaining:
+            self._victims_gone_at.pop(uid, None)
+            refused = await self.preemptor.evict(nomination, why)
+            stuck = [
+                _name(p) for p in remaining if _since(p["metadata"].get("deletionTimestamp") or "9999-12-31T00:00:00Z") > self.bind_deadline
+            ]
+            waited = _since(nomination.nominated_at)
+            if (refused and waited >= self.bind_deadline) or stuck:
+                cause = (
+                    f"the eviction of {', '.join(refused)} was refused for {waited:.0f}s (a disruption budget)"
+                    if refused
+                    else f"{', '.join(stuck)} did not stop {self.bind_deadline:.0f}s past its grace period"
+                )
+                return await self._give_up(pod_group, nomination, cause)
+            note = f"; refused for now: {', '.join(refused)}" if refused else ""
+            await self._set(
+                pod_group, False, "Preempting", f"waiting for {len(remaining)} of {len(nomination.victims)} victims to go{note}"
+            )
+            return not refused
+        gone_at = self._victims_gone_at.setdefault(uid, time.monotonic())
+        if time.monotonic() - gone_at < self.bind_deadline:
+            await self._set(pod_group, False, "Preempting", f"victims gone, waiting for their devices to be released: {short}")
+            return True
+        return await self._give_up(pod_group, nomination, f"the preemption freed too little in {self.bind_deadline:.0f}s: {short}")
+
+    async def _evict_intruders(self, pod_group: Mapping[str, Any], nomination: schema.Nomination) -> None:
+        """A pod of lower priority that took a device held for this preemption (its claim tolerates every taint) goes as
+        a victim would; one of the preemptor's priority or above keeps it, and the preemption may give up."""
+        members = {p["metadata"]["uid"] for p in self._pods_of.get(pod_group["metadata"]["uid"], [])}
+        priority = self._priority(pod_group)
+        for claim in nomination_intruders(nomination, self.view.claims.items(), members):
+            reserved = [(self.view.pods.get(_ns(claim), r["name"]), r["uid"]) for r in claim["status"]["reservedFor"]]
+            users = [p for p, uid in reserved if p is not None and p["metadata"]["uid"] == uid]
+            if users and all(int(p["spec"].get("priority") or 0) < priority for p in users):
+                taken = sorted(set(inputs.nominated_devices(nomination)) & set(inputs.consuming_ids(claim) or ()))
+                why = f"it took device {'/'.join(taken[0])}, held for gang {_ns(pod_group)}/{_name(pod_group)} (priority {priority})"
+                await self._evict_holders(claim, why, PREEMPTED)
+
+    async def _give_up(self, pod_group: dict[str, Any], nomination: schema.Nomination, cause: str) -> bool:
+        """The preemption ends without its room: the devices it held go back to everyone, and the status says why."""
+        self._victims_gone_at.pop(pod_group["metadata"]["uid"], None)
+        await self.preemptor.finish(pod_group, nomination)
+        metrics.PREEMPTION_ATTEMPTS.labels(result="GaveUp").inc()
+        await self._set(pod_group, False, "Unschedulable", f"preemption given up, its held devices released: {cause}", warn=True)
+        return False
+
+    def _current(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The latest version of each pod from the watch (a release changed them)."""
+        latest = [self.view.pods.get(_ns(pod_group), _name(p)) for p in pods]
+        return [p for p in latest if p is not None and not p["metadata"].get("deletionTimestamp")]
+
+    async def _release_each(self, pod_group: dict[str, Any], waiting: list[dict[str, Any]], quorum: int = 1) -> None:
+        """Late members of a scheduled gang (and every member of a basic group) go as they come.
+
+        They are planned together on this cycle's snapshot (minCount `quorum`: every one that fits goes, once at
+        least that many fit) and released in one reservation, so a cycle reads the cluster once, not once per pod.
+        A gang whose minCount was raised past its released members needs the difference placed together; a
+        replacement of a lost member, or one beyond minCount, goes alone. A late member joins the group's
+        incarnation (its record), so its loss counts as a member's.
+        """
+        joined: list[schema.Reservation] = []
+        ready = [p for p in waiting if self._claims_ready(p)]
+        if len(ready) >= quorum:
+            # one plan, in a worker thread as every plan
+            result = await asyncio.to_thread(plan, self._snapshot(), inputs.group(pod_group, ready, quorum), self.matcher)
+            if isinstance(result, Fits):
+                try:
+                    joined.append(await self.releaser.release_member(pod_group, result))
+                except GatesRefused as exc:
+                    joined.append(exc.reservation)  # its claims are written: the record keeps them for a teardown
+                    logger.warning("%s/%s: late members not all released: %s", _ns(pod_group), _name(pod_group), exc)
+                except ReleaseAborted as exc:
+                    logger.warning("%s/%s: late members not released: %s", _ns(pod_group), _name(pod_group), exc)
+        record = inputs.reservation(pod_group)
+        if joined and record is not None:
+            pods = self._pods_of.get(pod_group["metadata"]["uid"], [])
+            record = disruption.current(record, pods, {c["metadata"]["uid"] for c in self.view.claims.items()}, self.view.finished)
+            grown = record.model_copy(
+                update={
+                    "placements": [*record.placements, *(p for r in joined for p in r.placements)],
+                    "claims": [*record.claims, *(c for r in joined for c in r.claims)],
+                    "planned": [*(record.planned or ()), *(p for r in joined for p in r.planned or ())] or None,
+                }
+            )
+            await self.releaser.record(pod_group, grown)
+
+    async def _resume(self, pod_group: dict[str, Any], reservation: schema.Reservation, pods: list[dict[str, Any]]) -> bool:
+        try:
+            released = await self.releaser.complete(pod_group, reservation, resumed=True)
+            await self._set(
+                pod_group,
+                False,
+                "Released",
+                f"{len(released.placements)} members placed and their gates lifted, finishing a recorded reservation",
+            )
+            return True
+        except ReleaseAborted as exc:
+            await self._set(pod_group, False, "Pending", f"unfinished reservation undone, will plan again: {exc}")
+            await self._event(pod_group, "Warning", "ReservationRolledBack", f"unfinished reservation undone: {exc}")
+            return False
+        except GatesRefused as exc:
+            await self._tear_down(pod_group, self._current(pod_group, pods), exc.reservation, str(exc))
+            return False
+
+    async def _tear_down(
+        self,
+        pod_group: dict[str, Any],
+        pods: list[dict[str, Any]],
+        reservation: schema.Reservation | None,
+        why: str,
+        *,
+        reason: str = TORN_DOWN,
+    ) -> bool:
+        """Evict every member that was released or pinned, release the devices of members that cannot run (never
+        bound, and stopped or still gated), forget the reservation: the group starts over. A member still gated and
+        never pinned holds nothing and waits for the next admission (evicting it would only spend the Job's back-off).
+
+        False while an eviction is refused (a disruption budget): the caller backs off and tries again.
+        """
+        message = f"gang {_name(pod_group)} torn down as a unit: {why}"
+        pinned = self._pins()
+        released = [p for p in pods if not inputs.gated(p) or p["metadata"]["uid"] in pinned]
+        standing = await teardown.evict_all(self.kube, released, reason=reason, message=message)
+        crash_point("teardown.after-evictions")
+        if reservation is not None:
+            # judged on every pod of the Job, terminating ones included: a member evicted on an earlier pass runs out
+            # its grace period on its devices, and the resourceclaim controller frees them once it is done
+            every = {p["metadata"]["uid"]: p for p in self._pods_of.get(pod_group["metadata"]["uid"], pods)}
+            users = self.releaser.claim_users(_ns(pod_group), reservation)
+            idle = [c for c in reservation.claims if not any(inputs.may_run(every.get(u["uid"])) for u in users.get(c.name, []))]
+            await self.releaser.deallocate_claims(_ns(pod_group), idle)
+            crash_point("teardown.after-deallocate")
+        if standing:
+            waits = f"{why}; waiting for the eviction of {', '.join(standing)}, refused for now and tried again"
+            scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
+            if scheduled is not None and scheduled["status"] == "True":
+                # that condition is terminal once True: a running gang's teardown is told where its loss is
+                await self._condition(pod_group, keys.DISRUPTION_TARGET, True, reason, waits, warn=True)
+            else:
+                await self._set(pod_group, False, "TearingDown", waits)
+            return False
+        await self.releaser.record(pod_group, None)
+        metrics.TEARDOWNS.inc()
+        await self._set(
+            pod_group,
+            False,
+            reason,
+            f"{why}; members evicted and devices released, the group will be admitted again whole",
+            readmit=True,
+        )
+        await self._event(pod_group, "Warning", reason, message)
+        return True
+
+    async def _repair(self, members_of: Mapping[str, list[dict[str, Any]]]) -> None:
+        """Each device held beyond what it allows is given back by the holder that allocated later."""
+        groups = {g["metadata"]["uid"]: g for g in self.view.podgroups.items()}
+        reserved = repair.reserved_claims(groups.values())
+        shareable = repair.shareable_capacity(self.view.slices.items())
+        await self.holes.sweep(self.view.claims.items())
+        for conflict in repair.double_allocations(self.view.claims.items(), shareable, self.view.allocations.get):
+            device = "/".join(conflict.device)
+            await self.holes.cover([conflict.device], f"held by {_name(conflict.keep)} and {len(conflict.later)} later claim(s)")
+            crash_point("repair.after-cover")
+            kept = reserved.get(repair.key(conflict.keep))
+            kept_by = f"gang {_name(kept)}" if kept else f"claim {_ns(conflict.keep)}/{_name(conflict.keep)}"
+            for later in conflict.later:
+                if (conflict.device, later["metadata"]["uid"]) not in self._counted:
+                    self._counted.add((conflict.device, later["metadata"]["uid"]))
+                    metrics.CONFLICTS.labels(stage="after-release").inc()
+                gang = reserved.get(repair.key(later))
+                if gang is not None:
+                    record = inputs.reservation(gang)
+                    if record is not None and record.state == "Released":
+                        why = f"device {device} was allocated to {kept_by} before this gang's reservation; ours yields"
+                        if await self._tear_down(gang, members_of.get(gang["metadata"]["uid"], []), record, why):
+                            metrics.REPAIRS.labels(action="teardown").inc()
+                    continue
+                await self._evict_holders(later, f"device {device} is held by {kept_by}, which allocated it first")
+
+    async def _evict_holders(self, claim: Mapping[str, Any], why: str, reason: str = DOUBLE_ALLOCATED) -> None:
+        """The pods using a claim that holds a device it must give up (allocated second, or taken from a preemptor):
+        evicted, never deleted, with an Event naming the device."""
+        namespace = _ns(claim)
+        uids = {c["uid"] for c in (claim.get("status") or {}).get("reservedFor") or [] if c.get("resource") == "pods"}
+        uids |= {o["uid"] for o in claim["metadata"].get("ownerReferences") or [] if o.get("kind") == "Pod"}
+        now = time.monotonic()
+        for pod in self.view.pods.items():
+            uid = pod["metadata"]["uid"]
+            if _ns(pod) != namespace or uid not in uids or self._evicting.get(uid, 0.0) > now:
+                continue
+            logger.warning("evicting %s/%s: %s", namespace, _name(pod), why)
+            gone = await teardown.evict(self.kube, pod, reason=reason, message=f"claim {_name(claim)}: {why}")
+            if gone:
+                metrics.REPAIRS.labels(action="eviction").inc()
+            self._evicting[uid] = now + (30.0 if gone else 5.0)
+
+    async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int) -> None:
+        uid = pod_group["metadata"]["uid"]
+        current = pod_group.get("status") or {}
+        if current.get("members") == members and current.get("bound") == bound:
+            self._counts_due.discard(uid)
+            return
+        now = time.monotonic()
+        if now - self._counts_at.get(uid, -math.inf) < COUNTS_EVERY:
+            self._counts_due.add(uid)  # the loop wakes for it when due
+            return
+        self._counts_at[uid] = now
+        self._counts_due.discard(uid)
+        await self.kube.merge_patch(
+            custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"members": members, "bound": bound}}
+        )
+
+    async def _set(
+        self, pod_group: dict[str, Any], ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
+    ) -> None:
+        await self._condition(pod_group, keys.INITIALLY_SCHEDULED, ok, reason, message, warn=warn, readmit=readmit)
+
+    async def _condition(
+        self, pod_group: dict[str, Any], type_: str, ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
+    ) -> None:
+        """Set one of the loop's conditions; every condition this loop owns goes in the same apply, or the others would be dropped."""
+        uid = pod_group["metadata"]["uid"]
+        mine = self._mine.setdefault(uid, {})
+        existing = [mine.get(c["type"], c) for c in (pod_group.get("status") or {}).get("conditions") or []]
+        existing += [c for t, c in mine.items() if t not in {e["type"] for e in existing}]
+        new = conditions.condition(type_, ok, reason, message, pod_group["metadata"].get("generation"))
+        merged = conditions.merged(existing, new, readmit=readmit)
+        if merged is None:
+            return
+        logger.info("%s/%s: %s=%s %s %s", _ns(pod_group), _name(pod_group), type_, new["status"], reason, message)
+        owned = [c for c in merged if c["type"] in LOOP_CONDITIONS]
+        await self.kube.apply_status("PodGroup", _ns(pod_group), _name(pod_group), {"conditions": owned}, keys.SCHEDULING_LOOP)
+        mine.update({c["type"]: c for c in owned})
+        if warn or (ok and type_ == keys.INITIALLY_SCHEDULED):
+            await self._event(pod_group, "Warning" if warn else "Normal", reason, message)
+
+    async def _event(self, pod_group: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        refs = [{"apiVersion": schema.API_VERSION, "kind": "PodGroup", "metadata": pod_group["metadata"]}]
+        job_name = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
+        job_uid = inputs.owner_uid(pod_group, "Job")
+        if job_name and job_uid:
+            job = {"name": job_name, "namespace": pod_group["metadata"]["namespace"], "uid": job_uid}
+            refs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": job})
+        await all_answered(self.kube.event(ref, type_=type_, reason=reason, message=message) for ref in refs)

@@ -1,0 +1,115 @@
+"""Prometheus metrics, with upstream kube-scheduler's names (1.37, pkg/scheduler/metrics) under the `phalanx_` prefix.
+
+Upstream's podgroup and workload-preemption metrics keep their names, labels and
+buckets, so a dashboard written for `scheduler_podgroup_*` works on
+`phalanx_podgroup_*` with the prefix changed; `profile` is always "phalanx".
+The rest are Phalanx's own: reservations, double allocations, disruptions,
+and the gauge that must stay 0 (`phalanx_incomplete_group_devices`, see
+`scheduling/quorum.py` for its exact definition).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+PROFILE = "phalanx"
+"""The value of upstream's `profile` label: Phalanx has one."""
+
+
+def exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
+    """Upstream's metrics.ExponentialBuckets."""
+    return tuple(start * factor**i for i in range(count))
+
+
+BUCKETS = exponential(0.001, 2, 15)  # upstream podgroup_scheduling_*_duration_seconds
+PREEMPTION_BUCKETS = exponential(0.001, 2, 16)  # upstream preemption_evaluation_duration_seconds
+VICTIM_BUCKETS = exponential(1, 2, 11)  # upstream workload_preemption_victims, preemption_workload_disruptions
+
+SCHEDULE_ATTEMPTS = Counter(
+    "phalanx_podgroup_schedule_attempts_total",
+    "Planning attempts for a pod group, by result: scheduled, unschedulable, waiting_on_preemption (victims chosen), "
+    "aborted (reservation undone or gates refused; planned again), error (the plan ran out of time judging devices; "
+    "backed off and tried again).",
+    ["result", "profile"],
+)
+ATTEMPT_DURATION = Histogram(
+    "phalanx_podgroup_scheduling_attempt_duration_seconds",
+    "End-to-end duration of an attempt: plan, reserve, verify, pin and release.",
+    ["result", "profile"],
+    buckets=BUCKETS,
+)
+ALGORITHM_DURATION = Histogram(
+    "phalanx_podgroup_scheduling_algorithm_duration_seconds", "Time the planner took to decide.", buckets=BUCKETS
+)
+QUORUM_TO_RELEASE = Histogram(
+    "phalanx_podgroup_quorum_to_release_seconds",
+    "From the loop first seeing minCount members with their claims to the group's gates lifted (waits for room included).",
+    buckets=exponential(0.01, 2, 18),
+)
+RESERVATIONS = Counter("phalanx_reservations_total", "Gang reservations completed: every device reserved and every member released.")
+RESERVED_DEVICES = Counter("phalanx_reserved_devices_total", "Devices whose allocation Phalanx wrote for a released gang.")
+CONFLICTS = Counter(
+    "phalanx_reservation_conflicts_total",
+    "Devices found held by both a Phalanx reservation and another claim (two allocators), by where it was caught.",
+    ["stage"],
+)
+REPAIRS = Counter(
+    "phalanx_double_allocations_repaired_total",
+    "Double allocations repaired, by action: a released gang torn down (teardown) or a later holder's pod evicted (eviction).",
+    ["action"],
+)
+ROLLBACKS = Counter("phalanx_reservation_rollbacks_total", "Reservations undone before their gang was released.")
+RELEASED_PODS = Counter("phalanx_released_pods_total", "Pods whose scheduling gate Phalanx lifted.")
+EVICTIONS = Counter("phalanx_evictions_total", "Pods Phalanx took down, by reason (the Event reason on the pod).", ["reason"])
+TEARDOWNS = Counter("phalanx_podgroup_teardowns_total", "Released groups torn down as a unit before reaching minCount bound.")
+ERRORS = Counter("phalanx_errors_total", "Unexpected errors, by stage; the group is retried with backoff.", ["stage"])
+DISRUPTIONS = Counter(
+    "phalanx_podgroup_disruptions_total",
+    "Members of running groups lost, by disruptionMode and cause (all: the group was taken down).",
+    ["mode", "cause"],
+)
+INCOMPLETE_GROUP_DEVICES = Gauge(
+    "phalanx_incomplete_group_devices",
+    "Devices allocated to claims of gangs with fewer than minCount members bound or reserved, outside a recorded release "
+    "(must stay 0 with disruptionMode all; see scheduling/quorum.py).",
+)
+PODGROUPS_WAITING = Gauge(
+    "phalanx_podgroups_waiting",
+    "Gang PodGroups with minCount members ready but not yet released, by the PodGroup's priorityClassName (empty for none); "
+    "set every cycle, so it stays current on a quiet cluster (see scheduling/waits.py).",
+    ["priority_class"],
+)
+OLDEST_WAIT = Gauge(
+    "phalanx_podgroup_oldest_wait_seconds",
+    "Seconds since the oldest of those gangs had its quorum (0: none waits), by priority class.",
+    ["priority_class"],
+)
+PREEMPTION_ATTEMPTS = Counter(
+    "phalanx_workload_preemption_attempts_total",
+    "Gang preemption searches, by result: Success (victims chosen), Unschedulable (no victims help), or GaveUp (a "
+    "preemption under way ended at its deadline without its room: an eviction refused, a victim that never stopped).",
+    ["result"],
+)
+PREEMPTION_VICTIMS = Histogram("phalanx_workload_preemption_victims", "Pods evicted by one gang preemption.", buckets=VICTIM_BUCKETS)
+PREEMPTION_DISRUPTIONS = Histogram(
+    "phalanx_preemption_workload_disruptions",
+    "Preemption units taken by one gang preemption (a group in disruptionMode all, or one pod).",
+    ["preemptor"],
+    buckets=VICTIM_BUCKETS,
+)
+PREEMPTION_DURATION = Histogram(
+    "phalanx_preemption_evaluation_duration_seconds",
+    "Time the pure planner took to choose victims, by result.",
+    ["preemptor", "result"],
+    buckets=PREEMPTION_BUCKETS,
+)
+PREEMPTION_ATTEMPT_DURATION = Histogram(
+    "phalanx_preemption_attempt_duration_seconds",
+    "From choosing the victims to the preemptor released on the devices they freed (1 s resolution: the nomination's time).",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
+RELISTS = Counter(
+    "phalanx_watch_relists_total",
+    "Informer lists after the first, by resource and reason (expired: the watch's resourceVersion was compacted, 410 Gone).",
+    ["resource", "reason"],
+)

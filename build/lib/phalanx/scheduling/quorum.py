@@ -1,0 +1,56 @@
+"""Devices held by gangs below quorum: the number gang scheduling exists to keep at 0.
+
+A gang (a PodGroup with a gang policy, owned by a Job, not being deleted) is
+*incomplete* when fewer than minCount of its live members (not terminal, not
+terminating) are bound to a node or released onto one by Phalanx (pinned,
+gate lifted). Its *held devices* are the distinct devices allocated (not
+adminAccess) to the claims its live members use. The gauge is the sum over
+incomplete gangs, except a gang in the middle of a release: a reservation is
+recorded and the group is not yet PodGroupInitiallyScheduled=True. Those
+devices are reserved on purpose for the members about to bind, and the bind
+deadline tears the group down if they do not.
+
+So with disruptionMode `all` the value is 0 apart from the moment between a
+member's loss and the teardown; with `single`, a gang that lost members and
+runs below minCount counts here for as long as it holds its devices (the
+article's preemption finding 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from phalanx.api import keys
+from phalanx.scheduling import inputs
+
+
+def _live(pod: Mapping[str, Any]) -> bool:
+    return not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
+
+
+def mid_release(pod_group: Mapping[str, Any]) -> bool:
+    scheduled = next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c["type"] == keys.INITIALLY_SCHEDULED), None)
+    return inputs.reservation(pod_group) is not None and (scheduled is None or scheduled["status"] != "True")
+
+
+def held_devices(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], claim: Any) -> int:
+    """Devices a gang below quorum holds (0 when it is not below quorum, is not a gang, or is mid-release).
+
+    `pods`: every pod of its Job; `claim(namespace, name)` looks a ResourceClaim up."""
+    if pod_group["spec"]["schedulingPolicy"].get("gang") is None or pod_group["metadata"].get("deletionTimestamp"):
+        return 0
+    live = [p for p in pods if _live(p)]
+    if sum(1 for p in live if inputs.placed_on(p) is not None) >= inputs.min_count(pod_group) or mid_release(pod_group):
+        return 0
+    devices = set()
+    for pod in live:
+        for name in inputs.holding_claim_names(pod):
+            found = claim(pod["metadata"]["namespace"], name)
+            if found is not None:
+                devices.update(inputs.consuming_ids(found) or ())
+    return len(devices)
+
+
+def incomplete_group_devices(podgroups: Iterable[Mapping[str, Any]], pods_of: Mapping[str, Iterable[Mapping[str, Any]]], claim: Any) -> int:
+    return sum(held_devices(g, pods_of.get(g["metadata"]["uid"], []), claim) for g in podgroups if inputs.owner_uid(g, "Job") is not None)

@@ -1,0 +1,537 @@
+"""Where a gang is reserved and its gates are lifted: the only side effects of a plan.
+
+The reservation cycle, each step idempotent:
+1. record the intent in PodGroup `status.reservation` (state Reserving),
+   with everything a fresh write needs (devices, node, config), so a
+   restarted operator can finish or undo it;
+2. for every claim, concurrently: add the delete-protection finalizer
+   (metadata; usually done as the member arrived, by `protect`, off the
+   critical path), then write the allocation and `reservedFor` (status), both
+   conditional on the claim's resourceVersion (from the watch's copy; a
+   stale copy is read afresh and tried once more): a write that loses on a
+   fresh read is a `Conflict` and aborts the release;
+3. wait until our own watch shows the writes (it then shows every claim
+   write before ours) and, when some pod may be mid-allocation in
+   kube-scheduler (`inflight`), wait for that write to land and read every
+   claim afresh: a device also held by another claim (nothing upstream
+   coordinates two allocators, kubernetes#128980) aborts. Our reservation
+   yields: nobody else is evicted for it;
+4. release every member, concurrently: one patch per pod pins it to its
+   node (required node affinity + annotation) and lifts Phalanx's gate
+   (state Released). One write per member, not a pin and then a lift: the
+   API server accepts the affinity change because the pod it updates is
+   still gated, and a member refused (a policy, gone) is neither pinned nor
+   released, which is the refused gate lift below;
+5. wait until the watch shows the pins, so the next plan counts the members
+   on their nodes.
+An abort before any member is released rolls back every allocation this
+reservation made (and only those), so no device is leaked and no pod of an
+incomplete group is released. A member refused after others were released
+leaves a group that cannot reach quorum: the loop tears it down at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from phalanx.api import keys, schema
+from phalanx.crashpoints import crash_point
+from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, all_answered, claim_path, custom_path, pod_path, retried
+from phalanx.kube.informers import ClusterView
+from phalanx.planner import Fits, extended
+from phalanx.planner.allocator import Result
+from phalanx.planner.model import DeviceId, Toleration
+from phalanx.scheduling import conditions, inflight, metrics
+from phalanx.scheduling.holes import Holes
+from phalanx.scheduling.inputs import allocated_ids, claim_names, dedicated_ids, extended_resources, gated, shares
+
+logger = logging.getLogger(__name__)
+
+
+class ReleaseAborted(Exception):
+    """The plan can no longer be completed; its reservation has been rolled back and the group will be planned again."""
+
+    def __init__(self, message: str, shared: frozenset[DeviceId] = frozenset()) -> None:
+        super().__init__(message)
+        self.shared = shared
+        """Devices of ours another claim also holds: undoing ours opens a hole in kube-scheduler's view of them."""
+
+
+class NotLeading(Exception):
+    """This replica may have lost its Lease mid-release: it writes nothing more, not even a rollback. The record
+    says where it stopped, and the next leader finishes or undoes it, as after a crash."""
+
+
+class GatesRefused(Exception):
+    """Some gates were lifted and others refused: the group is released in part and must be torn down."""
+
+    def __init__(self, message: str, reservation: schema.Reservation) -> None:
+        super().__init__(message)
+        self.reservation = reservation
+
+
+def reservation_of(fits: Fits) -> schema.Reservation:
+    return schema.Reservation(
+        state="Reserving",
+        placements=[schema.PodPlacement(name=m.name, uid=m.uid, node=n) for m, n in fits.placements],
+        claims=[
+            schema.ClaimReservation(
+                name=c.name,
+                uid=c.uid,
+                node=c.node,
+                results=[_result(r) for r in c.results],
+                config=[dict(entry) for entry in c.config],
+                pinned=c.pinned,
+                node_selector=dict(c.node_selector) if c.node_selector is not None else None,
+            )
+            for c in fits.claims
+        ],
+        planned=[
+            schema.PlannedDevices(
+                pod=c.name.removesuffix(extended.SUFFIX),
+                uid=c.uid.removesuffix(extended.SUFFIX),
+                node=c.node,
+                devices=["/".join(r.device_id) for r in c.results],
+            )
+            for c in fits.planned
+        ]
+        or None,
+    )
+
+
+def planned_devices(reservation: schema.Reservation) -> int:
+    """Devices the plan counted for extended resources and left to kube-scheduler."""
+    return sum(len(p.devices) for p in reservation.planned or ())
+
+
+def _toleration(t: Toleration) -> dict[str, Any]:
+    out: dict[str, Any] = {"operator": t.operator or "Equal"}
+    for name, value in (("key", t.key), ("value", t.value), ("effect", t.effect)):
+        if value:
+            out[name] = value
+    if t.seconds is not None:
+        out["tolerationSeconds"] = t.seconds
+    return out
+
+
+def _result(r: Result) -> schema.DeviceResult:
+    """Every field kube-scheduler's allocator sets on a result; absent ones stay absent."""
+    return schema.DeviceResult(
+        request=r.request,
+        driver=r.driver,
+        pool=r.pool,
+        device=r.device,
+        admin_access=True if r.admin_access else None,
+        tolerations=[_toleration(t) for t in r.tolerations] or None,
+        share_id=r.share_id,
+        consumed_capacity={n: _quantity(v) for n, v in r.consumed.items()} or None,
+        binding_conditions=list(r.binding_conditions) or None,
+        binding_failure_conditions=list(r.binding_failure_conditions) or None,
+    )
+
+
+def _quantity(value: Decimal) -> str:
+    """A canonical-enough quantity: whole numbers as integers, fractions in milli-units."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int(value * 1000)}m"
+
+
+def _takes_whole(r: schema.DeviceResult) -> bool:
+    return not r.admin_access and not r.share_id
+
+
+def allocation(claim: schema.ClaimReservation) -> dict[str, Any]:
+    """status.allocation as kube-scheduler writes it: pinned to the node, or the devices' shared nodeSelector, or none."""
+    devices: dict[str, Any] = {"results": [r.wire() for r in claim.results]}
+    if claim.config:
+        devices["config"] = [dict(c) for c in claim.config]
+    out: dict[str, Any] = {"devices": devices}
+    if claim.pinned:
+        out["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [claim.node]}]}]}
+    elif claim.node_selector is not None:
+        out["nodeSelector"] = dict(claim.node_selector)
+    return out
+
+
+def pinned_affinity(pod: Mapping[str, Any], node: str) -> dict[str, Any]:
+    """Required node affinity that admits only `node`: set when empty, else appended to every term, as gated pods allow."""
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    affinity = dict(pod["spec"].get("affinity") or {})
+    node_affinity = dict(affinity.get("nodeAffinity") or {})
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    for term in terms:
+        if pin not in (term.get("matchFields") or []):
+            term["matchFields"] = [*(term.get("matchFields") or []), pin]
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
+    affinity["nodeAffinity"] = node_affinity
+    return affinity
+
+
+def started(pod: Mapping[str, Any] | None) -> bool:
+    """Bound or released: a pod a rollback must never touch again."""
+    return pod is not None and (bool(pod["spec"].get("nodeName")) or not gated(pod))
+
+
+class Steps:
+    """How long each step of a release took, for the log: where the time between quorum and bound goes."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self.last = time.monotonic() if start is None else start
+        self.spent: list[tuple[str, float]] = []
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.spent.append((step, now - self.last))
+        self.last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{step} {seconds * 1000:.0f} ms" for step, seconds in self.spent)
+
+
+class Releaser:
+    def __init__(
+        self,
+        kube: Kube,
+        view: ClusterView,
+        holes: Holes,
+        *,
+        settle: float = 0.2,
+        observe_timeout: float = 10.0,
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.kube = kube
+        self.leading = leading
+        """Checked before each step that writes: a deposed leader's next write could land after the new leader's."""
+        self.view = view
+        self.holes = holes
+        self.settle = settle
+        self.observe_timeout = observe_timeout
+        self.pinned: dict[str, str] = {}
+        """Pod uid -> node of the pins this process wrote: trusted before the watch shows them in a recorded reservation."""
+
+    async def release(self, pod_group: Mapping[str, Any], fits: Fits, steps: Steps | None = None) -> schema.Reservation:
+        """Record, reserve, verify, pin, lift. Raises ReleaseAborted (after a rollback) or GatesRefused."""
+        steps = steps or Steps()
+        reservation = reservation_of(fits)
+        self._still_leading()
+        await self.record(pod_group, reservation)
+        steps.done("record")
+        crash_point("reserve.after-record")
+        return await self.complete(pod_group, reservation, steps=steps)
+
+    async def release_member(self, pod_group: Mapping[str, Any], fits: Fits) -> schema.Reservation:
+        """A late member of a group already released: the same steps, without touching the group's record."""
+        return await self.complete(pod_group, reservation_of(fits), record=False)
+
+    async def complete(
+        self,
+        pod_group: Mapping[str, Any],
+        reservation: schema.Reservation,
+        *,
+        record: bool = True,
+        resumed: bool = False,
+        steps: Steps | None = None,
+    ) -> schema.Reservation:
+        namespace = pod_group["metadata"]["namespace"]
+        steps = steps or Steps()
+        try:
+            pods = [self._pod(namespace, p) for p in reservation.placements]
+            if resumed:
+                await self._revalidate(namespace, reservation)
+            users = self.claim_users(namespace, reservation)
+            self._still_leading()
+            await all_answered(self._reserve_claim(namespace, c, users.get(c.name, [])) for c in reservation.claims)
+            steps.done("reserve")
+            await self._await_observed(namespace, reservation)
+            steps.done("observe")
+            contenders = inflight.allocating(self.view.pods.items(), self.view.claims.get, extended_resources(self.view.classes.items()))
+            if contenders and self.settle:
+                await asyncio.sleep(self.settle)  # kube-scheduler's in-flight allocations reach the API server
+                self._verify(namespace, reservation, await self.kube.list_claims())
+            else:
+                # the watch delivers claim writes in resourceVersion order: showing ours, it shows every earlier one
+                self._verify(namespace, reservation, self.view.claims.items())
+            steps.done(f"settle+verify ({len(contenders)} pod(s) kube-scheduler may be allocating for)")
+            crash_point("reserve.after-claims" if record else "member.after-claims")
+        except ReleaseAborted as exc:
+            await self.holes.cover(exc.shared, str(exc))
+            await self._undo(pod_group, reservation, str(exc), record=record, resumed=resumed)
+            raise
+        except ApiError as exc:
+            await self._undo(pod_group, reservation, f"a write was refused: {exc}", record=record, resumed=resumed)
+            raise ReleaseAborted(f"a write was refused: {exc}") from exc
+        self._still_leading()
+        refused = await self._release_pods(pods, [p.node for p in reservation.placements])
+        steps.done("pin+lift")
+        metrics.RELEASED_PODS.inc(len(pods) - len(refused))
+        self._still_leading()
+        if refused and len(refused) == len(pods):
+            why = "; ".join(f"{name}: {exc}" for name, exc in refused)
+            await self.rollback(pod_group, reservation, f"every gate lift was refused: {why}", record=record)
+            raise ReleaseAborted(f"the gate lift was refused ({why})")
+        crash_point("reserve.after-gates")
+        released = reservation.model_copy(update={"state": "Released", "released_at": conditions.now()})
+        if record:
+            await self.record(pod_group, released)
+            steps.done("record released")
+        if not await self.view.pods.wait_until(lambda: self._pinned(namespace, reservation, refused), self.observe_timeout):
+            logger.warning("%s: the pins of %s did not show up in the watch in time", namespace, pod_group["metadata"]["name"])
+        steps.done("observe pins")
+        logger.info("%s/%s: %d members released, %s", namespace, pod_group["metadata"]["name"], len(pods), steps)
+        if refused:
+            raise GatesRefused("; ".join(f"gate lift of {name} refused: {exc}" for name, exc in refused), released)
+        return released
+
+    async def _undo(self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str, *, record: bool, resumed: bool) -> None:
+        """Roll back a reservation that cannot finish; but one a restart found released in part is kept as released
+        (GatesRefused), so its released members meet the bind deadline and the teardown like any other's, instead
+        of running below minCount with no record that they are members."""
+        namespace = pod_group["metadata"]["namespace"]
+        self._still_leading()
+        if resumed and any(
+            started(pod) and pod["metadata"]["uid"] == p.uid
+            for p in reservation.placements
+            if (pod := self.view.pods.get(namespace, p.name)) is not None
+        ):
+            released = reservation.model_copy(update={"state": "Released", "released_at": reservation.released_at or conditions.now()})
+            await self.record(pod_group, released)
+            raise GatesRefused(f"found released in part after a restart, and it cannot finish: {why}", released)
+        await self.rollback(pod_group, reservation, why, record=record)
+
+    def _still_leading(self) -> None:
+        if not self.leading():
+            raise NotLeading("this replica may have lost its Lease: the release stops where its record says")
+
+    async def rollback(self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str, *, record: bool = True) -> None:
+        """Clear every allocation this reservation made, except those of members already bound or released."""
+        namespace = pod_group["metadata"]["namespace"]
+        users = self.claim_users(namespace, reservation)
+        untouchable = {
+            c.name for c in reservation.claims if any(started(self.view.pods.get(namespace, u["name"])) for u in users.get(c.name, []))
+        }
+        await all_answered(self._deallocate(namespace, c) for c in reservation.claims if c.name not in untouchable)
+        metrics.ROLLBACKS.inc()
+        logger.warning("rolled back reservation of %s/%s: %s", namespace, pod_group["metadata"]["name"], why)
+        if record:
+            await self.record(pod_group, None)
+
+    async def deallocate_claims(self, namespace: str, claims: Iterable[schema.ClaimReservation]) -> None:
+        await all_answered(self._deallocate(namespace, c) for c in claims)
+
+    async def _deallocate(self, namespace: str, claim: schema.ClaimReservation) -> None:
+        """Clear one claim's allocation if it is still exactly ours; a concurrent change is re-read and judged again."""
+        mine = {(r.driver, r.pool, r.device) for r in claim.results}
+        for _ in range(5):
+            obj = await self.kube.get(claim_path(namespace, claim.name))
+            held = set(allocated_ids(obj) or ()) if obj else set()
+            if obj is None or obj["metadata"]["uid"] != claim.uid or not held or not held <= mine:
+                return
+            try:
+                await self.kube.merge_patch(
+                    claim_path(namespace, claim.name, status=True),
+                    {
+                        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                        "status": {"allocation": None, "reservedFor": None},
+                    },
+                )
+                return
+            except NotFound:
+                return
+            except Conflict:
+                continue
+        raise ReleaseAborted(f"claim {claim.name} kept changing while its allocation was being undone")
+
+    async def record(self, pod_group: Mapping[str, Any], reservation: schema.Reservation | None) -> None:
+        body = reservation.wire() if reservation is not None else None
+        meta = pod_group["metadata"]
+        await self.kube.merge_patch(
+            custom_path("podgroups", meta["namespace"], meta["name"], status=True), {"status": {"reservation": body}}
+        )
+
+    async def protect(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """Add the delete-protection finalizer to the unallocated claims of members waiting for quorum, so the
+        release writes only the allocation. Harmless on a claim never allocated: the resourceclaim controller
+        drops this finalizer from a deleted claim nobody reserved. A lost race is left to the release."""
+
+        async def add(namespace: str, obj: Mapping[str, Any]) -> None:
+            with contextlib.suppress(Conflict, NotFound):
+                await self.kube.merge_patch(
+                    claim_path(namespace, obj["metadata"]["name"]),
+                    {
+                        "metadata": {
+                            "resourceVersion": obj["metadata"]["resourceVersion"],
+                            "finalizers": [*(obj["metadata"].get("finalizers") or []), keys.DELETE_PROTECTION],
+                        }
+                    },
+                )
+
+        todo: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for pod in pods:
+            namespace = pod["metadata"]["namespace"]
+            for name in claim_names(pod) or ():
+                obj = self.view.claims.get(namespace, name)
+                if (
+                    obj is not None
+                    and allocated_ids(obj) is None
+                    and keys.DELETE_PROTECTION not in (obj["metadata"].get("finalizers") or [])
+                ):
+                    todo[(namespace, name)] = obj
+        await all_answered(add(namespace, obj) for (namespace, _), obj in todo.items())
+
+    def claim_users(self, namespace: str, reservation: schema.Reservation) -> dict[str, list[dict[str, str]]]:
+        users: dict[str, list[dict[str, str]]] = {}
+        claimed = {c.name for c in reservation.claims}
+        for placement in reservation.placements:
+            pod = self.view.pods.get(namespace, placement.name)
+            if pod is None:
+                continue
+            statuses = {s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+            for ref in pod["spec"].get("resourceClaims") or []:
+                name = ref.get("resourceClaimName") or statuses.get(ref["name"])
+                if name in claimed:
+                    users.setdefault(name, []).append({"resource": "pods", "name": placement.name, "uid": placement.uid})
+        return users
+
+    def _pod(self, namespace: str, placement: schema.PodPlacement) -> dict[str, Any]:
+        pod = self.view.pods.get(namespace, placement.name)
+        if pod is None or pod["metadata"]["uid"] != placement.uid or pod["metadata"].get("deletionTimestamp"):
+            raise ReleaseAborted(f"member {placement.name} is gone")
+        return pod
+
+    async def _revalidate(self, namespace: str, reservation: schema.Reservation) -> None:
+        """A recorded plan is finished only if every planned device is still free or already ours."""
+        planned = {(r.driver, r.pool, r.device): c.name for c in reservation.claims for r in c.results if _takes_whole(r)}
+        for obj in await self.kube.list_claims():
+            name = obj["metadata"]["name"]
+            for device in dedicated_ids(obj):
+                owner = planned.get(device)
+                if owner is not None and (obj["metadata"]["namespace"], name) != (namespace, owner):
+                    raise ReleaseAborted(
+                        f"device {'/'.join(device)} of the recorded plan was taken by {obj['metadata']['namespace']}/{name}"
+                    )
+
+    async def _reserve_claim(self, namespace: str, claim: schema.ClaimReservation, users: list[dict[str, str]]) -> None:
+        """Both writes are conditional on the resourceVersion read. The watch's copy saves a read on the critical
+        path; if it was stale (a Conflict, or it looks allocated), the claim is read afresh and tried once more, and
+        only a write that loses on a fresh read is a lost race."""
+        cached = self.view.claims.get(namespace, claim.name)
+        if cached is not None and cached["metadata"]["uid"] == claim.uid and allocated_ids(cached) is None:
+            with contextlib.suppress(Conflict):
+                await self._write_claim(namespace, claim, users, cached)
+                return
+        obj = await self.kube.get(claim_path(namespace, claim.name))
+        if obj is None or obj["metadata"]["uid"] != claim.uid:
+            raise ReleaseAborted(f"claim {claim.name} is gone")
+        wanted = {(r.driver, r.pool, r.device) for r in claim.results}
+        current = allocated_ids(obj)
+        if current is not None:
+            if set(current) == wanted:
+                return  # written before a restart
+            raise ReleaseAborted(f"claim {claim.name} was allocated elsewhere meanwhile")
+        try:
+            await self._write_claim(namespace, claim, users, obj)
+        except Conflict:
+            metrics.CONFLICTS.labels(stage="write").inc()
+            raise ReleaseAborted(f"claim {claim.name} changed while reserving it (resourceVersion conflict)") from None
+
+    async def _write_claim(
+        self, namespace: str, claim: schema.ClaimReservation, users: list[dict[str, str]], obj: Mapping[str, Any]
+    ) -> None:
+        """The delete-protection finalizer (metadata), then the allocation (status), each conditional on `obj`'s version."""
+        try:
+            if keys.DELETE_PROTECTION not in (obj["metadata"].get("finalizers") or []):
+                obj = await self.kube.merge_patch(
+                    claim_path(namespace, claim.name),
+                    {
+                        "metadata": {
+                            "resourceVersion": obj["metadata"]["resourceVersion"],
+                            "finalizers": [*(obj["metadata"].get("finalizers") or []), keys.DELETE_PROTECTION],
+                        }
+                    },
+                )
+            await self.kube.merge_patch(
+                claim_path(namespace, claim.name, status=True),
+                {
+                    "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                    # the binding-conditions timeout of kube-scheduler counts from allocationTimestamp, which it sets
+                    "status": {"allocation": {**allocation(claim), "allocationTimestamp": conditions.now()}, "reservedFor": users},
+                },
+            )
+            crash_point("reserve.mid-claims")
+        except NotFound:
+            raise ReleaseAborted(f"claim {claim.name} is gone") from None
+
+    async def _await_observed(self, namespace: str, reservation: schema.Reservation) -> None:
+        def seen() -> bool:
+            return all(allocated_ids(self.view.claims.get(namespace, c.name) or {}) for c in reservation.claims)
+
+        if not await self.view.claims.wait_until(seen, self.observe_timeout):
+            raise ReleaseAborted("our claim allocations did not show up in the watch in time")
+
+    def _pinned(self, namespace: str, reservation: schema.Reservation, refused: list[tuple[str, ApiError]]) -> bool:
+        """The watch shows every member released as pinned: the next plan counts them on their nodes."""
+        skip = {name for name, _ in refused}
+        pods = [self.view.pods.get(namespace, p.name) for p in reservation.placements if p.name not in skip]
+        return all(p is None or (p["metadata"].get("annotations") or {}).get(keys.PINNED_NODE) for p in pods)
+
+    def _verify(self, namespace: str, reservation: schema.Reservation, claims: Iterable[Mapping[str, Any]]) -> None:
+        """No device of ours may be held by any other of `claims` (every claim, as of after our writes)."""
+        ours = {(namespace, c.name) for c in reservation.claims}
+        whole: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results if _takes_whole(r)}
+        mine: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results if not r.admin_access}
+        intruders, shared = [], set()
+        for obj in claims:
+            # a share beside a share is no conflict (the repair judges capacity); anything beside a whole device is
+            both = (set(dedicated_ids(obj)) & mine) | ({d for d, _ in shares(obj)} & whole)
+            if both and (obj["metadata"]["namespace"], obj["metadata"]["name"]) not in ours:
+                intruders.append(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+                shared |= both
+        if intruders:
+            metrics.CONFLICTS.labels(stage="verify").inc(len(intruders))
+            raise ReleaseAborted(
+                f"devices of this reservation were also allocated to {', '.join(intruders)}; ours yields", frozenset(shared)
+            )
+
+    def forget(self, live: set[str]) -> None:
+        """Pins of pods that are gone go with them."""
+        for uid in [u for u in self.pinned if u not in live]:
+            del self.pinned[uid]
+
+    async def _release_pods(self, pods: list[Mapping[str, Any]], nodes: list[str]) -> list[tuple[str, ApiError]]:
+        """Pin each member to its node and lift Phalanx's gate, in one patch per member, concurrently; returns the
+        refusals (a policy, a vanished pod) by pod name."""
+
+        async def release(pod: Mapping[str, Any], node: str) -> tuple[str, ApiError] | None:
+            gates = pod["spec"].get("schedulingGates") or []
+            remaining = [g for g in gates if g.get("name") != keys.SCHEDULING_GATE]
+            if len(remaining) == len(gates):
+                return None  # released before a restart
+            meta = pod["metadata"]
+            patch: dict[str, Any] = {"spec": {"schedulingGates": remaining or None}}
+            affinity = pinned_affinity(pod, node)
+            # an annotation alone (anyone may write one) is no pin: both it and the node affinity are checked
+            if (meta.get("annotations") or {}).get(keys.PINNED_NODE) != node or pod["spec"].get("affinity") != affinity:
+                patch = {"metadata": {"annotations": {keys.PINNED_NODE: node}}, "spec": {**patch["spec"], "affinity": affinity}}
+            try:
+                # a transient answer (429, 5xx) is no refusal: the patch is idempotent, and a gang torn down for
+                # an overloaded API server would spend its Job's back-off for nothing
+                await retried(lambda: self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch))
+            except ApiError as exc:
+                logger.warning("release of %s/%s refused: %s", meta["namespace"], meta["name"], exc)
+                return meta["name"], exc
+            self.pinned[meta["uid"]] = node
+            crash_point("reserve.mid-gates")
+            return None
+
+        # an unanswered patch (the API server gone) raises, after every other patch has had its answer: the group
+        # stays Reserving and the next cycle resumes it from what the API server then shows
+        results = await all_answered(release(p, n) for p, n in zip(pods, nodes, strict=True))
+        return [r for r in results if r is not None]

@@ -1,0 +1,57 @@
+"""Gangs waiting for room: how many, and for how long, by priority class (the `phalanx_podgroups_waiting` and
+`phalanx_podgroup_oldest_wait_seconds` gauges).
+
+A gang that can never fit is not planned again until something changes, so the attempt counters stay flat on a quiet
+cluster; these gauges are set on every cycle (at least every 5 s) from what the loop already holds, so an alert on
+them fires however long nothing changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from phalanx.api import keys
+from phalanx.scheduling import inputs, metrics
+
+Wait = tuple[int, float]
+"""(gangs waiting, seconds the oldest of them has waited)."""
+
+
+def _scheduled(pod_group: Mapping[str, Any]) -> bool:
+    conditions = (pod_group.get("status") or {}).get("conditions") or []
+    return any(c["type"] == keys.INITIALLY_SCHEDULED and c["status"] == "True" for c in conditions)
+
+
+def current(
+    groups: Iterable[tuple[Mapping[str, Any], list[Mapping[str, Any]]]], quorum_at: Mapping[str, float], now: float
+) -> dict[str, Wait]:
+    """Priority class ("" for none) -> its gangs waiting. A gang waits from the loop first seeing its quorum (`quorum_at`,
+    monotonic like `now`) while it still has minCount gated live members and is neither released nor scheduled."""
+    out: dict[str, Wait] = {}
+    for pod_group, pods in groups:
+        since = quorum_at.get(pod_group["metadata"]["uid"])
+        if since is None or pod_group["spec"]["schedulingPolicy"].get("gang") is None or _scheduled(pod_group):
+            continue
+        reservation = inputs.reservation(pod_group)
+        if reservation is not None and reservation.state == "Released":
+            continue
+        if sum(1 for p in pods if inputs.gated(p)) < inputs.min_count(pod_group):
+            continue
+        name = pod_group["spec"].get("priorityClassName") or ""
+        count, oldest = out.get(name, (0, 0.0))
+        out[name] = (count + 1, max(oldest, now - since))
+    return out
+
+
+_published: set[str] = {""}
+"""Priority classes the gauges have shown: kept at 0 once none of theirs waits (bounded by the PriorityClasses)."""
+
+
+def publish(current: Mapping[str, Wait]) -> None:
+    """Sets both gauges for every priority class seen so far; "" is always there, so "nothing waits" is a 0, not no data."""
+    _published.update(current)
+    for name in _published:
+        count, oldest = current.get(name, (0, 0.0))
+        metrics.PODGROUPS_WAITING.labels(priority_class=name).set(count)
+        metrics.OLDEST_WAIT.labels(priority_class=name).set(oldest)

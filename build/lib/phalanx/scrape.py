@@ -1,0 +1,57 @@
+"""`phalanx metrics`: the running operator's current values, as the article's `task metrics` prints kube-scheduler's
+`scheduler_podgroup_*` lines: every `phalanx_` sample, histograms as their count and sum."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+DEFAULT_URL = "http://127.0.0.1:8000/metrics"
+
+
+def port_file(cluster_dir: Path) -> Path:
+    """Where the operator started beside a local cluster records its metrics port."""
+    return cluster_dir / "operator-metrics-port"
+
+
+def lines(exposition: str) -> list[str]:
+    out = []
+    for family in text_string_to_metric_families(exposition):
+        if not family.name.startswith("phalanx_"):
+            continue
+        for sample in family.samples:
+            if sample.name.endswith(("_bucket", "_created")):
+                continue
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            value = int(sample.value) if float(sample.value).is_integer() else sample.value
+            out.append(f"{sample.name}{{{labels}}} {value}" if labels else f"{sample.name} {value}")
+    return sorted(out)
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = commands.add_parser("metrics", help="print the running operator's phalanx_ metrics")
+    parser.add_argument("--url", help=f"the operator's metrics URL (default: the local cluster's operator, else {DEFAULT_URL})")
+    parser.add_argument("--name", default="phalanx", help="the local cluster whose operator to ask (default phalanx)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    url = args.url
+    if url is None:
+        from phalanx.localcluster import ClusterSpec, LocalCluster
+
+        recorded = port_file(LocalCluster(ClusterSpec(name=args.name)).cluster_dir)
+        url = f"http://127.0.0.1:{recorded.read_text().strip()}/metrics" if recorded.exists() else DEFAULT_URL
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = response.read().decode()
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"error: no operator metrics at {url} ({exc}); is the operator running? (--url to point elsewhere)", file=sys.stderr)
+        return 1
+    print("\n".join(lines(body)))
+    return 0
