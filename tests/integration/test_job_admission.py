@@ -122,6 +122,18 @@ BAD_CREATES = [
         'spec.scheduling.disruptionMode: Invalid value: "all": the disruptionMode `all` is not supported with the basic scheduling policy; use the `gang` policy or the `single` mode',
     ),
     (
+        gang_job(
+            scheduling={
+                "schedulingPolicy": {"gang": {"minCount": 4}},
+                "resourceClaims": [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}],
+            }
+        ),
+        'spec.scheduling.resourceClaims: Invalid value: [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}]: '
+        "claims shared by the whole group (KEP-5729) are not honoured by Phalanx yet, and this API server drops the field "
+        "silently: every pod would get a claim of its own from its template; remove spec.scheduling.resourceClaims; to share "
+        "one existing ResourceClaim, name it in spec.template.spec.resourceClaims with resourceClaimName",
+    ),
+    (
         gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 9}}}),
         "spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 9: must not be greater than parallelism (4); lower it to at most 4 or raise spec.parallelism",
     ),

@@ -147,6 +147,17 @@ def test_bad_input_is_refused_with_field_and_fix(annotations, scheduling, parall
     assert "; " in str(refused.value), "every error carries a fix"
 
 
+def test_group_shared_claims_are_refused_not_dropped() -> None:
+    """Until Phalanx honours spec.scheduling.resourceClaims, a Job asking for them is refused, never admitted without them."""
+    claims = [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}]
+    with pytest.raises(intent.GangSpecError) as refused:
+        mutate(job(scheduling={"schedulingPolicy": {"gang": {"minCount": 4}}, "resourceClaims": claims}))
+    message = str(refused.value)
+    assert message.startswith('spec.scheduling.resourceClaims: Invalid value: [{"name": "fabric", "resourceClaimTemplateName"'), message
+    assert "not honoured by Phalanx" in message and "; remove spec.scheduling.resourceClaims" in message
+    assert refused.value.code == 422
+
+
 def test_only_min_count_may_change() -> None:
     old = job({keys.POLICY: "gang", keys.MIN_COUNT: "4", keys.DISRUPTION_MODE: "all"})
     admission.validate_job(job({keys.POLICY: "gang", keys.MIN_COUNT: "2", keys.DISRUPTION_MODE: "all"}), old)

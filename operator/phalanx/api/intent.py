@@ -215,10 +215,24 @@ def from_job_scheduling(scheduling: dict[str, Any]) -> GangIntent:
         errors.append(
             FieldError("spec.scheduling.schedulingConstraints.topology", topology, "must have at most 1 item", "keep a single topology key")
         )
+    if scheduling.get("resourceClaims"):
+        errors.append(_group_claims_not_honoured(scheduling["resourceClaims"]))
     if errors:
         raise GangSpecError(errors)
     key = topology[0].get("key") if topology else None
     return GangIntent(policy=policy, min_count=min_count, disruption_mode=mode, topology_key=key)
+
+
+def _group_claims_not_honoured(claims: Any) -> FieldError:
+    """Refused rather than recorded: without the gate the API server drops the field and every pod would get a claim of its own."""
+    return FieldError(
+        f"{SPEC}.resourceClaims",
+        claims,
+        "claims shared by the whole group (KEP-5729) are not honoured by Phalanx yet, and this API server drops the field "
+        "silently: every pod would get a claim of its own from its template",
+        f"remove {SPEC}.resourceClaims; to share one existing ResourceClaim, name it in spec.template.spec.resourceClaims "
+        "with resourceClaimName",
+    )
 
 
 def validate(intent: GangIntent, parallelism: int | None, completions: int | None = None, paths: dict[str, str] = ANNOTATION_PATHS) -> None:
