@@ -128,10 +128,9 @@ BAD_CREATES = [
                 "resourceClaims": [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}],
             }
         ),
-        'spec.scheduling.resourceClaims: Invalid value: [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}]: '
-        "claims shared by the whole group (KEP-5729) are not honoured by Phalanx yet, and this API server drops the field "
-        "silently: every pod would get a claim of its own from its template; remove spec.scheduling.resourceClaims; to share "
-        "one existing ResourceClaim, name it in spec.template.spec.resourceClaims with resourceClaimName",
+        'spec.scheduling.resourceClaims[0].name: Invalid value: "fabric": no entry of spec.template.spec.resourceClaims has '
+        'this name, so no member would use the claim; add {"name": "fabric", "resourceClaimTemplateName": "one-channel"} to '
+        "spec.template.spec.resourceClaims (and to the containers that use it), or remove it here",
     ),
     (
         gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 9}}}),

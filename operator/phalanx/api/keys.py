@@ -17,7 +17,9 @@ POLICY = f"{GROUP}/policy"
 MIN_COUNT = f"{GROUP}/min-count"
 DISRUPTION_MODE = f"{GROUP}/disruption-mode"
 TOPOLOGY_KEY = f"{GROUP}/topology-key"
-INTENT_ANNOTATIONS = (POLICY, MIN_COUNT, DISRUPTION_MODE, TOPOLOGY_KEY)
+RESOURCE_CLAIMS = f"{GROUP}/resource-claims"
+"""Claims shared by the whole group, as JSON in upstream's shape (`[{"name": ..., "resourceClaimTemplateName": ...}]`)."""
+INTENT_ANNOTATIONS = (POLICY, MIN_COUNT, DISRUPTION_MODE, TOPOLOGY_KEY, RESOURCE_CLAIMS)
 """The only ANNOTATION_PREFIX keys a Job may carry: Phalanx writes no other onto Jobs, and admission refuses the rest (a typo would run the Job ungated)."""
 
 SCHEDULING_GATE = f"{GROUP}/gang"

@@ -29,6 +29,7 @@ from phalanx.api.intent import (
     from_job_scheduling,
     unknown_keys,
     validate,
+    validate_group_claims,
     validate_scale,
     validate_update,
 )
@@ -159,6 +160,11 @@ def _check(job: dict[str, Any], old: dict[str, Any] | None, previous: GangIntent
     if resized and previous is not None and intent.min_count is not None and intent.min_count == previous.min_count:
         validate_scale(intent.min_count, parallelism, completions)
     validate(intent, parallelism, completions, paths)
+    validate_group_claims(intent, _pod_claims(job), parallelism, completions, paths)
+
+
+def _pod_claims(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(((((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get("resourceClaims")) or [])
 
 
 def _written(spelling: GangIntent | None, attr: str) -> bool:
@@ -180,6 +186,7 @@ def _merge(annotated: GangIntent | None, from_spec: GangIntent | None, updating:
         min_count=from_spec.min_count if from_spec.min_count is not None else annotated.min_count,
         disruption_mode=from_spec.disruption_mode or annotated.disruption_mode,
         topology_key=from_spec.topology_key or annotated.topology_key,
+        resource_claims=from_spec.resource_claims or annotated.resource_claims,
     )
 
 
