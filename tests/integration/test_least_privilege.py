@@ -69,6 +69,10 @@ CAN_I = [
     ("delete", "validatingwebhookconfigurations/jobs.scheduling.phalanx.dev", [], False),
     ("patch", "validatingadmissionpolicies/phalanx-operator-pods", [], False),
     ("patch", "clusterroles/phalanx", [], False),
+    ("create", "resourceclaims.resource.k8s.io", [], True),
+    ("delete", "resourceclaims.resource.k8s.io", [], False),
+    ("get", "resourceclaimtemplates.resource.k8s.io", [], True),
+    ("list", "resourceclaimtemplates.resource.k8s.io", [], False),
 ]
 
 

@@ -250,11 +250,17 @@ def test_group_claims_are_immutable() -> None:
     intent.validate_update(old, intent.replace(old, min_count=2))
 
 
-def test_group_shared_claims_are_refused_not_dropped() -> None:
-    """Until Phalanx honours spec.scheduling.resourceClaims, a Job asking for them is refused, never admitted without them."""
-    message = refusal(claims_job([FABRIC]))
-    assert message.startswith(f'{RC}: Invalid value: [{{"name": "fabric", "resourceClaimTemplateName": "one-channel"}}]'), message
-    assert "not honoured by Phalanx" in message and f"; remove {RC}" in message
+def test_group_claims_are_recorded_and_copied_onto_the_pod_template() -> None:
+    """Recorded in the annotations, nothing dropped; the warning says what becomes of them."""
+    j = claims_job([FABRIC])
+    m = mutate(j)
+    recorded = m.patch["metadata"]["annotations"][keys.RESOURCE_CLAIMS]
+    assert json.loads(recorded) == [FABRIC]
+    assert m.patch["spec"]["template"]["metadata"]["annotations"] == {keys.RESOURCE_CLAIMS: recorded}
+    (warning,) = m.warnings
+    assert warning.endswith("its resourceClaims (fabric) become one ResourceClaim per PodGroup, made and reserved by Phalanx"), warning
+    j["metadata"]["annotations"].update(m.patch["metadata"]["annotations"])
+    admission.validate_job(j, None)
 
 
 def test_only_min_count_may_change() -> None:

@@ -351,17 +351,6 @@ def from_job_scheduling(scheduling: dict[str, Any]) -> GangIntent:
     return GangIntent(policy=policy, min_count=min_count, disruption_mode=mode, topology_key=key, resource_claims=claims or None)
 
 
-def _group_claims_not_honoured(path: str, claims: tuple[GroupClaim, ...]) -> FieldError:
-    """Refused rather than recorded: every pod would get a claim of its own from its template."""
-    return FieldError(
-        path,
-        [c.wire() for c in claims],
-        "claims shared by the whole group (KEP-5729) are not honoured by Phalanx yet: every pod would get a claim of its "
-        "own from its template",
-        f"remove {path}; to share one existing ResourceClaim, name it in spec.template.spec.resourceClaims with resourceClaimName",
-    )
-
-
 POD_CLAIMS = "spec.template.spec.resourceClaims"
 
 
@@ -419,9 +408,8 @@ def validate_group_claims(
                 f"lower it to {MAX_RESERVED_FOR} or less, or give each pod a claim of its own",
             )
         )
-    if not errors:
-        errors.append(_group_claims_not_honoured(path, claims))
-    raise GangSpecError(errors)
+    if errors:
+        raise GangSpecError(errors)
 
 
 def validate(intent: GangIntent, parallelism: int | None, completions: int | None = None, paths: dict[str, str] = ANNOTATION_PATHS) -> None:

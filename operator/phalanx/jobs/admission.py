@@ -78,9 +78,9 @@ def _mutate(job: dict[str, Any], old: dict[str, Any] | None, gang_default_mode: 
         patch["metadata"] = {"annotations": wanted}
     warnings: list[str] = []
     if old is None:
-        patch["spec"] = {"template": _gated_template(job, metadata.get("name"))}
+        patch["spec"] = {"template": _gated_template(job, metadata.get("name"), intent)}
         if from_spec is not None:
-            warnings.append(_copied_warning(field_dropped))
+            warnings.append(_copied_warning(field_dropped, from_spec))
         if intent.policy == "gang" and not ignores_disruptions(job):
             warnings.append(_disruption_warning(job))
     return Mutation(patch=patch, warnings=tuple(warnings))
@@ -190,25 +190,35 @@ def _merge(annotated: GangIntent | None, from_spec: GangIntent | None, updating:
     )
 
 
-def _gated_template(job: dict[str, Any], job_name: str | None) -> dict[str, Any]:
-    """The gate, and the template label when the name is known: a Job created with `generateName` has none yet."""
+def _gated_template(job: dict[str, Any], job_name: str | None, intent: GangIntent) -> dict[str, Any]:
+    """The gate, and the template label when the name is known: a Job created with `generateName` has none yet.
+
+    Group claims are copied onto the template too, so the pod webhook resolves each member's entry from the pod alone.
+    """
     gates = _gates(job)
     if not any(g.get("name") == keys.SCHEDULING_GATE for g in gates):
         gates.append({"name": keys.SCHEDULING_GATE})
     template: dict[str, Any] = {"spec": {"schedulingGates": gates}}
     if job_name:
         template["metadata"] = {"labels": {keys.TEMPLATE_LABEL: template_name(job_name)}}
+    if intent.resource_claims:
+        claims = intent.to_annotations()[keys.RESOURCE_CLAIMS]
+        template.setdefault("metadata", {})["annotations"] = {keys.RESOURCE_CLAIMS: claims}
     return template
 
 
-def _copied_warning(field_dropped: bool | None) -> str:
+def _copied_warning(field_dropped: bool | None, from_spec: GangIntent) -> str:
     where = f"{keys.ANNOTATION_PREFIX}*"
+    shared = ""
+    if from_spec.resource_claims:
+        names = ", ".join(c.name for c in from_spec.resource_claims)
+        shared = f"; its resourceClaims ({names}) become one ResourceClaim per PodGroup, made and reserved by Phalanx"
     if field_dropped:
         return (
             "spec.scheduling is dropped silently by this API server (feature gate WorkloadWithJob is off); "
-            f"Phalanx recorded it in the annotations {where} and will gang-schedule this Job"
+            f"Phalanx recorded it in the annotations {where} and will gang-schedule this Job{shared}"
         )
-    return f"spec.scheduling was recorded by Phalanx in the annotations {where}; Phalanx gang-schedules this Job"
+    return f"spec.scheduling was recorded by Phalanx in the annotations {where}; Phalanx gang-schedules this Job{shared}"
 
 
 DISRUPTION_RULE = f"{{action: Ignore, onPodConditions: [{{type: {keys.DISRUPTION_TARGET}}}]}}"
