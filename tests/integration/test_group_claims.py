@@ -243,9 +243,10 @@ def test_group_claims_cannot_change_after_creation(cluster: Cluster, operator: O
     job["spec"]["scheduling"]["resourceClaims"][0]["resourceClaimTemplateName"] = "two-channels"
     proc = _apply(cluster, namespace, job, check=False)
     assert proc.returncode != 0
-    assert f'{RC}: Invalid value: [{{"name": "shared", "resourceClaimTemplateName": "two-channels"}}... (65 characters): field is immutable' in proc.stderr, (
-        proc.stderr
-    )
+    assert (
+        f'{RC}: Invalid value: [{{"name": "shared", "resourceClaimTemplateName": "two-channels"}}... (65 characters): field is immutable'
+        in proc.stderr
+    ), proc.stderr
 
 
 def _bare_pod_group(name: str, claims: list[dict]) -> dict:
