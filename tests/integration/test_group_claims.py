@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import Cluster, Operator, wait_for
 
-from jobs import IGNORE_DISRUPTIONS, as_json
+from jobs import IGNORE_DISRUPTIONS, as_json, bound_pods, job_pods
 from phalanx.api import keys, naming
 
 DRIVER = "groupclaims.example.com"
@@ -110,18 +110,6 @@ def _apply(cluster: Cluster, namespace: str, *objects: dict[str, Any], check: bo
     )
 
 
-def _pods(cluster: Cluster, namespace: str, job: str) -> list[dict]:
-    return cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")["items"]
-
-
-def _bound(cluster: Cluster, namespace: str, job: str, size: int) -> list[dict]:
-    def probe() -> list[dict] | None:
-        pods = [p for p in _pods(cluster, namespace, job) if p["spec"].get("nodeName")]
-        return pods if len(pods) == size else None
-
-    return wait_for(probe, f"{size} pods of {job} bound", timeout=120)
-
-
 def _pod_group(cluster: Cluster, namespace: str, job: str) -> dict[str, Any]:
     def probe() -> dict | None:
         items = cluster.get("podgroups.scheduling.phalanx.dev", "-n", namespace, "-l", f"{keys.JOB_NAME_LABEL}={job}")["items"]
@@ -141,7 +129,7 @@ def _devices(claim: dict[str, Any]) -> list[str]:
 def test_a_gang_shares_one_channel_through_one_group_claim(cluster: Cluster, operator: Operator, world: None, namespace: str) -> None:
     proc = _apply(cluster, namespace, _template("one-channel", "channel"), _job("train", 4, "one-channel"))
     assert "its resourceClaims (shared) become one ResourceClaim per PodGroup, made and reserved by Phalanx" in proc.stderr, proc.stderr
-    pods = _bound(cluster, namespace, "train", 4)
+    pods = bound_pods(cluster, namespace, "train", 4)
     group = _pod_group(cluster, namespace, "train")
     name = naming.group_claim_name(group["metadata"]["name"], "shared")
     assert group["spec"]["resourceClaims"] == [{"name": "shared", "resourceClaimTemplateName": "one-channel"}]
@@ -164,7 +152,7 @@ def test_of_two_gangs_that_each_need_both_channels_one_runs_and_the_other_holds_
     cluster: Cluster, operator: Operator, world: None, namespace: str
 ) -> None:
     _apply(cluster, namespace, _template("two-channels", "channel", count=2), _job("first", 3, "two-channels"))
-    _bound(cluster, namespace, "first", 3)
+    bound_pods(cluster, namespace, "first", 3)
     _apply(cluster, namespace, _job("second", 3, "two-channels"))
 
     def short() -> str | None:
@@ -184,14 +172,14 @@ def test_of_two_gangs_that_each_need_both_channels_one_runs_and_the_other_holds_
     claims = _claims(cluster, namespace)
     assert len(claims) == 2 and _devices(claims[second]) == [], "the waiting gang's claim holds nothing"
     assert [d for c in claims.values() for d in _devices(c)] == ["channel-0", "channel-1"]
-    assert not [p for p in _pods(cluster, namespace, "second") if p["spec"].get("nodeName")]
+    assert not [p for p in job_pods(cluster, namespace, "second") if p["spec"].get("nodeName")]
 
 
 def test_a_node_local_group_claim_puts_every_member_where_the_device_is(
     cluster: Cluster, operator: Operator, world: None, namespace: str
 ) -> None:
     _apply(cluster, namespace, _template("one-domain", "imex"), _job("imex", 3, "one-domain"))
-    pods = _bound(cluster, namespace, "imex", 3)
+    pods = bound_pods(cluster, namespace, "imex", 3)
     assert {p["spec"]["nodeName"] for p in pods} == {"worker-2"}
     [claim] = _claims(cluster, namespace).values()
     assert _devices(claim) == ["domain-0"]
@@ -199,12 +187,12 @@ def test_a_node_local_group_claim_puts_every_member_where_the_device_is(
 
 def test_the_group_claim_is_freed_once_the_job_is_deleted(cluster: Cluster, operator: Operator, world: None, namespace: str) -> None:
     _apply(cluster, namespace, _template("two-channels", "channel", count=2), _job("train", 2, "two-channels"))
-    _bound(cluster, namespace, "train", 2)
+    bound_pods(cluster, namespace, "train", 2)
     [name] = _claims(cluster, namespace)
     cluster.kubectl("delete", "job", "train", "-n", namespace, "--wait=false")
     wait_for(lambda: name not in _claims(cluster, namespace), "the group claim deleted with its PodGroup", timeout=120)
     _apply(cluster, namespace, _job("next", 2, "two-channels"))
-    _bound(cluster, namespace, "next", 2)
+    bound_pods(cluster, namespace, "next", 2)
 
 
 RC = "spec.scheduling.resourceClaims"
