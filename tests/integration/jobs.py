@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from conftest import wait_for
+
 from phalanx.api import keys
 
 BASE: dict[str, Any] = {
@@ -133,3 +135,18 @@ def priority_classes(kubectl: Callable[..., Any], namespace: str) -> Iterator[tu
         yield low, urgent
     finally:
         kubectl("delete", "priorityclass", low, urgent, "--ignore-not-found")
+
+
+def job_pods(cluster: Any, namespace: str, job: str) -> list[dict[str, Any]]:
+    """The pods the Job controller made for `job`."""
+    return cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")["items"]
+
+
+def bound_pods(cluster: Any, namespace: str, job: str, size: int, timeout: float = 120) -> list[dict[str, Any]]:
+    """Wait until `size` pods of `job` are bound to a node, and return them."""
+
+    def probe() -> list[dict[str, Any]] | None:
+        pods = [p for p in job_pods(cluster, namespace, job) if p["spec"].get("nodeName")]
+        return pods if len(pods) == size else None
+
+    return wait_for(probe, f"{size} pods of {job} bound", timeout=timeout)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from conftest import Cluster, wait_for
 
+from jobs import bound_pods, job_pods
 from phalanx.api import keys
 
 DRIVER = "features.example.com"
@@ -153,23 +154,11 @@ def _gang(
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
-def _pods(cluster: Cluster, namespace: str, job: str) -> list[dict]:
-    return cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")["items"]
-
-
-def _bound(cluster: Cluster, namespace: str, job: str, size: int) -> list[dict]:
-    def probe() -> list[dict] | None:
-        pods = [p for p in _pods(cluster, namespace, job) if p["spec"].get("nodeName")]
-        return pods if len(pods) == size else None
-
-    return wait_for(probe, f"{size} pods of {job} bound", timeout=120)
-
-
 def _results(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
     """The allocation results of the job's claims, ordered by pod name."""
     claims = {c["metadata"]["name"]: c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
     out = []
-    for pod in sorted(_pods(cluster, namespace, job), key=lambda p: p["metadata"]["name"]):
+    for pod in sorted(job_pods(cluster, namespace, job), key=lambda p: p["metadata"]["name"]):
         for status in pod["status"].get("resourceClaimStatuses") or []:
             claim = claims[status["resourceClaimName"]]
             out.extend(((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or [])
@@ -200,7 +189,7 @@ def test_first_available_falls_back_to_the_second_subrequest(cluster: Cluster, o
         }
     ]
     _gang(cluster, namespace, "fa", 1, first)
-    pods = _bound(cluster, namespace, "fa", 1)
+    pods = bound_pods(cluster, namespace, "fa", 1)
     assert pods[0]["spec"]["nodeName"] == "worker-1"
     assert [(r["request"], r["device"]) for r in _results(cluster, namespace, "fa")] == [("dev/one", "fa-0")]
 
@@ -208,7 +197,7 @@ def test_first_available_falls_back_to_the_second_subrequest(cluster: Cluster, o
 def test_a_half_partition_in_use_blocks_the_whole_device(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:
     # the search tries `whole` first and backs off: with it, no second partition fits
     _gang(cluster, namespace, "pair", 1, [{"name": "dev", "exactly": _exactly("part", count=2)}])
-    _bound(cluster, namespace, "pair", 1)
+    bound_pods(cluster, namespace, "pair", 1)
     assert sorted(r["device"] for r in _results(cluster, namespace, "pair")) == ["half-0", "half-1"]
     _gang(cluster, namespace, "more", 1, [{"name": "dev", "exactly": _exactly("part")}])
     assert "0 of 1" in _short(cluster, namespace, "more"), "whole stays blocked while the halves are in use"
@@ -220,7 +209,7 @@ def test_a_tainted_device_needs_a_toleration(cluster: Cluster, operator: Any, fe
     cluster.kubectl("delete", "job", "plain", "-n", namespace, "--wait=true")
     toleration = {"key": "example.com/broken", "operator": "Exists", "effect": "NoSchedule"}
     _gang(cluster, namespace, "tolerant", 1, [{"name": "dev", "exactly": _exactly("taint", tolerations=[toleration])}])
-    _bound(cluster, namespace, "tolerant", 1)
+    bound_pods(cluster, namespace, "tolerant", 1)
     [result] = _results(cluster, namespace, "tolerant")
     assert result["device"] == "broken" and result["tolerations"] == [toleration]
 
@@ -228,7 +217,7 @@ def test_a_tainted_device_needs_a_toleration(cluster: Cluster, operator: Any, fe
 def test_consumable_capacity_shares_one_device_up_to_its_capacity(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:
     share = [{"name": "dev", "exactly": _exactly("nic", capacity={"requests": {"bw": "5"}})}]
     _gang(cluster, namespace, "share", 2, share)
-    _bound(cluster, namespace, "share", 2)
+    bound_pods(cluster, namespace, "share", 2)
     results = _results(cluster, namespace, "share")
     assert [(r["request"], r["device"], r["consumedCapacity"]) for r in results] == [("dev", "nic", {"bw": "5"})] * 2
     assert len({r["shareID"] for r in results}) == 2
@@ -247,7 +236,7 @@ def test_binding_conditions_are_copied_into_the_allocation(cluster: Cluster, ope
     assert result["bindingConditions"] == ["Attached"] and result["bindingFailureConditions"] == ["AttachFailed"]
     claims = cluster.get("resourceclaims", "-n", namespace)["items"]
     assert all(c["status"]["allocation"].get("allocationTimestamp") for c in claims), "kube-scheduler's binding timeout counts from it"
-    assert not [p for p in _pods(cluster, namespace, "bind") if p["spec"].get("nodeName")], "kube-scheduler waits for Attached"
+    assert not [p for p in job_pods(cluster, namespace, "bind") if p["spec"].get("nodeName")], "kube-scheduler waits for Attached"
     [claim] = claims
     attached = {"type": "Attached", "status": "True", "reason": "Test", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
     status = {"status": {"devices": [{"driver": DRIVER, "pool": "bind", "device": "slow", "conditions": [attached]}]}}
@@ -262,15 +251,15 @@ def test_binding_conditions_are_copied_into_the_allocation(cluster: Cluster, ope
         "-p",
         json.dumps(status),
     )
-    _bound(cluster, namespace, "bind", 1)
+    bound_pods(cluster, namespace, "bind", 1)
 
 
 def test_an_admin_access_claim_consumes_nothing(cluster: Cluster, operator: Any, features: None, namespace: str) -> None:
     cluster.kubectl("label", "namespace", namespace, "resource.kubernetes.io/admin-access=true")
     _gang(cluster, namespace, "user", 1, [{"name": "dev", "exactly": _exactly("fa")}])
-    _bound(cluster, namespace, "user", 1)
+    bound_pods(cluster, namespace, "user", 1)
     _gang(cluster, namespace, "monitor", 1, [{"name": "dev", "exactly": _exactly("fa", adminAccess=True)}])
-    _bound(cluster, namespace, "monitor", 1)
+    bound_pods(cluster, namespace, "monitor", 1)
     [used] = _results(cluster, namespace, "user")
     [watched] = _results(cluster, namespace, "monitor")
     assert (used["device"], watched["device"], watched["adminAccess"]) == ("fa-0", "fa-0", True)
@@ -305,7 +294,7 @@ def test_an_extended_resource_gets_devices_of_its_class_on_the_pinned_node(
 ) -> None:
     """Phalanx plans the devices and pins the ranks; kube-scheduler creates and allocates each pod's own claim."""
     _gang(cluster, namespace, "ext", 2, [], extended={EXT: "2"})
-    pods = _bound(cluster, namespace, "ext", 2)
+    pods = bound_pods(cluster, namespace, "ext", 2)
     assert sorted(p["spec"]["nodeName"] for p in pods) == ["worker-1", "worker-2"], "2 devices each: one rank per node"
     claims = {c["metadata"]["name"]: c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
     for pod in pods:
@@ -331,9 +320,9 @@ def test_an_extended_resource_gang_that_does_not_fit_names_the_resource_and_the_
     cluster: Cluster, operator: Any, ext_gpus: None, namespace: str
 ) -> None:
     _gang(cluster, namespace, "big", 2, [], extended={EXT: "2"})
-    _bound(cluster, namespace, "big", 2)
+    bound_pods(cluster, namespace, "big", 2)
     _gang(cluster, namespace, "more", 1, [], extended={EXT: "1"})
     text = _short(cluster, namespace, "more")
     assert f"short 1 x {EXT} (extended resource, DeviceClass ext-gpus) (0 free of 4)" in text, text
-    [pod] = _pods(cluster, namespace, "more")
+    [pod] = job_pods(cluster, namespace, "more")
     assert not pod["spec"].get("nodeName") and any(g["name"] == keys.SCHEDULING_GATE for g in pod["spec"]["schedulingGates"])

@@ -122,6 +122,17 @@ BAD_CREATES = [
         'spec.scheduling.disruptionMode: Invalid value: "all": the disruptionMode `all` is not supported with the basic scheduling policy; use the `gang` policy or the `single` mode',
     ),
     (
+        gang_job(
+            scheduling={
+                "schedulingPolicy": {"gang": {"minCount": 4}},
+                "resourceClaims": [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}],
+            }
+        ),
+        'spec.scheduling.resourceClaims[0].name: Invalid value: "fabric": no entry of spec.template.spec.resourceClaims has '
+        'this name, so no member would use the claim; add {"name": "fabric", "resourceClaimTemplateName": "one-channel"} to '
+        "spec.template.spec.resourceClaims (and to the containers that use it), or remove it here",
+    ),
+    (
         gang_job(scheduling={"schedulingPolicy": {"gang": {"minCount": 9}}}),
         "spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 9: must not be greater than parallelism (4); lower it to at most 4 or raise spec.parallelism",
     ),

@@ -69,6 +69,10 @@ CAN_I = [
     ("delete", "validatingwebhookconfigurations/jobs.scheduling.phalanx.dev", [], False),
     ("patch", "validatingadmissionpolicies/phalanx-operator-pods", [], False),
     ("patch", "clusterroles/phalanx", [], False),
+    ("create", "resourceclaims.resource.k8s.io", [], True),
+    ("delete", "resourceclaims.resource.k8s.io", [], False),
+    ("get", "resourceclaimtemplates.resource.k8s.io", [], True),
+    ("list", "resourceclaimtemplates.resource.k8s.io", [], False),
 ]
 
 
@@ -228,10 +232,11 @@ def test_in_cluster_the_operator_only_sets_the_ca_bundle(installed: Cluster) -> 
         kubeconfig = installed.local.service_account_kubeconfig("phalanx-system", SHIPPED)
         asyncio.run(_as(kubeconfig, lambda kube: webhook_config.publish(kube, webhook_config.IN_CLUSTER, ca, "phalanx-system")))
         for kind in kinds:
-            (hook,) = installed.get(kind, webhook_config.CONFIGURATION_NAME)["webhooks"]
-            (was,) = before[kind]
-            assert base64.b64decode(hook["clientConfig"].pop("caBundle")) == ca
-            assert hook == was, "nothing but the caBundle changed"
+            hooks = installed.get(kind, webhook_config.CONFIGURATION_NAME)["webhooks"]
+            assert len(hooks) == len(before[kind])
+            for hook, was in zip(hooks, before[kind], strict=True):
+                assert base64.b64decode(hook["clientConfig"].pop("caBundle")) == ca
+                assert hook == was, "nothing but the caBundle changed"
         operator = installed.local.service_account_kubeconfig("phalanx-system", "phalanx")
         with pytest.raises(Forbidden, match="may set the caBundle of its webhook configurations and change nothing else"):
             asyncio.run(_as(operator, _widen))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -145,6 +146,121 @@ def test_bad_input_is_refused_with_field_and_fix(annotations, scheduling, parall
         admission.validate_job(j, None)
     assert str(refused.value).startswith(message), str(refused.value)
     assert "; " in str(refused.value), "every error carries a fix"
+
+
+FABRIC = {"name": "fabric", "resourceClaimTemplateName": "one-channel"}
+
+
+def claims_job(group: list | None, pod: list | None = None, *, annotation: str | None = None, parallelism: int = 4) -> dict:
+    """A gang Job whose pods use `pod` (default: the group's own entries) and whose group shares `group`."""
+    scheduling = {"schedulingPolicy": {"gang": {"minCount": 4}}}
+    if group is not None:
+        scheduling["resourceClaims"] = group
+    j = job({keys.POLICY: "gang", keys.RESOURCE_CLAIMS: annotation} if annotation is not None else None, scheduling, parallelism)
+    j["spec"]["completions"] = parallelism
+    j["spec"]["template"]["spec"]["resourceClaims"] = pod if pod is not None else list(group or [])
+    return j
+
+
+def refusal(j: dict, old: dict | None = None) -> str:
+    with pytest.raises(intent.GangSpecError) as refused:
+        m = mutate(j, old)
+        j["metadata"]["annotations"].update(m.patch.get("metadata", {}).get("annotations", {}))
+        j["spec"].pop("scheduling", None)
+        admission.validate_job(j, old)
+    assert refused.value.code == 422
+    return str(refused.value)
+
+
+RC = "spec.scheduling.resourceClaims"
+BAD_CLAIMS = [
+    pytest.param(
+        [dict(FABRIC, name=f"c{i}") for i in range(5)],
+        None,
+        f'{RC}: Invalid value: ["c0", "c1", "c2", "c3", "c4"]: must have at most 4 items; share at most 4 claims per group',
+        id="five",
+    ),
+    pytest.param(
+        [{"name": "fabric", "resourceClaimTemplateName": "one-channel", "resourceClaimName": "mine"}],
+        [FABRIC],
+        f'{RC}[0]: Invalid value: ["resourceClaimName", "resourceClaimTemplateName"]: '
+        "must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`",
+        id="two-sources",
+    ),
+    pytest.param([{"name": "fabric"}], [FABRIC], f"{RC}[0]: Invalid value: []: must specify exactly one of", id="no-source"),
+    pytest.param([dict(FABRIC, name="Fabric_1")], [FABRIC], f'{RC}[0].name: Invalid value: "Fabric_1": must be a DNS label', id="name"),
+    pytest.param(
+        [dict(FABRIC, resourceClaimTemplateName="One Channel")],
+        [FABRIC],
+        f'{RC}[0].resourceClaimTemplateName: Invalid value: "One Channel": must be a DNS subdomain',
+        id="template-name",
+    ),
+    pytest.param([FABRIC, FABRIC], [FABRIC], f'{RC}[1].name: Invalid value: "fabric": Duplicate value', id="duplicate"),
+    pytest.param(
+        [FABRIC],
+        [{"name": "fabric", "resourceClaimTemplateName": "two-channels"}],
+        'spec.template.spec.resourceClaims[0]: Invalid value: {"name": "fabric", "resourceClaimTemplateName": "two-channels"}: '
+        f"has the name of the group's claim {RC}[0] but another source, so each pod would get a claim of its own; "
+        'give it the group\'s source {"resourceClaimTemplateName": "one-channel"}, or rename it',
+        id="mismatched-source",
+    ),
+    pytest.param(
+        [FABRIC],
+        [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+        f'{RC}[0].name: Invalid value: "fabric": no entry of spec.template.spec.resourceClaims has this name',
+        id="unused",
+    ),
+]
+
+
+@pytest.mark.parametrize(("group", "pod", "message"), BAD_CLAIMS)
+def test_bad_group_claims_are_refused_naming_the_field(group: list, pod: list | None, message: str) -> None:
+    got = refusal(claims_job(group, pod))
+    assert got.startswith(message), got
+    assert "; " in got
+
+
+def test_bad_group_claims_in_the_annotation_name_the_annotation() -> None:
+    path = f"metadata.annotations[{keys.RESOURCE_CLAIMS}]"
+    got = refusal(claims_job(None, [FABRIC], annotation="fabric"))
+    assert got.startswith(f'{path}: Invalid value: "fabric": must be a JSON list'), got
+    got = refusal(claims_job(None, [FABRIC], annotation='[{"name": "fabric", "resourceClaimTemplate": "one-channel"}]'))
+    assert got.startswith(f'{path}[0].resourceClaimTemplate: Invalid value: "one-channel": unknown field'), got
+
+
+def test_a_group_claim_needs_few_enough_members_for_reserved_for() -> None:
+    got = refusal(claims_job([FABRIC], parallelism=257))
+    assert got.startswith("spec.parallelism: Invalid value: 257: must not be greater than 256 with spec.scheduling.resourceClaims"), got
+
+
+def test_group_claims_contradicting_the_annotation_are_refused() -> None:
+    other = json.dumps([{"name": "fabric", "resourceClaimName": "shared"}])
+    got = refusal(claims_job([FABRIC], annotation=other))
+    assert got.startswith(f"metadata.annotations[{keys.RESOURCE_CLAIMS}]: Invalid value: "), got
+    assert f"contradicts {RC} (" in got
+
+
+def test_group_claims_are_immutable() -> None:
+    old = intent.GangIntent("gang", 4, "all", resource_claims=(intent.GroupClaim("fabric", resource_claim_template_name="one-channel"),))
+    for new in (intent.replace(old, resource_claims=None), intent.replace(old, resource_claims=(intent.GroupClaim("fabric", "shared"),))):
+        with pytest.raises(intent.GangSpecError) as refused:
+            intent.validate_update(old, new)
+        assert str(refused.value).startswith(f"metadata.annotations[{keys.RESOURCE_CLAIMS}]: Invalid value: "), str(refused.value)
+        assert "field is immutable; delete and recreate the Job" in str(refused.value)
+    intent.validate_update(old, intent.replace(old, min_count=2))
+
+
+def test_group_claims_are_recorded_and_copied_onto_the_pod_template() -> None:
+    """Recorded in the annotations, nothing dropped; the warning says what becomes of them."""
+    j = claims_job([FABRIC])
+    m = mutate(j)
+    recorded = m.patch["metadata"]["annotations"][keys.RESOURCE_CLAIMS]
+    assert json.loads(recorded) == [FABRIC]
+    assert m.patch["spec"]["template"]["metadata"]["annotations"] == {keys.RESOURCE_CLAIMS: recorded}
+    (warning,) = m.warnings
+    assert warning.endswith("its resourceClaims (fabric) become one ResourceClaim per PodGroup, made and reserved by Phalanx"), warning
+    j["metadata"]["annotations"].update(m.patch["metadata"]["annotations"])
+    admission.validate_job(j, None)
 
 
 def test_only_min_count_may_change() -> None:
@@ -293,7 +409,7 @@ K = "scheduling.phalanx.dev/"
         pytest.param(
             {K + "gang": "true"},
             f'{ANN}gang]: Invalid value: "true": unknown key under {K}, which Phalanx would ignore; '
-            f"use one of {K}policy, {K}min-count, {K}disruption-mode, {K}topology-key, or remove it",
+            f"use one of {K}policy, {K}min-count, {K}disruption-mode, {K}topology-key, {K}resource-claims, or remove it",
             id="nothing-close",
         ),
         pytest.param(
@@ -333,7 +449,7 @@ def test_on_update_only_an_added_unknown_key_is_refused() -> None:
 def test_other_prefixes_and_known_keys_pass() -> None:
     assert mutate(job({"example.com/mincount": "3", "phalanx.dev/x": "y"})) == admission.Mutation()
     admission.validate_job(job({"example.com/mincount": "3"}), None)
-    admission.validate_job(job({k: v for k, v in zip(keys.INTENT_ANNOTATIONS, ("gang", "4", "all", "rack"), strict=True)}), None)
+    admission.validate_job(job({k: v for k, v in zip(keys.INTENT_ANNOTATIONS[:4], ("gang", "4", "all", "rack"), strict=True)}), None)
 
 
 def without_rule(annotations: dict[str, str] | None = None, scheduling: dict | None = None, **spec: Any) -> dict:

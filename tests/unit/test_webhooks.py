@@ -17,9 +17,10 @@ from phalanx.jobs import webhook_config
 
 def test_local_endpoint_is_a_url_per_handler() -> None:
     configs = webhook_config.configurations(webhook_config.Endpoint(url="https://127.0.0.1:9443"), b"CA", "phalanx-system")
-    (mutating,) = configs["MutatingWebhookConfiguration"]["webhooks"]
+    (mutating, pods) = configs["MutatingWebhookConfiguration"]["webhooks"]
     (validating,) = configs["ValidatingWebhookConfiguration"]["webhooks"]
     assert mutating["clientConfig"] == {"caBundle": base64.b64encode(b"CA").decode(), "url": "https://127.0.0.1:9443/job-gang-mutate"}
+    assert pods["clientConfig"]["url"] == "https://127.0.0.1:9443/pod-group-claims"
     assert validating["clientConfig"]["url"] == "https://127.0.0.1:9443/job-gang-validate"
 
 
@@ -33,8 +34,17 @@ def test_in_cluster_endpoint_is_a_service() -> None:
 
 def test_blast_radius_is_gang_jobs_outside_system_namespaces() -> None:
     configs = webhook_config.configurations(webhook_config.Endpoint(url="https://x"), b"CA", "phalanx-system")
+    (_, pods) = configs["MutatingWebhookConfiguration"]["webhooks"]
+    assert pods["rules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"], "scope": "Namespaced"}
+    ]
+    assert pods["matchConditions"] == [{"name": "group-claims", "expression": webhook_config.POD_MATCH_CONDITION}]
+    assert (
+        pods["failurePolicy"] == "Fail"
+        and pods["namespaceSelector"] == configs["ValidatingWebhookConfiguration"]["webhooks"][0]["namespaceSelector"]
+    )
     for config in configs.values():
-        (hook,) = config["webhooks"]
+        hook = config["webhooks"][0]
         assert hook["failurePolicy"] == "Fail"
         assert hook["rules"] == [
             {
@@ -168,6 +178,23 @@ def test_match_condition_sends_only_gang_changes(operation: str, new: dict, old:
     assert verdict is sent
 
 
+GATE = [{"name": "scheduling.phalanx.dev/gang"}]
+CLAIMS = {"scheduling.phalanx.dev/resource-claims": "[]"}
+
+
+@pytest.mark.parametrize(
+    ("pod", "sent"),
+    [
+        pytest.param({"metadata": {"annotations": CLAIMS}, "spec": {"schedulingGates": GATE}}, True, id="gated-member-with-group-claims"),
+        pytest.param({"metadata": {"annotations": CLAIMS}, "spec": {}}, False, id="ungated"),
+        pytest.param({"metadata": {"annotations": {"team": "a"}}, "spec": {"schedulingGates": GATE}}, False, id="gang-member-without"),
+        pytest.param({"metadata": {}, "spec": {}}, False, id="any-other-pod"),
+    ],
+)
+def test_only_gated_members_with_group_claims_reach_the_pod_webhook(pod: dict, sent: bool) -> None:
+    assert cel.compile(webhook_config.POD_MATCH_CONDITION).execute({"object": pod}) is sent
+
+
 ROOT = Path(__file__).parents[2]
 
 
@@ -186,4 +213,6 @@ def test_in_cluster_the_operator_patches_only_the_ca_bundle() -> None:
     assert patch == [
         {"op": "test", "path": "/webhooks/0/name", "value": "jobs-mutate.scheduling.phalanx.dev"},
         {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
+        {"op": "test", "path": "/webhooks/1/name", "value": "pods-group-claims.scheduling.phalanx.dev"},
+        {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
     ]

@@ -87,6 +87,13 @@ def _constraints(source: GangSource) -> schema.PodGroupSchedulingConstraints | N
     return schema.PodGroupSchedulingConstraints(topology=[schema.TopologyConstraint(key=source.intent.topology_key)])
 
 
+def group_claims(source: GangSource) -> list[schema.PodGroupResourceClaim] | None:
+    """The Job's `resourceClaims`, in the PodGroup's (and the Workload template's) shape."""
+    if not source.intent.resource_claims:
+        return None
+    return [schema.PodGroupResourceClaim.model_validate(c.wire()) for c in source.intent.resource_claims]
+
+
 def _labels(source: GangSource) -> dict[str, str]:
     return {keys.JOB_NAME_LABEL: source.name, keys.POLICY_LABEL: source.intent.policy.capitalize()}
 
@@ -108,6 +115,7 @@ def workload(source: GangSource) -> schema.Workload:
                     scheduling_constraints=_constraints(source),
                     disruption_mode=_disruption_mode(source),
                     priority_class_name=source.priority_class_name,
+                    resource_claims=group_claims(source),
                 )
             ],
         ),
@@ -134,6 +142,7 @@ def pod_group(source: GangSource, workload_uid: str) -> schema.PodGroup:
             scheduling_constraints=_constraints(source),
             disruption_mode=_disruption_mode(source),
             priority_class_name=source.priority_class_name,
+            resource_claims=group_claims(source),
         ),
     )
 

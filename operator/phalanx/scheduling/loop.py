@@ -40,7 +40,20 @@ from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Snapshot
-from phalanx.scheduling import conditions, disruption, inputs, metrics, pacing, quorum, repair, shortfall, teardown, victims, waits
+from phalanx.scheduling import (
+    conditions,
+    disruption,
+    groupclaims,
+    inputs,
+    metrics,
+    pacing,
+    quorum,
+    repair,
+    shortfall,
+    teardown,
+    victims,
+    waits,
+)
 from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.nomination import PREEMPTED, Preemptor
 from phalanx.scheduling.nomination import intruders as nomination_intruders
@@ -299,6 +312,11 @@ class SchedulingLoop:
             return await self._await_binding(pod_group, pods, bound, reservation, min_count)
         if not waiting:
             return True
+        if pod_group["spec"].get("resourceClaims"):
+            missing = await groupclaims.ensure(self.kube, pod_group, self.view.claims.get)
+            if missing is not None:
+                await self._set(pod_group, False, "Pending", missing)
+                return True
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) < min_count:
             # while the others arrive the claims get their finalizer, so the release writes only allocations; and no
