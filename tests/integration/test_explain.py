@@ -80,6 +80,18 @@ def _scrape(operator: Operator) -> str:
         return response.read().decode()
 
 
+def _listening(port: int) -> set[str]:
+    """The IPv4 and IPv6 addresses a TCP socket on `port` listens on, from /proc/net (no tool needed)."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.rsplit(":", 1)
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                out.add(address)
+    return out
+
+
 def _gauge(operator: Operator) -> float:
     family = next(f for f in text_string_to_metric_families(_scrape(operator)) if f.name == "phalanx_incomplete_group_devices")
     return family.samples[0].value
@@ -258,6 +270,7 @@ def test_metrics_the_dashboard_and_alerts_use_exist(cluster: Cluster, operator: 
     if operator.handle is None:
         pytest.skip("no local operator process to scrape")
     exposed = {f.name for f in text_string_to_metric_families(_scrape(operator))}
+    assert _listening(operator.handle.metrics_port) == {"0100007F"}, "the local operator's metrics listen on 127.0.0.1 only"
     rules = yaml.safe_load((ROOT / "manifests/monitoring/prometheusrule.yaml").read_text())
     dashboard = json.loads((ROOT / "manifests/monitoring/grafana-dashboard.json").read_text())
     exprs = [r["expr"] for g in rules["spec"]["groups"] for r in g["rules"]]
