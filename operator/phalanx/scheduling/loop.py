@@ -40,7 +40,20 @@ from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Snapshot
-from phalanx.scheduling import conditions, disruption, inputs, metrics, pacing, quorum, repair, shortfall, teardown, victims, waits
+from phalanx.scheduling import (
+    conditions,
+    disruption,
+    inputs,
+    metrics,
+    pacing,
+    pointers,
+    quorum,
+    repair,
+    shortfall,
+    teardown,
+    victims,
+    waits,
+)
 from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.nomination import PREEMPTED, Preemptor
 from phalanx.scheduling.nomination import intruders as nomination_intruders
@@ -121,6 +134,7 @@ class SchedulingLoop:
         self.holes = Holes(kube)
         self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
         self.preemptor = Preemptor(kube, view, Holes(kube, NOMINATED))
+        self.pointers = pointers.Pointers(kube)
         self._pods_of: dict[str, list[dict[str, Any]]] = {}
         """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
         self._mine: dict[str, dict[str, dict[str, Any]]] = {}
@@ -195,6 +209,14 @@ class SchedulingLoop:
             logger.exception("double-allocation repair failed; retrying next cycle")
         metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
         waits.publish(waits.current(groups, self._quorum_at, time.monotonic()))  # every cycle: fresh on a quiet cluster
+        if self.leading():
+            try:
+                await self.pointers.point(groups)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # an Event refused holds no gang: the pods not pointed are tried next cycle
+                metrics.ERRORS.labels(stage="pointers").inc()
+                logger.exception("events on gated members not written; retrying next cycle")
         for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
             if not self.leading():
                 return
@@ -240,6 +262,7 @@ class SchedulingLoop:
         claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
         self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
         pods = {p["metadata"]["uid"] for p in self.view.pods.items()}
+        self.pointers.keep_only(pods)
         now = time.monotonic()
         self._evicting = {uid: until for uid, until in self._evicting.items() if uid in pods and until > now}
         self.shortfalls.keep_only(live)
