@@ -489,7 +489,7 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
                     to_run = _to_run(plan_view, found, priority, outranked, candidates is None)
 
     lost_rows = tuple(LossRow(loss.name, loss.cause) for loss in losses)
-    if not lost_rows and state == "Disrupted":  # torn down: the record of what went and why outlives the pods
+    if not lost_rows and (scheduled or {}).get("reason") == "GangDisrupted":  # torn down for a loss: the record outlives the pods
         lost_rows = tuple(LossRow(m["name"], m["cause"]) for m in (pod_group.get("status") or {}).get("lost") or [])
     members = tuple(
         MemberRow(p["metadata"]["name"], _state(p), inputs.placed_on(p), _devices(p, claims))
