@@ -59,6 +59,7 @@ class OperatorConfig:
     race_settle: float = 0.2
     bind_deadline: float = 60.0
     metrics_port: int | None = 8000
+    metrics_listen: str = "0.0.0.0"
     readiness: str | None = "http://0.0.0.0:8081/readyz"
     tls_secret: str = "phalanx-webhook-tls"
     lease_name: str = "phalanx-leader"
@@ -117,7 +118,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
         file_check_interval=NEVER,  # the Keeper reloads the live context in place; Kopf would close the port to restart
     )
     if cfg.metrics_port:
-        prometheus_client.start_http_server(cfg.metrics_port)
+        prometheus_client.start_http_server(cfg.metrics_port, addr=cfg.metrics_listen)
     memo.watches = await preflight.api_client()
     memo.view = ClusterView(memo.kube, memo.watches)
     await memo.view.start()

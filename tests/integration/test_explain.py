@@ -80,6 +80,18 @@ def _scrape(operator: Operator) -> str:
         return response.read().decode()
 
 
+def _listening(port: int) -> set[str]:
+    """The IPv4 and IPv6 addresses a TCP socket on `port` listens on, from /proc/net (no tool needed)."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.rsplit(":", 1)
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                out.add(address)
+    return out
+
+
 def _gauge(operator: Operator) -> float:
     family = next(f for f in text_string_to_metric_families(_scrape(operator)) if f.name == "phalanx_incomplete_group_devices")
     return family.samples[0].value
@@ -110,20 +122,22 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
     message = _condition(pending, keys.INITIALLY_SCHEDULED)["message"]
     assert lines == [
         "Job NS/second  PodGroup PG",
-        "State:  Pending: minCount 4: 2 of 4 members fit; short 2 x gpu.example.com (2 free of 6); 1 node(s) had untolerated taint(s)",
+        "State:  Pending: minCount 4: 2 of 4 members fit; short 2 x gpu.example.com (2 free of 6)",
         "Gang:  minCount 4, 4 members, 0 bound; priority 0; disruptionMode all",
         "Held below minCount: 0 device(s)",
+        "Held by:  4 of 6 gpu.example.com held by NS/first, priority 0",
+        "To run:  2 more gpu.example.com free, or a PriorityClass above 0, the holders' (preemption would then evict 4 pod(s))",
         "Plan:  2 of 4 members fit (minCount 4)",
         "Short:",
         "  RESOURCE  NEEDED  FREE  TOTAL  SHORT",
         "  gpu.example.com  4  2  6  2",
         "Excluded:  1 node(s) had untolerated taint(s)",
         "Nodes:",
-        "  NODE  DEVICES FREE  FREE  EXCLUDED BY",
-        "  control-plane  0/0  cpu=32000m  node(s) had untolerated taint(s)",
-        "  worker-1  0/2  cpu=31900m  -",
-        "  worker-2  0/2  cpu=31900m  -",
-        "  worker-3  2/2  cpu=32000m  -",
+        "  NODE  FREE  EXCLUDED BY",
+        "  control-plane  cpu=32000m  untolerated taint node-role.kubernetes.io/control-plane:NoSchedule",
+        "  worker-1  devices=0/2 cpu=31900m  -",
+        "  worker-2  devices=0/2 cpu=31900m  -",
+        "  worker-3  devices=2/2 cpu=32000m  -",
         "Preemption:  would not help: no lower-priority victims: 1 running, the lowest at priority 0, not below the preemptor's 0",
         "Members:",
         "  NAME  STATE  NODE  DEVICES",
@@ -143,7 +157,16 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
         "minCount 4: 2 of 4 members fit; short 2 x gpu.example.com (2 free of 6); 1 node(s) had untolerated taint(s); "
         "preemption: no lower-priority victims: 1 running, the lowest at priority 0, not below the preemptor's 0"
     )
+    # a gated member points at its group, once: kubectl describe pod shows the PodGroup and the command to ask
+    member = sorted(_pods(cluster, namespace, "second"), key=lambda p: p["metadata"]["name"])[0]
+    described = cluster.kubectl("describe", "pod", member["metadata"]["name"], "-n", namespace).stdout
+    assert f"member of PodGroup {namespace}/{pending['metadata']['name']} (gang, minCount 4)" in described, described
+    assert f"why it waits: kubectl phalanx explain second -n {namespace}" in described, described
+    selector = f"involvedObject.uid={member['metadata']['uid']},reason=WaitingForGang"
+    (event,) = cluster.get("events", "-n", namespace, "--field-selector", selector)["items"]
+    assert event["count"] == 1, event
     data = json.loads(_explain(cluster, namespace, "second", "-o", "json"))
+    assert data["holders"] == [{"resource": "gpu.example.com", "holder": f"{namespace}/first", "held": "4", "total": "6", "priority": 0}]
     assert data["plan"]["fit"] == 2 and data["plan"]["shortages"] == [{"resource": "gpu.example.com", "needed": 4, "free": 2, "total": 6}]
     assert {n["name"]: n["devices_free"] for n in data["plan"]["nodes"]} == {
         "control-plane": 0,
@@ -211,6 +234,9 @@ def test_disrupted_gang(cluster: Cluster, operator: Operator, namespace: str, co
     )
     wait_for(lambda: len(_pods(cluster, namespace, "research")) == 5, "research: the Job's replacement pod", timeout=60)
     pg = _pod_group(cluster, namespace, "research")
+    # kubectl get says it runs below quorum, though STATUS stays Scheduled
+    (row,) = cluster.kubectl("get", "podgroups.scheduling.phalanx.dev", "-n", namespace, "--no-headers").stdout.splitlines()
+    assert row.split()[3:6] == ["Scheduled", "3", "BelowMinCount"], row
     out = _explain(cluster, namespace, "research")
     print(out)
     lines = _normalised(out, namespace, pg["metadata"]["name"])
@@ -253,11 +279,45 @@ def test_disrupted_gang(cluster: Cluster, operator: Operator, namespace: str, co
     assert data["losses"] == [{"member": lost, "cause": "failed: container rank exited 1"}], data["losses"]
 
 
+def test_preempted_and_oversized_gangs(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """A gang preempted whole says by whom and when its Job brings it back; one larger than the cluster says it never fits."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl("apply", "-f", str(WORKLOADS / "priorityclasses.yaml"))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("victim", 4, priority_class="research")))
+    _running(cluster, namespace, "victim", 4)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("urgent", 4, priority_class="urgent")))
+    _running(cluster, namespace, "urgent", 4)
+    wait_for(lambda: not _pods(cluster, namespace, "victim"), "victim: its pods gone, the Job's back-off holding new ones")
+    out = _explain(cluster, namespace, "victim")
+    print(out)
+    lines = _normalised(out, namespace, _pod_group(cluster, namespace, "victim")["metadata"]["name"])
+    assert lines[1] == "State:  Disrupted: waiting for quorum: 0 of minCount 4 members created with their claims", lines
+    (job,) = [line for line in lines if line.startswith("Job:  ")]
+    assert re.fullmatch(
+        r"Job:  0 of 4 pods exist \(0 active, 0 failed as the Job counts\); the Job controller's back-off holds the other 4: "
+        r"about 80s after the teardown \(10s x 2\^\(n-1\), n >= 4 pods failed since its last success\), due (in about \d+s|now)",
+        job,
+    ), job
+    lost = _table_rows(lines, "Lost:")
+    assert [re.sub(r"^  victim-\d-xxxxx  ", "", row) for row in lost] == ["preempted by NS/urgent, priority 10000"] * 4, lost
+
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("huge", 8)))
+    wait_for(
+        lambda: _condition(_pod_group(cluster, namespace, "huge"), keys.INITIALLY_SCHEDULED).get("reason") == "Unschedulable",
+        "huge: Unschedulable",
+    )
+    lines = _normalised(_explain(cluster, namespace, "huge"), namespace, _pod_group(cluster, namespace, "huge")["metadata"]["name"])
+    assert lines[1] == "State:  Pending: minCount 8: 2 of 8 members fit; can never fit: needs 8 x gpu.example.com, the cluster has 6", lines
+    assert "To run:  nothing while it needs more than the cluster has: lower minCount, or add 2 x gpu.example.com" in lines, lines
+    assert not [line for line in lines if line.startswith("Held by:")], lines
+
+
 def test_metrics_the_dashboard_and_alerts_use_exist(cluster: Cluster, operator: Operator) -> None:
     """Runs after the gangs above (same operator): every metric an alert or a panel queries is exposed."""
     if operator.handle is None:
         pytest.skip("no local operator process to scrape")
     exposed = {f.name for f in text_string_to_metric_families(_scrape(operator))}
+    assert _listening(operator.handle.metrics_port) == {"0100007F"}, "the local operator's metrics listen on 127.0.0.1 only"
     rules = yaml.safe_load((ROOT / "manifests/monitoring/prometheusrule.yaml").read_text())
     dashboard = json.loads((ROOT / "manifests/monitoring/grafana-dashboard.json").read_text())
     exprs = [r["expr"] for g in rules["spec"]["groups"] for r in g["rules"]]

@@ -66,7 +66,7 @@ def test_the_articles_gang_job_gets_a_workload_a_podgroup_and_gated_pods(cluster
     assert not any(k.startswith("kopf.") for k in job["metadata"].get("annotations", {}))
 
     table = cluster.kubectl("get", "podgroups.scheduling.phalanx.dev", "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "POLICY", "WORKLOAD", "STATUS", "AGE"]
+    assert table[0].split() == ["NAME", "POLICY", "WORKLOAD", "STATUS", "BOUND", "DISRUPTION", "AGE"]
     assert table[1].split()[:3] == [pod_group["metadata"]["name"], "Gang", workload["metadata"]["name"]]
     assert table[1].split()[3] in ("Pending", "Unschedulable"), table[1]
     reasons = {reason for _, reason, _ in _job_events(cluster, namespace, "train-a")}

@@ -97,6 +97,22 @@ def test_a_clean_shutdown_withdraws_the_webhook_configurations(bare: LocalCluste
     assert "connection refused" not in created.stderr
 
 
+def test_the_install_manifests_check_out_once_the_local_operator_is_stopped(bare: LocalCluster) -> None:
+    """The README's Troubleshooting row: the local operator's URL configurations share the names of
+    manifests/webhooks.yaml, so a server-side dry run of the install clashes with them while it runs, and passes once
+    it is stopped (its namespace, which the dry run cannot create, applied first)."""
+    check = ("apply", "-k", str(ROOT / "manifests"), "--dry-run=server")
+    handle = operatorproc.start_background(bare, ROOT)
+    try:
+        clash = bare.kubectl(*check, check=False)
+        assert clash.returncode != 0 and "exactly one of url or service is required" in clash.stderr, clash.stderr[-2000:]
+    finally:
+        assert operatorproc.stop_background(bare) == handle.process.pid
+    bare.kubectl("apply", "-f", str(ROOT / "manifests" / "namespace.yaml"))
+    clean = bare.kubectl(*check, check=False)
+    assert clean.returncode == 0, clean.stderr[-2000:]
+
+
 def test_cluster_up_on_a_cluster_that_is_up_says_so_and_keeps_it(bare: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
     from phalanx import cli
 

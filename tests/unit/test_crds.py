@@ -44,5 +44,5 @@ def test_podgroup_has_status_subresource_and_the_upstream_columns() -> None:
     pg = yaml.safe_load((CRDS / "scheduling.phalanx.dev_podgroups.yaml").read_text())
     version = pg["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Policy", "Workload", "Status", "Age"]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Policy", "Workload", "Status", "Bound", "Disruption", "Age"]
     assert pg["spec"]["names"]["shortNames"] == ["pxpg"]

@@ -94,7 +94,7 @@ def test_members_sharing_a_node_are_planned_disjoint_devices() -> None:
 def test_a_short_gang_is_named_by_resource_and_class() -> None:
     result = plan(cluster(node("n1"), node("n2"), devices=gpus("n1", 2) + gpus("n2", 1)), gang(rank(0, 2), rank(1, 2)))
     assert isinstance(result, Short) and not result.unmodelled
-    assert f"short 1 x {RESOURCE} (extended resource, DeviceClass {GPU}) (3 free of 3)" in result.message
+    assert f"can never fit: needs 4 x {RESOURCE} (extended resource, DeviceClass {GPU}), the cluster has 3" in result.message
     assert "x example.com/gpu (0 free" not in result.message, "node capacity does not bound a resource served by devices"
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from phalanx.api import schema
 from phalanx.kube.informers import Finished
-from phalanx.scheduling.disruption import cause, current, losses
+from phalanx.scheduling.disruption import cause, current, losses, preempted_by
 
 
 def pod(
@@ -96,3 +96,20 @@ def test_the_record_keeps_only_this_incarnations_members_when_late_ones_join() -
     kept = current(record, [pod("run"), pod("failed", phase="Failed", exit_code=1)], {"cuid-run", "cuid-failed"}, finished)
     assert [p.name for p in kept.placements] == ["run", "done"]
     assert [c.name for c in kept.claims] == ["c-run", "c-failed"]
+
+
+def test_a_preempted_member_reads_the_same_however_far_it_has_gone() -> None:
+    """`single` sees the victim deleted, `all` sees it marked by the API server first: both say who preempted it, and a
+    cause once recorded in status.lost stays as the pod goes."""
+    record = schema.Reservation(state="Released", placements=[schema.PodPlacement(name="a", uid="uid-a", node="worker-1")])
+    by_whom = preempted_by("ml-team/train-urgent", 10000)
+    assert by_whom == "preempted by ml-team/train-urgent, priority 10000"
+    marked = pod("a", deleting=True, disruption="EvictionByEvictionAPI")
+    for seen in ([marked], []):  # terminating with the API server's mark, then gone
+        (loss,) = losses(record, seen, NODES, preempted={"uid-a": by_whom})
+        assert loss.cause == by_whom
+        (loss,) = losses(record, seen, NODES, known={"uid-a": by_whom})  # the preemption over: status.lost remembers
+        assert loss.cause == by_whom
+    ours = pod("a", deleting=True, disruption="PreemptedByGang")
+    ours["status"]["conditions"][0]["message"] = by_whom
+    assert cause(ours, NODES) == by_whom

@@ -88,7 +88,7 @@ def test_cpu_shortage_is_named_with_the_amounts() -> None:
     group, claims = gang("huge", 4, cpu=40000)
     result = plan(with_claims(cluster(control_plane=False), claims), group)
     assert isinstance(result, Short)
-    assert result.message == "minCount 4: 0 of 4 members fit; short 64000 x cpu (96000 free of 96000)"
+    assert result.message == "minCount 4: 0 of 4 members fit; can never fit: needs 160000 x cpu, the cluster has 96000"
 
 
 def test_fragmented_capacity_is_not_called_a_shortage() -> None:
@@ -177,7 +177,7 @@ def test_network_attached_pool_serves_every_node() -> None:
     members = tuple(Member("ml", f"p{i}", f"up{i}", claims=(f"c{i}",)) for i in range(3))
     result = plan(snapshot, Group("ml", "g", 3, members))
     assert isinstance(result, Short)
-    assert "short 1 x link (2 free of 2)" in result.message
+    assert "can never fit: needs 3 x link, the cluster has 2" in result.message
     assert isinstance(plan(snapshot, Group("ml", "g", 2, members[:2])), Fits)
 
 

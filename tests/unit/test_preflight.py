@@ -50,7 +50,7 @@ def test_cluster_commands_say_the_cluster_is_not_up(command: list[str], tmp_path
     monkeypatch.setenv("PHALANX_CACHE", str(tmp_path))
     assert cli.main([*command, "--name", "nowhere"] if command[1] != "kubectl" else [*command[:2], "--name", "nowhere", *command[2:]]) == 1
     captured = capsys.readouterr()
-    assert "cluster nowhere is not up: start it with `./task up`" in captured.err
+    assert "cluster nowhere is not up: start it with `CLUSTER=nowhere ./task up`" in captured.err
     assert captured.out == "", "no path of a deleted cluster is printed"
 
 

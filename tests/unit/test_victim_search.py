@@ -101,7 +101,7 @@ def test_no_victims_when_even_evicting_all_of_them_leaves_the_group_short() -> N
     assert isinstance(result, NoVictims)
     assert result.reason == (
         "even evicting every lower-priority victim (1 victim, 4 pods) leaves: minCount 8: 6 of 8 members fit; "
-        "short 2 x gpu.example.com (6 free of 6); 1 node(s) had untolerated taint(s)"
+        "can never fit: needs 8 x gpu.example.com, the cluster has 6; 1 node(s) had untolerated taint(s)"
     )
 
 

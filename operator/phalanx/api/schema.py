@@ -259,12 +259,23 @@ class PodGroupResourceClaimStatus(Model):
     resource_claim_name: str | None = Field(default=None, description="The ResourceClaim made for the group from the entry's template.")
 
 
+class LostMember(Model):
+    name: str
+    uid: str
+    cause: str = Field(description="Why, as first seen: a preemption names its preemptor, even once the pod is gone.")
+
+
 class PodGroupStatus(Model):
     conditions: list[Condition] = Field(
         default_factory=list, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
     )
     reservation: Reservation | None = None
     nomination: Nomination | None = None
+    lost: list[LostMember] | None = Field(
+        default=None,
+        max_length=256,
+        description="Members lost in the latest disruption, kept after a teardown so `explain` can say what went and why.",
+    )
     members: int | None = Field(default=None, ge=0, description="Pods of the group that exist and are not terminal.")
     bound: int | None = Field(default=None, ge=0, description="Members bound to a node.")
     resource_claim_statuses: list[PodGroupResourceClaimStatus] | None = Field(

@@ -47,6 +47,7 @@ from phalanx.scheduling import (
     inputs,
     metrics,
     pacing,
+    pointers,
     quorum,
     repair,
     shortfall,
@@ -118,7 +119,7 @@ def _live(pod: Mapping[str, Any]) -> bool:
 
 def _cause_label(cause: str) -> str:
     """A bounded metric label from a loss cause (the cause text names pods and nodes)."""
-    for label in ("Eviction", "Preemption", "Taint", "PodGC", "node", "failed", "deleted"):
+    for label in ("Eviction", "Preemption", "Taint", "PodGC", "node", "failed", "deleted", "preempted"):
         if label.lower() in cause.lower():
             return label.lower()
     return "other"
@@ -134,6 +135,7 @@ class SchedulingLoop:
         self.holes = Holes(kube)
         self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
         self.preemptor = Preemptor(kube, view, Holes(kube, NOMINATED))
+        self.pointers = pointers.Pointers(kube)
         self._pods_of: dict[str, list[dict[str, Any]]] = {}
         """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
         self._mine: dict[str, dict[str, dict[str, Any]]] = {}
@@ -160,6 +162,10 @@ class SchedulingLoop:
         """PodGroup uid -> (the members waiting to join it, the minCount its Job said when they were first seen)."""
         self._victims_gone_at: dict[str, float] = {}
         """PodGroup uid -> when this loop first saw every victim of its preemption gone (monotonic)."""
+        self._lost_written: dict[str, list[dict[str, str]]] = {}
+        """PodGroup uid -> the `status.lost` this loop last wrote: the watch may not show it yet."""
+        self._preempted: dict[str, str] = {}
+        """Pod uid -> the cause of its loss, for the victims of every preemption under way (from the nominations)."""
         self._budget = pacing.CpuBudget()
         self._woken_for = time.monotonic()
         """When the oldest change this cycle runs for arrived (monotonic)."""
@@ -206,8 +212,17 @@ class SchedulingLoop:
         except Exception:
             metrics.ERRORS.labels(stage="repair").inc()
             logger.exception("double-allocation repair failed; retrying next cycle")
+        self._preempted = {v.uid: self._preempted_by(g) for g, _ in groups if (n := inputs.nomination(g)) is not None for v in n.victims}
         metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
         waits.publish(waits.current(groups, self._quorum_at, time.monotonic()))  # every cycle: fresh on a quiet cluster
+        if self.leading():
+            try:
+                await self.pointers.point(groups)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # an Event refused holds no gang: the pods not pointed are tried next cycle
+                metrics.ERRORS.labels(stage="pointers").inc()
+                logger.exception("events on gated members not written; retrying next cycle")
         for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
             if not self.leading():
                 return
@@ -247,12 +262,15 @@ class SchedulingLoop:
             del self._counts_at[uid]
         for uid in [u for u in self._victims_gone_at if u not in live]:
             del self._victims_gone_at[uid]
+        for uid in [u for u in self._lost_written if u not in live]:
+            del self._lost_written[uid]
         for uid in [u for u in self._intended if u not in live]:
             del self._intended[uid]
         self._counts_due &= live
         claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
         self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
         pods = {p["metadata"]["uid"] for p in self.view.pods.items()}
+        self.pointers.keep_only(pods)
         now = time.monotonic()
         self._evicting = {uid: until for uid, until in self._evicting.items() if uid in pods and until > now}
         self.shortfalls.keep_only(live)
@@ -287,7 +305,12 @@ class SchedulingLoop:
         owner: dict[str, Any] | None = None
         if reservation is not None and reservation.state == "Released":
             lost = disruption.losses(
-                reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self._node_names(), self.view.finished
+                reservation,
+                self._pods_of.get(pod_group["metadata"]["uid"], []),
+                self._node_names(),
+                self.view.finished,
+                known=disruption.recorded(pod_group),
+                preempted=self._preempted,
             )
             owner = await self._job(pod_group, lost) if lost else None
             if owner is not None and _suspended_since(owner, reservation):
@@ -295,6 +318,8 @@ class SchedulingLoop:
                 return await self._tear_down(pod_group, pods, reservation, why, reason=SUSPENDED)
             if owner is not None and _finished(owner):
                 return True  # its successPolicy or failure ended the rest: the Job's own doing, nothing to take down
+            if owner is not None:
+                await self._record_lost(pod_group, lost)
         if scheduled is not None and scheduled["status"] == "True":
             if reservation is not None:
                 if lost and "all" in (pod_group["spec"].get("disruptionMode") or {}):
@@ -549,11 +574,23 @@ class SchedulingLoop:
         metrics.PREEMPTION_ATTEMPTS.labels(result=result).inc()
         return verdict
 
+    def _preempted_by(self, pod_group: Mapping[str, Any]) -> str:
+        """What the victims of this group's preemption are told, and what their losses say: its Job and priority."""
+        job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL) or _name(pod_group)
+        return disruption.preempted_by(f"{_ns(pod_group)}/{job}", self._priority(pod_group))
+
+    async def _record_lost(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> None:
+        """`status.lost`: the losses with the cause first seen, written when they change, kept after a teardown."""
+        record = disruption.record(lost)
+        uid = pod_group["metadata"]["uid"]
+        if not lost or record == (pod_group.get("status") or {}).get("lost") or record == self._lost_written.get(uid):
+            return
+        await self.kube.merge_patch(custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"lost": record}})
+        self._lost_written[uid] = record
+
     async def _preempt(self, pod_group: dict[str, Any], preemption: Preemption) -> None:
         names = ", ".join(v.key for v in preemption.victims)
-        why = (
-            f"preempted by gang {_ns(pod_group)}/{_name(pod_group)} (priority {self._priority(pod_group)}), which needs the room they hold"
-        )
+        why = self._preempted_by(pod_group)
         await self.preemptor.start(pod_group, preemption, why)
         metrics.SCHEDULE_ATTEMPTS.labels(result="waiting_on_preemption", profile=metrics.PROFILE).inc()
         message = f"preempting {names} ({len(preemption.pods)} pods) to place the whole group"
@@ -569,7 +606,7 @@ class SchedulingLoop:
         since this process saw them gone (a restart holds the devices one deadline longer, never shorter), so a
         victim's long grace period does not eat the time the freed devices are held for the preemptor."""
         uid = pod_group["metadata"]["uid"]
-        why = f"preempted by gang {_ns(pod_group)}/{_name(pod_group)}"
+        why = self._preempted_by(pod_group)
         # a crash between recording the nomination and covering its devices left them open: cover them (idempotent)
         await self.preemptor.nominated.cover(inputs.nominated_devices(nomination), why)
         await self._evict_intruders(pod_group, nomination)

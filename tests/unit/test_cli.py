@@ -1,0 +1,40 @@
+"""The cluster name reaches every hint and every command: a user on a second cluster is never sent to the default one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from phalanx import cli
+from phalanx.localcluster import LocalCluster
+
+
+def test_hints_name_the_cluster_unless_it_is_the_default() -> None:
+    assert cli.task_hint("logs", "phalanx") == "`./task logs`"
+    assert cli.task_hint("logs", "gpu-lab") == "`CLUSTER=gpu-lab ./task logs`"
+    assert "`CLUSTER=gpu-lab ./task up`" in cli.not_up_message("gpu-lab")
+
+
+def test_not_up_names_the_clusters_that_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHALANX_CACHE", str(tmp_path))
+    for name in ("gpu-lab", "stale"):
+        (tmp_path / "kwok" / "clusters" / name).mkdir(parents=True)
+    monkeypatch.setattr(LocalCluster, "answers", lambda self: self.spec.name == "gpu-lab")
+    message = cli.not_up_message("phalanx")
+    assert message.startswith("cluster phalanx is not up: start it with `./task up`"), message
+    assert "up here: gpu-lab (pick one with `CLUSTER=NAME ./task ...` or `--name NAME`)" in message, message
+    assert "stale" not in message
+
+
+@pytest.mark.parametrize("argv", [["metrics"], ["cluster", "logs"], ["cluster", "down"], ["demo", "gang"]])
+def test_every_command_takes_its_cluster_from_the_environment(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHALANX_CLUSTER", "gpu-lab")
+    assert cli._parser().parse_args(argv).name == "gpu-lab"
+    monkeypatch.delenv("PHALANX_CLUSTER")
+    assert cli._parser().parse_args(argv).name == "phalanx"
+
+
+def test_metrics_listen_on_every_address_in_cluster_by_default() -> None:
+    """In a pod Prometheus scrapes the pod's IP; the local mode binds loopback (`--metrics-listen 127.0.0.1`)."""
+    assert cli._parser().parse_args(["run"]).metrics_listen == "0.0.0.0"

@@ -1,0 +1,80 @@
+"""One Event per gated gang member, not one per cycle; a refusal is raised and the member tried again."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from phalanx.api import keys
+from phalanx.kube.client import ApiError
+from phalanx.scheduling import pointers
+
+
+class FakeKube:
+    def __init__(self, refuse: bool = False) -> None:
+        self.names: dict[str, dict[str, Any]] = {}
+        self.calls = 0
+        self.refuse = refuse
+
+    async def event_once(self, obj: dict[str, Any], *, name: str, type_: str, reason: str, message: str) -> bool:
+        self.calls += 1
+        if self.refuse:
+            raise ApiError(403, "Forbidden", "events is forbidden")
+        if name in self.names:
+            return False
+        self.names[name] = {"object": obj["metadata"]["name"], "reason": reason, "message": message}
+        return True
+
+
+def _group(policy: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ml", "name": "train-b-pg", "uid": "pg", "labels": {keys.JOB_NAME_LABEL: "train-b"}},
+        "spec": {"schedulingPolicy": policy},
+    }
+
+
+def _pod(name: str, gated: bool = True) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ml", "name": name, "uid": f"{name}-uid"},
+        "spec": {"schedulingGates": [{"name": keys.SCHEDULING_GATE}] if gated else []},
+    }
+
+
+def test_each_gated_member_gets_one_event_naming_its_group_and_explain() -> None:
+    kube = FakeKube()
+    notes = pointers.Pointers(kube)  # type: ignore[arg-type]
+    groups = [(_group({"gang": {"minCount": 2}}), [_pod("b-0"), _pod("b-1"), _pod("b-2", gated=False)])]
+    assert asyncio.run(notes.point(groups)) == 2
+    for _ in range(5):  # later cycles write nothing
+        assert asyncio.run(notes.point(groups)) == 0
+    assert kube.calls == 2
+    assert sorted(e["object"] for e in kube.names.values()) == ["b-0", "b-1"]
+    event = next(iter(kube.names.values()))
+    assert event["reason"] == "WaitingForGang"
+    assert event["message"] == (
+        "member of PodGroup ml/train-b-pg (gang, minCount 2): held by scheduling.phalanx.dev/gang until the whole group "
+        "can be placed; why it waits: kubectl phalanx explain train-b -n ml"
+    )
+    # a restarted operator finds the Events there and writes none again
+    again = pointers.Pointers(kube)  # type: ignore[arg-type]
+    assert asyncio.run(again.point(groups)) == 0 and len(kube.names) == 2
+
+
+def test_basic_groups_get_none_and_a_refusal_is_raised_and_retried() -> None:
+    kube = FakeKube()
+    assert asyncio.run(pointers.Pointers(kube).point([(_group({"basic": {}}), [_pod("a-0")])])) == 0  # type: ignore[arg-type]
+    refused = FakeKube(refuse=True)
+    notes = pointers.Pointers(refused)  # type: ignore[arg-type]
+    groups = [(_group({"gang": {"minCount": 1}}), [_pod("b-0")])]
+    with pytest.raises(ApiError):
+        asyncio.run(notes.point(groups))
+    refused.refuse = False
+    assert asyncio.run(notes.point(groups)) == 1
+
+
+def test_event_names_are_valid_whatever_the_pod_name() -> None:
+    uid = "0f8e2c1a-7b3d-4e5f-9a6b-1c2d3e4f5a6b"
+    name = pointers.event_name({"metadata": {"name": "x" * 253, "uid": uid}})
+    assert len(name) <= 253 and name == f"{'x' * 200}.{uid}.gang"
