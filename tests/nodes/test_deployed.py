@@ -12,7 +12,11 @@ grace period, as a checkpointing job would.
 
 from __future__ import annotations
 
+import base64
 import json
+import socket
+import ssl
+import subprocess
 import time
 from typing import Any
 
@@ -30,6 +34,7 @@ LEASE = "phalanx-leader"
 GRACE = 20
 REAL_NODE = "phalanx.dev/real-node"
 INDEX = "batch.kubernetes.io/job-completion-index"
+WEBHOOK_HOST = "phalanx-webhook.phalanx-system.svc"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -96,11 +101,41 @@ def test_installed_as_two_replicas_behind_the_webhook_service(cluster: Cluster, 
         for hook in config["webhooks"]:
             assert hook["clientConfig"]["service"]["name"] == "phalanx-webhook", hook["clientConfig"]
             assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"], "the caBundle is the shared Secret's CA"
+    ca = base64.b64decode(secret["data"]["ca.crt"])
+    for name in ready:
+        assert _serving_ca_ok(pods[name]["status"]["podIP"], ca), f"{name} serves a certificate of the shared CA"
     job = gpu_gang("gated", 8)  # 8 GPUs on 6: held behind the gate for good
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(job))
     members = wait_for(lambda: len(p := _pods(cluster, namespace, "gated")) == 8 and p, "8 pods made")
     assert all(any(g["name"] == keys.SCHEDULING_GATE for g in p["spec"].get("schedulingGates") or []) for p in members)
+
+
+def _serving_ca_ok(pod_ip: str, ca: bytes) -> bool:
+    """A TLS handshake with the replica's webhook port (its pod address, inside the node's namespace), verified
+    against `ca` for the Service's name, as the API server verifies it."""
+    context = ssl.create_default_context(cadata=ca.decode())
+    with socket.create_connection((pod_ip, 9443), timeout=5) as raw, context.wrap_socket(raw, server_hostname=WEBHOOK_HOST) as tls:
+        return tls.version() is not None
+
+
+def test_the_disruption_budget_keeps_one_replica(cluster: Cluster) -> None:
+    """Evictions, as a drain sends them: the first replica's is accepted, the second's refused (429) while the first
+    is gone, so the webhooks always have a server; the Deployment comes back to two."""
+    pods = [n for n, p in _operator_pods(cluster).items() if _ready(p)]
+    leader = _leader(cluster)
+    order = sorted(pods, key=lambda n: n == leader)  # the standby first
+
+    def evict(name: str) -> subprocess.CompletedProcess[str]:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": NAMESPACE}}
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/eviction"
+        return cluster.kubectl("create", "--raw", path, "-f", "-", stdin=json.dumps(body), check=False)
+
+    first, second = evict(order[0]), evict(order[1])
+    assert first.returncode == 0, first.stderr
+    assert second.returncode != 0 and "disruption budget" in second.stderr, second.stderr
+    wait_for(lambda: sum(_ready(p) for p in _operator_pods(cluster).values()) == 2, "two Ready replicas again", 120)
+    assert wait_for(lambda: _leader(cluster) in _operator_pods(cluster), "a replica leads", 30)
 
 
 def test_each_rank_sees_the_device_reserved_for_it(cluster: Cluster, namespace: str) -> None:

@@ -155,7 +155,7 @@ class LocalCluster:
         env = self._env()
         started = time.monotonic()
         dradriver.stop(self.kubeconfig)
-        realnodes.stop_all(self.cluster_dir)
+        realnodes.stop_all(self.cluster_dir, node_binaries())
         if self.exists():
             self._kwokctl(env, "delete", "cluster")
         args = [
@@ -193,7 +193,7 @@ class LocalCluster:
         self.stop_driver()
         if not self.cluster_dir.exists():
             return
-        realnodes.stop_all(self.cluster_dir)
+        realnodes.stop_all(self.cluster_dir, node_binaries())
         self._kwokctl(self._env(), "delete", "cluster")
         shutil.rmtree(self.cluster_dir, ignore_errors=True)
 

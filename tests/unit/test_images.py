@@ -1,0 +1,77 @@
+"""Images made here (OCI archives for containerd to import) and the real nodes' addresses: no cluster needed."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+
+from phalanx.localcluster import images, nodenet
+
+ROOT = Path(__file__).parents[2]
+
+
+def _tree(root: Path) -> Path:
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "hello").write_text("#!/bin/sh\necho hello\n")
+    (root / "bin" / "hello").chmod(0o755)
+    (root / "bin" / "hi").symlink_to("hello")
+    return root
+
+
+def _blob(tar: tarfile.TarFile, digest: str) -> bytes:
+    member = tar.extractfile(f"blobs/sha256/{digest.split(':', 1)[1]}")
+    assert member is not None
+    return member.read()
+
+
+def test_an_archive_is_a_valid_oci_layout_whose_digests_match_its_blobs(tmp_path: Path) -> None:
+    config = images.ImageConfig(entrypoint=("/bin/hello",), user="65532:65532", workdir="/app")
+    digest = images.oci_archive(_tree(tmp_path / "rootfs"), tmp_path / "img.tar", name="phalanx.local/hello:1", config=config)
+    with tarfile.open(tmp_path / "img.tar") as tar:
+        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        entry = index["manifests"][0]
+        assert entry["digest"] == digest and entry["platform"] == {"architecture": "amd64", "os": "linux"}
+        assert entry["annotations"]["io.containerd.image.name"] == "phalanx.local/hello:1"
+        manifest_blob = _blob(tar, digest)
+        assert "sha256:" + hashlib.sha256(manifest_blob).hexdigest() == digest
+        manifest = json.loads(manifest_blob)
+        image_config = json.loads(_blob(tar, manifest["config"]["digest"]))
+        layer = _blob(tar, manifest["layers"][0]["digest"])
+    assert image_config["config"]["Entrypoint"] == ["/bin/hello"] and image_config["config"]["User"] == "65532:65532"
+    assert len(layer) == manifest["layers"][0]["size"]
+    with tarfile.open(fileobj=io.BytesIO(layer), mode="r:gz") as rootfs:
+        names = {m.name: m for m in rootfs.getmembers()}
+    assert names["bin/hello"].mode & 0o111 and names["bin/hi"].issym() and names["bin/hi"].linkname == "hello"
+    assert images.archive_name(tmp_path / "img.tar") == "phalanx.local/hello:1"
+
+
+def test_the_same_tree_gives_the_same_image(tmp_path: Path) -> None:
+    """mtimes are zeroed and the layer compressed without a timestamp, so a rebuild is the same image."""
+    config = images.ImageConfig(cmd=("sh",))
+    first = images.oci_archive(_tree(tmp_path / "a"), tmp_path / "a.tar", name="x:1", config=config)
+    second = images.oci_archive(_tree(tmp_path / "b"), tmp_path / "b.tar", name="x:1", config=config)
+    assert first == second
+
+
+def test_the_hand_built_operator_image_runs_as_the_dockerfile_says() -> None:
+    config = images.dockerfile_config(ROOT / "Dockerfile")
+    assert config.entrypoint == ("phalanx",)
+    assert config.user == "65532:65532"
+    assert config.workdir == "/app"
+
+
+def test_each_node_slot_has_its_own_addresses() -> None:
+    """Slot n: 10.213.n.1 on the host end, 10.213.n.2 the node (its InternalIP), pods 10.244.n.0/24; no two overlap."""
+    nets = [nodenet.NodeNet(f"phx-t-{n}", n) for n in (0, 1, 7, 255)]
+    assert (nets[2].host_ip, nets[2].node_ip, nets[2].pod_cidr, nets[2].pod_gateway) == (
+        "10.213.7.1",
+        "10.213.7.2",
+        "10.244.7.0/24",
+        "10.244.7.1",
+    )
+    addresses = [a for n in nets for a in (n.host_ip, n.node_ip, n.pod_cidr)]
+    assert len(set(addresses)) == len(addresses)
+    assert all(len(n.host_link) <= 15 for n in nets), "Linux interface names have 15 bytes"
