@@ -7,8 +7,9 @@ One cycle:
    re-validated, then completed or rolled back (`reserve`);
 3. each PodGroup still waiting for its first placement, once its quorum
    exists (minCount gated pods whose claims exist), is planned on a fresh
-   snapshot; on Fits it is reserved and released as a unit, on Short the
-   exact reason goes to its status;
+   snapshot; on Fits it is reserved and released as a unit, unless a group
+   ahead of it in the queue (`queue`: priority, then age) still waiting
+   could use the same room now, on Short the exact reason goes to its status;
 4. a released group that does not reach minCount bound within the bind
    deadline, or whose gate lift was refused in part, is torn down as a
    unit and admitted again (`teardown`);
@@ -40,6 +41,7 @@ from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Snapshot
+from phalanx.planner.queue import takes_room
 from phalanx.scheduling import (
     conditions,
     disruption,
@@ -48,6 +50,7 @@ from phalanx.scheduling import (
     metrics,
     pacing,
     pointers,
+    queue,
     quorum,
     repair,
     shortfall,
@@ -166,6 +169,10 @@ class SchedulingLoop:
         """PodGroup uid -> the `status.lost` this loop last wrote: the watch may not show it yet."""
         self._preempted: dict[str, str] = {}
         """Pod uid -> the cause of its loss, for the victims of every preemption under way (from the nominations)."""
+        self.line = queue.Line()
+        """The groups this cycle found waiting, ahead of the one being reconciled (the cycle goes in queue order)."""
+        self._again = False
+        """A release was held back for a group ahead that fits: the next cycle runs at once, and releases it."""
         self._budget = pacing.CpuBudget()
         self._woken_for = time.monotonic()
         """When the oldest change this cycle runs for arrived (monotonic)."""
@@ -192,6 +199,8 @@ class SchedulingLoop:
         now = time.monotonic()
         due = [until - now for until, _ in self._backoff.values()]
         due += [at + COUNTS_EVERY - now for uid, at in self._counts_at.items() if uid in self._counts_due]
+        if self._again:
+            due.append(0.0)
         return max(0.05, min([self.period, *due]))
 
     async def cycle(self) -> None:
@@ -223,6 +232,8 @@ class SchedulingLoop:
             except Exception:  # an Event refused holds no gang: the pods not pointed are tried next cycle
                 metrics.ERRORS.labels(stage="pointers").inc()
                 logger.exception("events on gated members not written; retrying next cycle")
+        self.line.clear()
+        self._again = False
         for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
             if not self.leading():
                 return
@@ -286,7 +297,28 @@ class SchedulingLoop:
         return inputs.priority(pod_group, lambda name: self.view.priorities.get("", name))
 
     def _order(self, pod_group: Mapping[str, Any]) -> tuple[int, str, str]:
-        return (-self._priority(pod_group), pod_group["metadata"].get("creationTimestamp", ""), pod_group["metadata"]["name"])
+        return queue.order(pod_group, self._priority(pod_group))
+
+    async def _held_back(self, fits: Fits) -> queue.Ahead | None:
+        """The first group ahead in the queue, still waiting, that could use room this plan would take now.
+
+        Judged on the latest snapshot, which may show room freed since the group ahead was planned this cycle (a
+        watch event between two groups): a group ahead known short since nothing it could use was freed is skipped
+        without a plan; one preempting is judged with its victims' devices free, so no group behind takes the
+        rest of the room its preemption counts on."""
+        base = self._snapshot()  # the claims a group's memo key reads do not depend on whose nomination is held
+        for ahead in self.line.ahead:
+            if not ahead.freed and self.shortfalls.still_short(ahead.memo, shortfall.group_key(ahead.group, base, ahead.priority)):
+                continue
+            snapshot = queue.Line.room(self._snapshot(ahead.pod_group), ahead)
+            if await asyncio.to_thread(takes_room, snapshot, ahead.group, fits, self.matcher):
+                return ahead
+        return None
+
+    def _hold_back_message(self, pod_group: Mapping[str, Any], ahead: queue.Ahead) -> str:
+        position = queue.positions(self.view.podgroups.items(), self._pods_of, self._priority).get(pod_group["metadata"]["uid"])
+        where = f"; position {position[0]} of {position[1]} in the queue" if position else ""
+        return f"fits, but waits its turn: {ahead.name} (priority {ahead.priority}), ahead in the queue, could use the same room now{where}"
 
     async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         """False when an attempt was undone: the group then backs off before the next one."""
@@ -495,6 +527,7 @@ class SchedulingLoop:
         nomination = inputs.nomination(pod_group)
         key = shortfall.group_key(group, snapshot, self._priority(pod_group))
         if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
+            self.line.join(pod_group, group, self._priority(pod_group))
             return True  # its status already says why; nothing it could use was freed
         # in a worker thread: a costly claim must not keep the webhooks and probes this event loop serves from answering
         result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
@@ -508,16 +541,26 @@ class SchedulingLoop:
             return False
         if not isinstance(result, Fits):
             if nomination is not None:
+                self.line.join(pod_group, group, self._priority(pod_group), inputs.nominated_devices(nomination))
                 return await self._preempting(pod_group, nomination, result.message)
             verdict = await self._plan_preemption(pod_group, snapshot, group)
             if isinstance(verdict, Preemption) and verdict.victims:
+                self.line.join(pod_group, group, self._priority(pod_group), (d for p in verdict.pods for d in p.devices))
                 await self._preempt(pod_group, verdict)
                 return True
             metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable", profile=metrics.PROFILE).inc()
             metrics.ATTEMPT_DURATION.labels(result="unschedulable", profile=metrics.PROFILE).observe(time.monotonic() - started)
             why_not = f"; preemption: {verdict.reason}" if isinstance(verdict, NoVictims) else ""
             self.shortfalls.remember(pod_group["metadata"]["uid"], key)
+            self.line.join(pod_group, group, self._priority(pod_group))
             await self._set(pod_group, False, "Unschedulable", result.message + why_not, warn=True)
+            return True
+        ahead = await self._held_back(result)
+        if ahead is not None:
+            self.line.join(pod_group, group, self._priority(pod_group), inputs.nominated_devices(nomination) if nomination else ())
+            self._again = True
+            metrics.HELD_BACK.inc()
+            await self._set(pod_group, False, "Pending", self._hold_back_message(pod_group, ahead))
             return True
         try:
             reservation = await self.releaser.release(pod_group, result, steps)
@@ -675,8 +718,21 @@ class SchedulingLoop:
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) >= quorum:
             # one plan, in a worker thread as every plan
-            result = await asyncio.to_thread(plan, self._snapshot(), inputs.group(pod_group, ready, quorum), self.matcher)
-            if isinstance(result, Fits):
+            group = inputs.group(pod_group, ready, quorum)
+            snapshot = self._snapshot()
+            result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
+            ahead = await self._held_back(result) if isinstance(result, Fits) else None
+            if ahead is not None:
+                self._again = True
+                metrics.HELD_BACK.inc()
+                logger.info("%s/%s: members held back: %s", _ns(pod_group), _name(pod_group), self._hold_back_message(pod_group, ahead))
+            if not isinstance(result, Fits) or ahead is not None:
+                # members known short for the groups behind (a memo of their own: this one cycle, never the gang's)
+                memo = f"{pod_group['metadata']['uid']}/members"
+                if not isinstance(result, Fits) and not result.timed_out:
+                    self.shortfalls.remember(memo, shortfall.group_key(group, snapshot, self._priority(pod_group)))
+                self.line.join(pod_group, group, self._priority(pod_group), memo=memo)
+            else:
                 try:
                     joined.append(await self.releaser.release_member(pod_group, result))
                 except GatesRefused as exc:
