@@ -12,7 +12,9 @@ One cycle:
    could use the same room now, on Short the exact reason goes to its status;
 4. a released group that does not reach minCount bound within the bind
    deadline, or whose gate lift was refused in part, is torn down as a
-   unit and admitted again (`teardown`);
+   unit and admitted again (`teardown`); so is one whose members are not
+   all Ready within the ready deadline, admitted again only after a
+   back-off that doubles to a cap (`podsready`);
 5. members arriving after the group was scheduled are released one by one;
    PodGroupInitiallyScheduled turns True once minCount members are bound;
    a Job suspended after its release starts over: the pods it creates once
@@ -49,6 +51,7 @@ from phalanx.scheduling import (
     inputs,
     metrics,
     pacing,
+    podsready,
     pointers,
     queue,
     quorum,
@@ -70,6 +73,8 @@ DISRUPTED = "GangDisrupted"
 LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
 DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
 SUSPENDED = "JobSuspended"
+READY_TIMEOUT = "PodsReadyTimeout"
+"""Kueue's word for a workload evicted because its pods were not Ready in time."""
 COUNTS_EVERY = 1.0
 """Seconds between two writes of a group's member counts: a gang of hundreds binding would otherwise write its
 status once per cycle, on the API server kube-scheduler is binding through."""
@@ -129,11 +134,29 @@ def _cause_label(cause: str) -> str:
 
 
 class SchedulingLoop:
-    def __init__(self, kube: Kube, view: ClusterView, *, period: float = 5.0, settle: float = 0.2, bind_deadline: float = 60.0) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        view: ClusterView,
+        *,
+        period: float = 5.0,
+        settle: float = 0.2,
+        bind_deadline: float = 60.0,
+        ready_deadline: float = 0.0,
+        ready_backoff: tuple[float, float] = (60.0, 3600.0),
+    ) -> None:
         self.kube = kube
         self.view = view
         self.period = period
         self.bind_deadline = bind_deadline
+        self.ready_deadline = ready_deadline
+        """Seconds a released gang has to get every member Ready (0: no deadline); a Job's annotation overrides it."""
+        self.ready_backoff = ready_backoff
+        """(base, cap) seconds of the back-off before a gang torn down at its ready deadline is admitted again."""
+        self._readiness: dict[str, schema.Readiness] = {}
+        """PodGroup uid -> the `status.readiness` this loop last wrote: the watch may not show it yet."""
+        self._due: dict[str, float] = {}
+        """PodGroup uid -> when (monotonic) its ready deadline or back-off ends: the loop wakes for it."""
         self.matcher = DeviceMatcher()
         self.holes = Holes(kube)
         self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
@@ -201,6 +224,7 @@ class SchedulingLoop:
         due += [at + COUNTS_EVERY - now for uid, at in self._counts_at.items() if uid in self._counts_due]
         if self._again:
             due.append(0.0)
+        due += [at - now for at in self._due.values()]
         return max(0.05, min([self.period, *due]))
 
     async def cycle(self) -> None:
@@ -277,6 +301,10 @@ class SchedulingLoop:
             del self._lost_written[uid]
         for uid in [u for u in self._intended if u not in live]:
             del self._intended[uid]
+        for uid in [u for u in self._readiness if u not in live]:
+            del self._readiness[uid]
+        now = time.monotonic()
+        self._due = {u: at for u, at in self._due.items() if u in live and at > now}
         self._counts_due &= live
         claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
         self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
@@ -352,6 +380,10 @@ class SchedulingLoop:
                 return True  # its successPolicy or failure ended the rest: the Job's own doing, nothing to take down
             if owner is not None:
                 await self._record_lost(pod_group, lost)
+            if not lost and pod_group["spec"]["schedulingPolicy"].get("gang") is not None:
+                timed_out = await self._ready_by_deadline(pod_group, pods, reservation, min_count)
+                if timed_out is not None:
+                    return timed_out
         if scheduled is not None and scheduled["status"] == "True":
             if reservation is not None:
                 if lost and "all" in (pod_group["spec"].get("disruptionMode") or {}):
@@ -374,6 +406,9 @@ class SchedulingLoop:
             if missing is not None:
                 await self._set(pod_group, False, "Pending", missing)
                 return True
+        held = await self._ready_backoff(pod_group)
+        if held:
+            return True
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) < min_count:
             # while the others arrive the claims get their finalizer, so the release writes only allocations; and no
@@ -383,6 +418,87 @@ class SchedulingLoop:
             return True
         self._quorum_at.setdefault(pod_group["metadata"]["uid"], time.monotonic())
         return await self._attempt(pod_group, ready, min_count)
+
+    def _ready_record(self, pod_group: Mapping[str, Any]) -> schema.Readiness:
+        mine = self._readiness.get(pod_group["metadata"]["uid"])
+        if mine is not None:
+            return mine
+        raw = (pod_group.get("status") or {}).get("readiness")
+        return schema.Readiness.model_validate(raw) if raw else schema.Readiness()
+
+    async def _write_readiness(self, pod_group: Mapping[str, Any], record: schema.Readiness) -> None:
+        await self.kube.merge_patch(
+            custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"readiness": record.wire()}}
+        )
+        self._readiness[pod_group["metadata"]["uid"]] = record
+
+    def _deadline_of(self, pod_group: Mapping[str, Any]) -> float:
+        """The Job's ready-deadline annotation (copied onto its PodGroup), else the operator's flag; 0: none."""
+        with contextlib.suppress(intent.GangSpecError):
+            said = intent.ready_deadline(pod_group["metadata"].get("annotations"))
+            if said is not None:
+                return said
+        return self.ready_deadline
+
+    async def _ready_by_deadline(
+        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation, min_count: int
+    ) -> bool | None:
+        """A released gang whose members are not all Ready by the ready deadline is torn down as a unit; the record
+        counts the attempt, names the member and its state, and sets when the group may be admitted again.
+        None when there is nothing to do (no deadline, all were Ready once, or time is left)."""
+        deadline = self._deadline_of(pod_group)
+        released_at = reservation.released_at or ""
+        record = self._ready_record(pod_group)
+        if not deadline or (record.ready_at is not None and record.ready_at >= released_at):
+            return None
+        placed = {p.uid for p in reservation.placements}
+        members = [p for p in pods if p["metadata"]["uid"] in placed]
+        missing = podsready.first_not_ready(members)
+        uid = pod_group["metadata"]["uid"]
+        if missing is None and len(members) >= min_count:
+            self._due.pop(uid, None)
+            await self._write_readiness(pod_group, record.model_copy(update={"attempts": 0, "ready_at": conditions.now()}))
+            return None
+        left = deadline - _since(reservation.released_at)
+        if left > 0:
+            self._due[uid] = time.monotonic() + left
+            return None
+        member, why = missing if missing is not None else ("-", f"only {len(members)} of minCount {min_count} members exist")
+        if record.timed_out_at is None or record.timed_out_at < released_at:  # counted once per release
+            attempts = record.attempts + 1
+            delay = podsready.backoff(attempts, *self.ready_backoff)
+            not_before = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=delay)
+            record = schema.Readiness(
+                attempts=attempts,
+                member=member,
+                reason=why,
+                timed_out_at=conditions.now(),
+                not_before=not_before.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            )
+            await self._write_readiness(pod_group, record)
+            metrics.READY_TIMEOUTS.inc()
+        delay = podsready.backoff(record.attempts, *self.ready_backoff)
+        text = (
+            f"member {record.member} not Ready {deadline:.0f}s after release ({record.reason}); timeout {record.attempts} in a row, "
+            f"admitted again after {delay:.0f}s"
+        )
+        return await self._tear_down(pod_group, pods, reservation, text, reason=READY_TIMEOUT)
+
+    async def _ready_backoff(self, pod_group: dict[str, Any]) -> bool:
+        """True while a gang torn down at its ready deadline waits out its back-off (the condition says until when)."""
+        record = self._ready_record(pod_group)
+        if record.not_before is None or (record.ready_at is not None and record.ready_at >= (record.timed_out_at or "")):
+            return False
+        left = -_since(record.not_before)
+        if left <= 0:
+            return False
+        self._due[pod_group["metadata"]["uid"]] = time.monotonic() + left
+        why = (
+            f"back-off after {record.attempts} ready deadline timeout(s) in a row (member {record.member}: {record.reason}); "
+            f"admitted again at {record.not_before}"
+        )
+        await self._set(pod_group, False, READY_TIMEOUT, why)
+        return True
 
     async def _await_binding(
         self,
