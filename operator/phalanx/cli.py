@@ -194,6 +194,20 @@ def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
         help="seconds a released gang has to get minCount members bound before it is torn down and admitted again (default 60)",
     )
     run.add_argument(
+        "--ready-deadline",
+        type=float,
+        default=0.0,
+        help="seconds a released gang has to get every member Ready before it is torn down and admitted again after a "
+        "back-off; 0 (default): no deadline; a Job's scheduling.phalanx.dev/ready-deadline annotation overrides it",
+    )
+    run.add_argument(
+        "--ready-backoff",
+        type=float,
+        default=60.0,
+        help="seconds before a gang torn down at its ready deadline is admitted again, doubled for each timeout in a row (default 60)",
+    )
+    run.add_argument("--ready-backoff-max", type=float, default=3600.0, help="the most that back-off grows to, in seconds (default 3600)")
+    run.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="Kopf liveness endpoint (default http://0.0.0.0:8080/healthz)"
     )
     run.set_defaults(func=_run)
@@ -255,6 +269,9 @@ def _run(args: argparse.Namespace) -> int:
                 metrics_listen=args.metrics_listen,
                 race_settle=args.race_settle,
                 bind_deadline=args.bind_deadline,
+                ready_deadline=args.ready_deadline,
+                ready_backoff=args.ready_backoff,
+                ready_backoff_max=args.ready_backoff_max,
             )
         )
     except preflight.PreflightError as exc:

@@ -58,6 +58,9 @@ class OperatorConfig:
     job_scheduling_dropped: bool | None = None
     race_settle: float = 0.2
     bind_deadline: float = 60.0
+    ready_deadline: float = 0.0
+    ready_backoff: float = 60.0
+    ready_backoff_max: float = 3600.0
     metrics_port: int | None = 8000
     metrics_listen: str = "0.0.0.0"
     readiness: str | None = "http://0.0.0.0:8081/readyz"
@@ -148,7 +151,14 @@ async def _lead(memo: kopf.Memo, logger: Any) -> None:
     """What only the leader does, until the Lease may be lost: the scheduling loop (a release the last leader left
     half-done is resumed on its first cycle) and, beside it, one resync of every gang Job."""
     cfg: OperatorConfig = memo.config
-    loop = SchedulingLoop(memo.kube, memo.view, settle=cfg.race_settle, bind_deadline=cfg.bind_deadline)
+    loop = SchedulingLoop(
+        memo.kube,
+        memo.view,
+        settle=cfg.race_settle,
+        bind_deadline=cfg.bind_deadline,
+        ready_deadline=cfg.ready_deadline,
+        ready_backoff=(cfg.ready_backoff, cfg.ready_backoff_max),
+    )
     loop.leading = lambda: memo.elector.leading
 
     async def resync() -> None:

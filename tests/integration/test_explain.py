@@ -127,6 +127,7 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
         "Held below minCount: 0 device(s)",
         "Held by:  4 of 6 gpu.example.com held by NS/first, priority 0",
         "To run:  2 more gpu.example.com free, or a PriorityClass above 0, the holders' (preemption would then evict 4 pod(s))",
+        "Queue:  position 1 of 1 waiting (priority, then age)",
         "Plan:  2 of 4 members fit (minCount 4)",
         "Short:",
         "  RESOURCE  NEEDED  FREE  TOTAL  SHORT",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 from typing import Any
 
 from phalanx.api import keys
@@ -121,3 +122,23 @@ def test_an_unknown_job_names_the_fix() -> None:
         assert "no PodGroup for Job 'nope' in namespace 'ml'" in str(exc) and "-n" in str(exc)
     else:
         raise AssertionError("an unknown Job must be an error")
+
+
+def test_a_waiting_gang_says_where_it_stands_in_the_queue() -> None:
+    """Two gangs wait: the one of lower priority, though older, stands behind (priority, then age)."""
+    base = _objects()
+    older = _group("older", "older-job", priority=100)
+    older["metadata"]["creationTimestamp"] = "2026-08-26T10:00:00Z"
+    objects = replace(
+        base,
+        pods=(*base.pods, _pod("older-0", node=None, job_uid="older-job", priority=100, gated=True)),
+        claims=(*base.claims, _claim("older-0-gpu", None)),
+        podgroups=(*base.podgroups, older),
+    )
+    behind = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "older"), NOW)
+    assert behind.queue == "position 2 of 2 waiting (priority, then age); next ahead: ml/urgent-pg, priority 1000"
+    assert "Queue:       position 2 of 2 waiting (priority, then age); next ahead: ml/urgent-pg, priority 1000" in explanation.text(behind)
+    head = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "urgent"), NOW)
+    assert head.queue == "position 1 of 2 waiting (priority, then age)"
+    running = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "low"), NOW)
+    assert running.queue is None

@@ -19,7 +19,17 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from phalanx.api.keys import ANNOTATION_PREFIX, DISRUPTION_MODE, INTENT_ANNOTATIONS, MIN_COUNT, POLICY, RESOURCE_CLAIMS, TOPOLOGY_KEY
+from phalanx.api.keys import (
+    ANNOTATION_PREFIX,
+    DISRUPTION_MODE,
+    INTENT_ANNOTATIONS,
+    JOB_ANNOTATIONS,
+    MIN_COUNT,
+    POLICY,
+    READY_DEADLINE,
+    RESOURCE_CLAIMS,
+    TOPOLOGY_KEY,
+)
 
 Policy = Literal["gang", "basic"]
 Mode = Literal["single", "all"]
@@ -163,17 +173,33 @@ def unknown_keys(annotations: dict[str, str] | None, previous: dict[str, str] | 
     return [
         FieldError(annotation_path(key), value, f"unknown key under {ANNOTATION_PREFIX}, which Phalanx would ignore", _nearest_key(key))
         for key, value in sorted((annotations or {}).items())
-        if key.startswith(ANNOTATION_PREFIX) and key not in INTENT_ANNOTATIONS and key not in (previous or {})
+        if key.startswith(ANNOTATION_PREFIX) and key not in JOB_ANNOTATIONS and key not in (previous or {})
     ]
+
+
+_DURATION = re.compile(r"^([0-9]{1,9})(s|m|h)?$")
+_UNIT = {None: 1, "s": 1, "m": 60, "h": 3600}
+
+
+def ready_deadline(annotations: dict[str, str] | None) -> float | None:
+    """The Job's ready deadline in seconds (0: none), None when it sets none. Raises GangSpecError on a bad value."""
+    raw = (annotations or {}).get(READY_DEADLINE)
+    if raw is None:
+        return None
+    found = _DURATION.fullmatch(raw.strip())
+    if found is None:
+        fix = 'write seconds, or a number with s, m or h, e.g. "300" or "5m" ("0" turns the deadline off)'
+        raise GangSpecError([FieldError(annotation_path(READY_DEADLINE), raw, "must be a duration", fix)])
+    return float(int(found.group(1)) * _UNIT[found.group(2)])
 
 
 def _nearest_key(key: str) -> str:
     """Matched on the part after the prefix, which every key shares and would make any two look alike."""
-    names = {k.removeprefix(ANNOTATION_PREFIX): k for k in INTENT_ANNOTATIONS}
+    names = {k.removeprefix(ANNOTATION_PREFIX): k for k in JOB_ANNOTATIONS}
     close = difflib.get_close_matches(key.removeprefix(ANNOTATION_PREFIX).lower(), names, n=1)
     if close:
         return f"did you mean {names[close[0]]}?"
-    return f"use one of {', '.join(INTENT_ANNOTATIONS)}, or remove it"
+    return f"use one of {', '.join(JOB_ANNOTATIONS)}, or remove it"
 
 
 def from_annotations(annotations: dict[str, str] | None) -> GangIntent | None:

@@ -20,6 +20,11 @@ TOPOLOGY_KEY = f"{GROUP}/topology-key"
 RESOURCE_CLAIMS = f"{GROUP}/resource-claims"
 """Claims shared by the whole group, as JSON in upstream's shape (`[{"name": ..., "resourceClaimTemplateName": ...}]`)."""
 INTENT_ANNOTATIONS = (POLICY, MIN_COUNT, DISRUPTION_MODE, TOPOLOGY_KEY, RESOURCE_CLAIMS)
+"""The gang intent: a Job with any of them asks for gang scheduling."""
+READY_DEADLINE = f"{GROUP}/ready-deadline"
+"""Seconds (or `90s`, `5m`, `1h`; `0` turns it off) a released gang has to get every member Ready, else it is torn
+down and admitted again after a back-off; on the Job, copied onto its PodGroup. Default: the operator's --ready-deadline."""
+JOB_ANNOTATIONS = (*INTENT_ANNOTATIONS, READY_DEADLINE)
 """The only ANNOTATION_PREFIX keys a Job may carry: Phalanx writes no other onto Jobs, and admission refuses the rest (a typo would run the Job ungated)."""
 
 SCHEDULING_GATE = f"{GROUP}/gang"

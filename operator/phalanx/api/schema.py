@@ -265,6 +265,19 @@ class LostMember(Model):
     cause: str = Field(description="Why, as first seen: a preemption names its preemptor, even once the pod is gone.")
 
 
+class Readiness(Model):
+    """The ready deadline's record: how many releases timed out before every member was Ready, and why the last did."""
+
+    attempts: int = Field(default=0, ge=0, description="Releases torn down because a member was not Ready by the deadline, in a row.")
+    member: str | None = Field(default=None, description="The member that was not Ready at the last timeout.")
+    reason: str | None = Field(
+        default=None, description="Its state then: a container's waiting or terminated reason, or why it never started."
+    )
+    timed_out_at: str | None = None
+    not_before: str | None = Field(default=None, description="The group is not admitted again before this time (the back-off).")
+    ready_at: str | None = Field(default=None, description="When every member of the current release was first seen Ready.")
+
+
 class PodGroupStatus(Model):
     conditions: list[Condition] = Field(
         default_factory=list, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
@@ -276,6 +289,7 @@ class PodGroupStatus(Model):
         max_length=256,
         description="Members lost in the latest disruption, kept after a teardown so `explain` can say what went and why.",
     )
+    readiness: Readiness | None = None
     members: int | None = Field(default=None, ge=0, description="Pods of the group that exist and are not terminal.")
     bound: int | None = Field(default=None, ge=0, description="Members bound to a node.")
     resource_claim_statuses: list[PodGroupResourceClaimStatus] | None = Field(

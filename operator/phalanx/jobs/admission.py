@@ -27,6 +27,7 @@ from phalanx.api.intent import (
     contradictions,
     from_annotations,
     from_job_scheduling,
+    ready_deadline,
     unknown_keys,
     validate,
     validate_group_claims,
@@ -143,7 +144,14 @@ def _together(errors: list[FieldError]) -> Iterator[None]:
 
 
 def _unknown_keys(job: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
-    return unknown_keys((job.get("metadata") or {}).get("annotations"), ((old or {}).get("metadata") or {}).get("annotations"))
+    """Keys under our prefix Phalanx does not read, and a ready deadline it cannot read."""
+    annotations = (job.get("metadata") or {}).get("annotations")
+    errors = unknown_keys(annotations, ((old or {}).get("metadata") or {}).get("annotations"))
+    try:
+        ready_deadline(annotations)
+    except GangSpecError as exc:
+        errors += exc.errors
+    return errors
 
 
 def _scale(job: dict[str, Any] | None) -> tuple[int | None, int | None]:

@@ -22,7 +22,7 @@ from phalanx.planner import pods as podrules
 from phalanx.planner.devices import SelectorFailed
 from phalanx.planner.model import Device, Group, Snapshot
 from phalanx.planner.placement import Shortage
-from phalanx.scheduling import disruption, holders, inputs, quorum, victims
+from phalanx.scheduling import disruption, holders, inputs, queue, quorum, victims
 
 JSON = dict[str, Any]
 
@@ -164,6 +164,8 @@ class Explanation:
     """What would let the group run: capacity to free, a priority to outrank, or that nothing will."""
     job_pods: str | None = None
     """After a teardown: what the Job's status says of the pods it owes, and when its back-off lets them come."""
+    queue: str | None = None
+    """A gang waiting for its first placement: where it stands in the queue (priority, then age) and who is ahead."""
     member_rows: tuple[MemberRow, ...] = ()
     conditions: tuple[ConditionRow, ...] = ()
     events: tuple[EventRow, ...] = field(default_factory=tuple)
@@ -489,6 +491,7 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
                     to_run = _to_run(plan_view, found, priority, outranked, candidates is None)
 
     lost_rows = tuple(LossRow(loss.name, loss.cause) for loss in losses)
+    in_line = _queue(objects, pod_group, pods_of, priorities)
     if not lost_rows and (scheduled or {}).get("reason") == "GangDisrupted":  # torn down for a loss: the record outlives the pods
         lost_rows = tuple(LossRow(m["name"], m["cause"]) for m in (pod_group.get("status") or {}).get("lost") or [])
     members = tuple(
@@ -518,10 +521,28 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
         holders=tuple(HolderRow(h.resource, h.unit, _amount(h.resource, h.held), _amount(h.resource, h.total), h.priority) for h in found),
         to_run=to_run,
         job_pods=job_pods,
+        queue=in_line,
         member_rows=members,
         conditions=conditions,
         events=_events(objects.events, pod_group, every, now),
     )
+
+
+def _queue(objects: Objects, pod_group: JSON, pods_of: Mapping[str, Sequence[JSON]], priorities: Mapping[str, JSON]) -> str | None:
+    """`position N of M`, as the loop orders the waiting gangs, and the one just ahead."""
+    priority = {g["metadata"]["uid"]: inputs.priority(g, priorities.get) for g in objects.podgroups}
+    where = queue.positions(objects.podgroups, pods_of, lambda g: priority[g["metadata"]["uid"]])
+    position = where.get(pod_group["metadata"]["uid"])
+    if position is None:
+        return None
+    text = f"position {position[0]} of {position[1]} waiting (priority, then age)"
+    ahead = next(
+        (g for g in objects.podgroups if g["metadata"]["uid"] in where and where[g["metadata"]["uid"]][0] == position[0] - 1), None
+    )
+    if ahead is not None:
+        meta = ahead["metadata"]
+        text += f"; next ahead: {meta['namespace']}/{meta['name']}, priority {priority[meta['uid']]}"
+    return text
 
 
 def _events(events: Sequence[JSON], pod_group: JSON, pods: Sequence[JSON], now: datetime.datetime) -> tuple[EventRow, ...]:
@@ -568,6 +589,8 @@ def text(e: Explanation) -> str:
         lines.append(f"To run:      {', or '.join(e.to_run)}")
     if e.job_pods:
         lines.append(f"Job:         {e.job_pods}")
+    if e.queue:
+        lines.append(f"Queue:       {e.queue}")
     if e.plan is not None:
         p = e.plan
         lines.append(f"Plan:        {p.fit} of {p.members} members fit (minCount {p.min_count})")

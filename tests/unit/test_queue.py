@@ -1,0 +1,101 @@
+"""The queue: its order, where a group stands, and whether a plan behind takes room a group ahead could use now."""
+
+from __future__ import annotations
+
+from builders import GPU, cluster, gang, port, with_claims, with_rules
+from phalanx.api import keys
+from phalanx.planner import Fits, plan
+from phalanx.planner.queue import takes_room, with_plan
+from phalanx.scheduling import queue
+
+
+def _fits(snapshot, group) -> Fits:
+    result = plan(snapshot, group)
+    assert isinstance(result, Fits), result
+    return result
+
+
+def _two_gangs(high_size: int, low_size: int):
+    high, high_claims = gang("high", high_size)
+    low, low_claims = gang("low", low_size)
+    return with_claims(cluster(), [*high_claims, *low_claims]), high, low
+
+
+def test_a_plan_behind_that_leaves_no_room_for_the_group_ahead_takes_its_room() -> None:
+    snapshot, high, low = _two_gangs(4, 4)  # 6 GPUs: each fits alone, not both
+    assert takes_room(snapshot, high, _fits(snapshot, low))
+
+
+def test_a_plan_behind_that_leaves_the_group_ahead_its_room_takes_nothing() -> None:
+    snapshot, high, low = _two_gangs(4, 2)
+    assert not takes_room(snapshot, high, _fits(snapshot, low))
+
+
+def test_a_group_ahead_that_cannot_fit_on_all_the_free_room_holds_nothing_back() -> None:
+    """Backfill: 2 GPUs free, the group ahead needs 4, the one behind 2."""
+    high, high_claims = gang("high", 4)
+    low, low_claims = gang("low", 2)
+    snapshot = with_claims(cluster(held=[(GPU, "worker-1", "gpu-0"), (GPU, "worker-1", "gpu-1"), (GPU, "worker-2", "gpu-0")]), [])
+    snapshot = with_claims(snapshot, [*high_claims, *low_claims])
+    assert not isinstance(plan(snapshot, high), Fits)
+    assert not takes_room(snapshot, high, _fits(snapshot, low))
+
+
+def test_with_plan_counts_the_members_requests_devices_and_pods_on_their_nodes() -> None:
+    snapshot, _, low = _two_gangs(4, 2)
+    low = with_rules(low, host_ports=(port(8080),))
+    fits = _fits(snapshot, low)
+    after = with_plan(snapshot, fits)
+    used = {n for _, n in fits.placements}
+    for before, now in zip(snapshot.nodes, after.nodes, strict=True):
+        placed = sum(1 for _, n in fits.placements if n == before.name)
+        assert now.requested.get("pods", 0) - before.requested.get("pods", 0) == placed
+        assert now.requested.get("cpu", 0) - before.requested.get("cpu", 0) == 50 * placed
+    assert after.held - snapshot.held == {r.device_id for c in fits.claims for r in c.results}
+    assert len(after.held - snapshot.held) == 2
+    assert {(p.name, p.node) for p in after.pods} == {(m.name, n) for m, n in fits.placements}
+    assert all(p.host_ports for p in after.pods) and {p.node for p in after.pods} == used
+    # what the snapshot now shows is taken: the same gang planned again finds only what is left
+    five, claims = gang("five", 5)
+    assert isinstance(plan(with_claims(snapshot, claims), five), Fits)
+    assert not isinstance(plan(with_claims(after, claims), five), Fits)
+
+
+def _pod_group(name: str, created: str, uid: str | None = None, *, gang: bool = True, reservation: dict | None = None) -> dict:
+    status = {"reservation": reservation} if reservation else {}
+    policy = {"gang": {"minCount": 1}} if gang else {"basic": {}}
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": uid or name, "creationTimestamp": created},
+        "spec": {"schedulingPolicy": policy},
+        "status": status,
+    }
+
+
+def _gated() -> dict:
+    return {"metadata": {"name": "p"}, "spec": {"schedulingGates": [{"name": keys.SCHEDULING_GATE}]}, "status": {"phase": "Pending"}}
+
+
+def test_the_order_is_priority_then_age_then_name() -> None:
+    groups = [
+        _pod_group("b-old-low", "2025-01-01T00:00:00Z"),
+        _pod_group("c-new-high", "2025-01-03T00:00:00Z"),
+        _pod_group("a-old-high", "2025-01-02T00:00:00Z"),
+        _pod_group("a-new-high", "2025-01-03T00:00:00Z"),
+    ]
+    priority = {"b-old-low": 100, "c-new-high": 10000, "a-old-high": 10000, "a-new-high": 10000}
+    ordered = sorted(groups, key=lambda g: queue.order(g, priority[g["metadata"]["name"]]))
+    assert [g["metadata"]["name"] for g in ordered] == ["a-old-high", "a-new-high", "c-new-high", "b-old-low"]
+
+
+def test_positions_count_only_gangs_waiting_for_their_first_placement() -> None:
+    groups = [
+        _pod_group("low", "2025-01-01T00:00:00Z"),
+        _pod_group("high", "2025-01-02T00:00:00Z"),
+        _pod_group("placed", "2025-01-01T00:00:00Z", reservation={"state": "Released", "placements": [], "claims": []}),
+        _pod_group("basic", "2025-01-01T00:00:00Z", gang=False),
+        _pod_group("no-pods", "2025-01-01T00:00:00Z"),
+    ]
+    pods_of = {g["metadata"]["uid"]: [_gated()] for g in groups if g["metadata"]["name"] != "no-pods"}
+    priority = {"low": 100, "high": 10000}
+    got = queue.positions(groups, pods_of, lambda g: priority.get(g["metadata"]["name"], 0))
+    assert got == {"high": (1, 2), "low": (2, 2)}
