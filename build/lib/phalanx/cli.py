@@ -17,7 +17,18 @@ from phalanx.localcluster.cluster import MAX_DRIVER_WORKERS
 
 # operator/phalanx/cli.py -> the checkout, which holds crds/ and manifests/ (an editable install, as ./task makes).
 DEFAULT_REPO = Path(__file__).resolve().parents[2]
-DEFAULT_CLUSTER = os.environ.get("PHALANX_CLUSTER", "phalanx")
+DEFAULT_CLUSTER = "phalanx"
+"""The tasks' default too (`CLUSTER` in Taskfile.yml): a hint for it needs no `CLUSTER=`."""
+
+
+def default_cluster() -> str:
+    """$PHALANX_CLUSTER, else `phalanx`: read when the parser is built, so every command agrees on it."""
+    return os.environ.get("PHALANX_CLUSTER") or DEFAULT_CLUSTER
+
+
+def task_hint(command: str, name: str) -> str:
+    """`./task COMMAND` as it must be typed for cluster `name`: the tasks pick their cluster from CLUSTER=."""
+    return f"`./task {command}`" if name == DEFAULT_CLUSTER else f"`CLUSTER={name} ./task {command}`"
 
 
 class NotUp(Exception):
@@ -168,6 +179,9 @@ def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
     )
     run.add_argument("--metrics-port", type=int, default=8000, help="Prometheus metrics port (0: off; default 8000)")
     run.add_argument(
+        "--metrics-listen", default="0.0.0.0", help="address the metrics server listens on (default 0.0.0.0; the local mode: 127.0.0.1)"
+    )
+    run.add_argument(
         "--race-settle",
         type=float,
         default=0.2,
@@ -180,6 +194,20 @@ def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
         help="seconds a released gang has to get minCount members bound before it is torn down and admitted again (default 60)",
     )
     run.add_argument(
+        "--ready-deadline",
+        type=float,
+        default=0.0,
+        help="seconds a released gang has to get every member Ready before it is torn down and admitted again after a "
+        "back-off; 0 (default): no deadline; a Job's scheduling.phalanx.dev/ready-deadline annotation overrides it",
+    )
+    run.add_argument(
+        "--ready-backoff",
+        type=float,
+        default=60.0,
+        help="seconds before a gang torn down at its ready deadline is admitted again, doubled for each timeout in a row (default 60)",
+    )
+    run.add_argument("--ready-backoff-max", type=float, default=3600.0, help="the most that back-off grows to, in seconds (default 3600)")
+    run.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="Kopf liveness endpoint (default http://0.0.0.0:8080/healthz)"
     )
     run.set_defaults(func=_run)
@@ -189,7 +217,7 @@ def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
     crds.set_defaults(func=_crds)
 
     explain.add_parser(commands)
-    scrape.add_parser(commands)
+    scrape.add_parser(commands, default_cluster())
 
     run_demo = commands.add_parser("demo", help="run the article's scenarios on the local cluster and print what it shows")
     run_demo.add_argument(
@@ -238,8 +266,12 @@ def _run(args: argparse.Namespace) -> int:
                 tls_dir=args.tls_dir,
                 liveness=args.liveness,
                 metrics_port=args.metrics_port or None,
+                metrics_listen=args.metrics_listen,
                 race_settle=args.race_settle,
                 bind_deadline=args.bind_deadline,
+                ready_deadline=args.ready_deadline,
+                ready_backoff=args.ready_backoff,
+                ready_backoff_max=args.ready_backoff_max,
             )
         )
     except preflight.PreflightError as exc:
@@ -266,11 +298,22 @@ def _crds(args: argparse.Namespace) -> int:
 
 
 def _add_name(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--name", default=DEFAULT_CLUSTER, help=f"cluster name (default $PHALANX_CLUSTER or {DEFAULT_CLUSTER})")
+    parser.add_argument("--name", default=default_cluster(), help=f"cluster name (default $PHALANX_CLUSTER or {DEFAULT_CLUSTER})")
+
+
+def clusters_up(but: str) -> list[str]:
+    """The other local clusters whose API server answers: what a user who forgot CLUSTER= meant."""
+    root = LocalCluster(ClusterSpec(name=but)).cluster_dir.parent
+    names = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name != but) if root.is_dir() else []
+    return [n for n in names if LocalCluster(ClusterSpec(name=n)).answers()]
 
 
 def not_up_message(name: str) -> str:
-    return f"cluster {name} is not up: start it with `./task up` (or `phalanx cluster up --name {name}`)"
+    message = f"cluster {name} is not up: start it with {task_hint('up', name)} (or `phalanx cluster up --name {name}`)"
+    others = clusters_up(name)
+    if others:
+        message += f"; up here: {', '.join(others)} (pick one with `CLUSTER=NAME ./task ...` or `--name NAME`)"
+    return message
 
 
 def _existing(name: str) -> LocalCluster:
@@ -302,7 +345,7 @@ def start_cluster(cluster: LocalCluster, *, operator: bool, repo: Path, export: 
     name = cluster.spec.name
     started = False
     if cluster.answers():
-        _say(f"cluster {name} is already up; left as it is (`./task down` first to recreate it with other settings)")
+        _say(f"cluster {name} is already up; left as it is ({task_hint('down', name)} first to recreate it with other settings)")
     else:
         if cluster.exists():
             _say(f"cluster {name} has state in {cluster.cluster_dir} but its API server does not answer; recreating it")
@@ -319,7 +362,7 @@ def start_cluster(cluster: LocalCluster, *, operator: bool, repo: Path, export: 
             _say(
                 f"operator running in the background as system:serviceaccount:{operatorproc.NAMESPACE}:phalanx "
                 f"(pid {handle.process.pid}; webhooks https://127.0.0.1:{handle.webhook_port}; metrics "
-                f"http://127.0.0.1:{handle.metrics_port}/metrics); log {handle.log} (`./task logs`)"
+                f"http://127.0.0.1:{handle.metrics_port}/metrics); log {handle.log} ({task_hint('logs', name)})"
             )
     if export:
         print(f"export KUBECONFIG={cluster.kubeconfig}")
@@ -374,7 +417,7 @@ def _cluster_logs(args: argparse.Namespace) -> int:
     cluster = _existing(args.name)
     log = cluster.cluster_dir / "operator.log"
     if not log.exists():
-        raise NotUp(f"no operator log in {cluster.cluster_dir}: the operator was not started by `./task up`")
+        raise NotUp(f"no operator log in {cluster.cluster_dir}: the operator was not started by {task_hint('up', args.name)}")
     state = operatorproc.background(cluster)
     _say(f"{log} ({'operator running, pid ' + str(state['pid']) if state else 'operator not running'})")
     with log.open() as f:
@@ -407,7 +450,10 @@ def _demo(args: argparse.Namespace) -> int:
     elif not cluster.exists():
         raise NotUp(not_up_message(args.name))
     if args.scenario != "deadlock" and operatorproc.background(cluster) is None:
-        raise NotUp(f"the operator of cluster {args.name} is not running: `./task up` starts it (`./task logs` says why it stopped)")
+        raise NotUp(
+            f"the operator of cluster {args.name} is not running: {task_hint('up', args.name)} starts it "
+            f"({task_hint('logs', args.name)} says why it stopped)"
+        )
     try:
         if args.scenario == "all":
             return _demo_all(cluster, args)
@@ -417,7 +463,7 @@ def _demo(args: argparse.Namespace) -> int:
         if started and not keep:
             stop_cluster(cluster)
         elif args.start:
-            _say(f"cluster {args.name} left running; `export KUBECONFIG={cluster.kubeconfig}`, `./task down` stops it")
+            _say(f"cluster {args.name} left running; `export KUBECONFIG={cluster.kubeconfig}`, {task_hint('down', args.name)} stops it")
 
 
 def _demo_one(cluster: LocalCluster, args: argparse.Namespace) -> None:

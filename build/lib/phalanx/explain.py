@@ -44,12 +44,14 @@ async def _list(kube: Kube, kind: str) -> dict:
 
 
 async def read(kube: Kube, namespace: str) -> explanation.Objects:
-    """One list of each kind the planner reads (cluster-wide: other namespaces' pods take room too), and the namespace's Events."""
+    """One list of each kind the planner reads (cluster-wide: other namespaces' pods take room too), and the namespace's
+    Events and Jobs (a torn-down gang's Job says whether its back-off holds the new pods)."""
     kinds = list(PATHS)
     bodies = await asyncio.gather(*(_list(kube, k) for k in kinds))
     events = await kube.request("GET", f"/api/v1/namespaces/{namespace}/events")
+    jobs = await kube.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs")
     lists = {k: tuple(b.get("items") or ()) for k, b in zip(kinds, bodies, strict=True)}
-    return explanation.Objects(**lists, events=tuple(events.get("items") or ()))
+    return explanation.Objects(**lists, events=tuple(events.get("items") or ()), jobs=tuple(jobs.get("items") or ()))
 
 
 async def _explain(namespace: str | None, job: str, context: str | None) -> explanation.Explanation:

@@ -58,7 +58,11 @@ class OperatorConfig:
     job_scheduling_dropped: bool | None = None
     race_settle: float = 0.2
     bind_deadline: float = 60.0
+    ready_deadline: float = 0.0
+    ready_backoff: float = 60.0
+    ready_backoff_max: float = 3600.0
     metrics_port: int | None = 8000
+    metrics_listen: str = "0.0.0.0"
     readiness: str | None = "http://0.0.0.0:8081/readyz"
     tls_secret: str = "phalanx-webhook-tls"
     lease_name: str = "phalanx-leader"
@@ -117,7 +121,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
         file_check_interval=NEVER,  # the Keeper reloads the live context in place; Kopf would close the port to restart
     )
     if cfg.metrics_port:
-        prometheus_client.start_http_server(cfg.metrics_port)
+        prometheus_client.start_http_server(cfg.metrics_port, addr=cfg.metrics_listen)
     memo.watches = await preflight.api_client()
     memo.view = ClusterView(memo.kube, memo.watches)
     await memo.view.start()
@@ -147,7 +151,14 @@ async def _lead(memo: kopf.Memo, logger: Any) -> None:
     """What only the leader does, until the Lease may be lost: the scheduling loop (a release the last leader left
     half-done is resumed on its first cycle) and, beside it, one resync of every gang Job."""
     cfg: OperatorConfig = memo.config
-    loop = SchedulingLoop(memo.kube, memo.view, settle=cfg.race_settle, bind_deadline=cfg.bind_deadline)
+    loop = SchedulingLoop(
+        memo.kube,
+        memo.view,
+        settle=cfg.race_settle,
+        bind_deadline=cfg.bind_deadline,
+        ready_deadline=cfg.ready_deadline,
+        ready_backoff=(cfg.ready_backoff, cfg.ready_backoff_max),
+    )
     loop.leading = lambda: memo.elector.leading
 
     async def resync() -> None:

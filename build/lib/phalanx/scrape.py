@@ -33,10 +33,13 @@ def lines(exposition: str) -> list[str]:
     return sorted(out)
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(commands: argparse._SubParsersAction, default_cluster: str) -> None:  # type: ignore[type-arg]
+    """`default_cluster`: the other commands' default (`$PHALANX_CLUSTER`, else phalanx), so `metrics` asks the same cluster."""
     parser = commands.add_parser("metrics", help="print the running operator's phalanx_ metrics")
     parser.add_argument("--url", help=f"the operator's metrics URL (default: the local cluster's operator, else {DEFAULT_URL})")
-    parser.add_argument("--name", default="phalanx", help="the local cluster whose operator to ask (default phalanx)")
+    parser.add_argument(
+        "--name", default=default_cluster, help="the local cluster whose operator to ask (default $PHALANX_CLUSTER or phalanx)"
+    )
     parser.set_defaults(func=run)
 
 

@@ -319,6 +319,7 @@ class LocalCluster:
             self.spec.real_nodes,
             bins=self.bin_dir or build_binaries(real_nodes=True),
             node_bins=node_binaries(),
+            images_dir=cache_dir() / "images",
         )
         if self.spec.gpus_per_worker > 0:
             dradriver.start(

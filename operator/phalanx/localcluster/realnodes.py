@@ -141,14 +141,10 @@ def start(
     return nodes
 
 
-def base_images() -> list[Path]:
-    """The pause and busybox archives, made once per busybox binary and kept in the cache."""
-    from phalanx.localcluster.cluster import cache_dir
-
-    stamp = (
-        hashlib.sha256(images.BUSYBOX.read_bytes() + images.PAUSE_SCRIPT.encode()).hexdigest()[:12] if images.BUSYBOX.exists() else "none"
-    )
-    out = cache_dir() / "images" / stamp
+def base_images(images_dir: Path) -> list[Path]:
+    """The pause and busybox archives, made once per busybox binary and kept in `images_dir`."""
+    stamp = hashlib.sha256(images.BUSYBOX.read_bytes() + images.PAUSE_SCRIPT.encode()).hexdigest()[:12]
+    out = images_dir / stamp
     made = []
     for name, script, config in (
         (images.PAUSE_IMAGE, images.PAUSE_SCRIPT, images.ImageConfig(entrypoint=("/pause",))),
@@ -224,6 +220,9 @@ def stop_node(directory: Path, node_bins: Path, timeout: float = 30) -> None:
     shutil.rmtree(node.run, ignore_errors=True)
     shutil.rmtree(node.kubelet_root.parent, ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)
+    left = [str(d) for d in (node.run, node.kubelet_root.parent, directory, nodenet.NETNS_DIR / node.netns) if d.exists()]
+    if left:
+        raise RuntimeError(f"{node.name} left {', '.join(left)} behind (a mount still busy?); see /proc/self/mounts")
 
 
 def _start_containerd(node: RealNode, node_bins: Path) -> None:
@@ -240,7 +239,13 @@ def _start_containerd(node: RealNode, node_bins: Path) -> None:
                         "bridge": "cni0",
                         "isGateway": True,
                         "ipMasq": False,
-                        "ipam": {"type": "host-local", "ranges": [[{"subnet": node.net.pod_cidr}]], "routes": [{"dst": "0.0.0.0/0"}]},
+                        "ipam": {
+                            "type": "host-local",
+                            "ranges": [[{"subnet": node.net.pod_cidr}]],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                            # the node's own leases, not the host's /var/lib/cni shared by every node and cluster
+                            "dataDir": str(node.directory / "cni-leases"),
+                        },
                     },
                     {"type": "loopback"},
                 ],
@@ -406,10 +411,11 @@ def _kill_containers(node: RealNode, node_bins: Path) -> None:
 
 
 def _unmount_under(*roots: Path) -> None:
-    """Lazily unmount whatever the kubelet (volumes) and containerd (rootfs, shm, netns) left mounted under the node."""
-    prefixes = tuple(str(r) + "/" for r in roots)
+    """Lazily unmount whatever the kubelet (its root, bound onto itself; volumes) and containerd (rootfs, shm,
+    netns) left mounted at or under the node's directories."""
     mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
-    for point in sorted((m for m in mounts if m.startswith(prefixes)), key=len, reverse=True):
+    inside = [m for m in mounts if any(m == str(r) or m.startswith(f"{r}/") for r in roots)]
+    for point in sorted(inside, key=len, reverse=True):
         subprocess.run(["umount", "-l", point], capture_output=True)
 
 

@@ -33,6 +33,13 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
             "type": "string",
             "jsonPath": f'.status.conditions[?(@.type=="{keys.INITIALLY_SCHEDULED}")].reason',
         },
+        # STATUS stays Scheduled once a gang ran (the condition is terminal): these say when it runs below quorum now
+        {"name": "Bound", "type": "integer", "jsonPath": ".status.bound"},
+        {
+            "name": "Disruption",
+            "type": "string",
+            "jsonPath": f'.status.conditions[?(@.type=="{keys.DISRUPTION_TARGET}")].reason',
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
 }

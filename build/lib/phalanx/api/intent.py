@@ -19,7 +19,17 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from phalanx.api.keys import ANNOTATION_PREFIX, DISRUPTION_MODE, INTENT_ANNOTATIONS, MIN_COUNT, POLICY, TOPOLOGY_KEY
+from phalanx.api.keys import (
+    ANNOTATION_PREFIX,
+    DISRUPTION_MODE,
+    INTENT_ANNOTATIONS,
+    JOB_ANNOTATIONS,
+    MIN_COUNT,
+    POLICY,
+    READY_DEADLINE,
+    RESOURCE_CLAIMS,
+    TOPOLOGY_KEY,
+)
 
 Policy = Literal["gang", "basic"]
 Mode = Literal["single", "all"]
@@ -31,6 +41,11 @@ _SHOWN = 64
 
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_GROUP_CLAIMS = 4
+"""Upstream's MaxPodGroupResourceClaims (scheduling/v1beta1), and the Job field's maxItems."""
+MAX_RESERVED_FOR = 256
+"""Upstream's limit on a claim's status.reservedFor: a group claim is reserved for every member, so no larger group may share one."""
 
 
 @dataclass(frozen=True)
@@ -65,8 +80,30 @@ SPEC_PATHS = {
     "min_count": f"{SPEC}.schedulingPolicy.gang.minCount",
     "disruption_mode": f"{SPEC}.disruptionMode",
     "topology_key": f"{SPEC}.schedulingConstraints.topology[0].key",
+    "resource_claims": f"{SPEC}.resourceClaims",
 }
 """Where each setting is when the user wrote upstream's spelling."""
+
+
+@dataclass(frozen=True)
+class GroupClaim:
+    """One `resourceClaims` entry (upstream's PodGroupResourceClaim): a claim the whole group shares, by exactly one source."""
+
+    name: str
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+    def wire(self) -> dict[str, str]:
+        out = {"name": self.name}
+        if self.resource_claim_name is not None:
+            out["resourceClaimName"] = self.resource_claim_name
+        if self.resource_claim_template_name is not None:
+            out["resourceClaimTemplateName"] = self.resource_claim_template_name
+        return out
+
+    def source(self) -> dict[str, str]:
+        """The entry without its name: what a pod's own entry of that name must say too."""
+        return {k: v for k, v in self.wire().items() if k != "name"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +114,7 @@ class GangIntent:
     min_count: int | None = None
     disruption_mode: Mode | None = None
     topology_key: str | None = None
+    resource_claims: tuple[GroupClaim, ...] | None = None
 
     def to_annotations(self) -> dict[str, str]:
         out = {POLICY: self.policy}
@@ -86,6 +124,8 @@ class GangIntent:
             out[DISRUPTION_MODE] = self.disruption_mode
         if self.topology_key is not None:
             out[TOPOLOGY_KEY] = self.topology_key
+        if self.resource_claims is not None:
+            out[RESOURCE_CLAIMS] = json.dumps([c.wire() for c in self.resource_claims], separators=(",", ":"))
         return out
 
     def with_default_mode(self, gang_default: Mode) -> GangIntent:
@@ -118,6 +158,7 @@ ANNOTATION_PATHS = {
     "min_count": annotation_path(MIN_COUNT),
     "disruption_mode": annotation_path(DISRUPTION_MODE),
     "topology_key": annotation_path(TOPOLOGY_KEY),
+    "resource_claims": annotation_path(RESOURCE_CLAIMS),
 }
 """Where each setting is in the portable spelling."""
 
@@ -132,17 +173,33 @@ def unknown_keys(annotations: dict[str, str] | None, previous: dict[str, str] | 
     return [
         FieldError(annotation_path(key), value, f"unknown key under {ANNOTATION_PREFIX}, which Phalanx would ignore", _nearest_key(key))
         for key, value in sorted((annotations or {}).items())
-        if key.startswith(ANNOTATION_PREFIX) and key not in INTENT_ANNOTATIONS and key not in (previous or {})
+        if key.startswith(ANNOTATION_PREFIX) and key not in JOB_ANNOTATIONS and key not in (previous or {})
     ]
+
+
+_DURATION = re.compile(r"^([0-9]{1,9})(s|m|h)?$")
+_UNIT = {None: 1, "s": 1, "m": 60, "h": 3600}
+
+
+def ready_deadline(annotations: dict[str, str] | None) -> float | None:
+    """The Job's ready deadline in seconds (0: none), None when it sets none. Raises GangSpecError on a bad value."""
+    raw = (annotations or {}).get(READY_DEADLINE)
+    if raw is None:
+        return None
+    found = _DURATION.fullmatch(raw.strip())
+    if found is None:
+        fix = 'write seconds, or a number with s, m or h, e.g. "300" or "5m" ("0" turns the deadline off)'
+        raise GangSpecError([FieldError(annotation_path(READY_DEADLINE), raw, "must be a duration", fix)])
+    return float(int(found.group(1)) * _UNIT[found.group(2)])
 
 
 def _nearest_key(key: str) -> str:
     """Matched on the part after the prefix, which every key shares and would make any two look alike."""
-    names = {k.removeprefix(ANNOTATION_PREFIX): k for k in INTENT_ANNOTATIONS}
+    names = {k.removeprefix(ANNOTATION_PREFIX): k for k in JOB_ANNOTATIONS}
     close = difflib.get_close_matches(key.removeprefix(ANNOTATION_PREFIX).lower(), names, n=1)
     if close:
         return f"did you mean {names[close[0]]}?"
-    return f"use one of {', '.join(INTENT_ANNOTATIONS)}, or remove it"
+    return f"use one of {', '.join(JOB_ANNOTATIONS)}, or remove it"
 
 
 def from_annotations(annotations: dict[str, str] | None) -> GangIntent | None:
@@ -174,9 +231,105 @@ def from_annotations(annotations: dict[str, str] | None) -> GangIntent | None:
     if mode is not None and mode not in MODES:
         errors.append(FieldError(annotation_path(DISRUPTION_MODE), mode, "unknown disruption mode", "use `all` or `single`"))
     topology = annotations.get(TOPOLOGY_KEY)
+    claims = None
+    if RESOURCE_CLAIMS in annotations:
+        claims = _claims_annotation(annotations[RESOURCE_CLAIMS], errors) or None
     if errors:
         raise GangSpecError(errors)
-    return GangIntent(policy=policy, min_count=min_count, disruption_mode=mode, topology_key=topology)  # type: ignore[arg-type]
+    return GangIntent(policy=policy, min_count=min_count, disruption_mode=mode, topology_key=topology, resource_claims=claims)  # type: ignore[arg-type]
+
+
+def _claims_annotation(raw: str, errors: list[FieldError]) -> tuple[GroupClaim, ...] | None:
+    path = annotation_path(RESOURCE_CLAIMS)
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        errors.append(
+            FieldError(
+                path,
+                raw,
+                "must be a JSON list",
+                'write it as upstream\'s field, e.g. [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}]',
+            )
+        )
+        return None
+    return group_claims(value, path, errors, strict=True)
+
+
+def group_claims(value: Any, path: str, errors: list[FieldError], *, strict: bool = False) -> tuple[GroupClaim, ...] | None:
+    """Upstream's rules for `resourceClaims`: a list of at most 4, names unique DNS labels, exactly one source, a DNS subdomain.
+
+    `strict` refuses keys upstream's type does not have (the annotation is
+    free text; `spec.scheduling` was already decoded by the API server).
+    """
+    if not isinstance(value, list):
+        errors.append(
+            FieldError(path, value, "must be a list", 'write it as [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}]')
+        )
+        return None
+    if len(value) > MAX_GROUP_CLAIMS:
+        errors.append(
+            FieldError(
+                path,
+                [e.get("name") if isinstance(e, dict) else e for e in value],
+                f"must have at most {MAX_GROUP_CLAIMS} items",
+                f"share at most {MAX_GROUP_CLAIMS} claims per group (upstream's limit); put several requests in one claim's template",
+            )
+        )
+        return None
+    before = len(errors)
+    claims: list[GroupClaim] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(value):
+        at = f"{path}[{i}]"
+        if not isinstance(entry, dict):
+            errors.append(FieldError(at, entry, "must be an object", "give name and one of resourceClaimName, resourceClaimTemplateName"))
+            continue
+        unknown = sorted(set(entry) - {"name", "resourceClaimName", "resourceClaimTemplateName"})
+        if strict and unknown:
+            errors.append(
+                FieldError(
+                    f"{at}.{unknown[0]}", entry[unknown[0]], "unknown field", "use only name, resourceClaimName, resourceClaimTemplateName"
+                )
+            )
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            errors.append(
+                FieldError(f"{at}.name", name, "Required value", "name the claim as the pods' spec.resourceClaims entry names it")
+            )
+        elif len(name) > 63 or not _DNS_LABEL.match(name):
+            errors.append(
+                FieldError(f"{at}.name", name, "must be a DNS label (lower case letters, digits, '-', at most 63)", "e.g. fabric")
+            )
+        elif name in seen:
+            errors.append(FieldError(f"{at}.name", name, "Duplicate value", "give each shared claim a name of its own"))
+        else:
+            seen.add(name)
+        sources = [k for k in ("resourceClaimName", "resourceClaimTemplateName") if entry.get(k) is not None]
+        if len(sources) != 1:
+            errors.append(
+                FieldError(
+                    at,
+                    sources,
+                    "must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`",
+                    "name an existing ResourceClaim or a ResourceClaimTemplate, not both",
+                )
+            )
+            continue
+        (source,) = sources
+        target = entry[source]
+        if not isinstance(target, str) or len(target) > 253 or not _DNS_SUBDOMAIN.match(target):
+            errors.append(
+                FieldError(f"{at}.{source}", target, "must be a DNS subdomain (an object name)", "use the object's metadata.name")
+            )
+            continue
+        claims.append(GroupClaim(name=name, **{_SOURCE_ATTRS[source]: target}))  # type: ignore[arg-type]
+    if len(errors) > before:
+        return None
+    return tuple(claims)
+
+
+_SOURCE_ATTRS = {"resourceClaimName": "resource_claim_name", "resourceClaimTemplateName": "resource_claim_template_name"}
 
 
 def from_job_scheduling(scheduling: dict[str, Any]) -> GangIntent:
@@ -215,10 +368,74 @@ def from_job_scheduling(scheduling: dict[str, Any]) -> GangIntent:
         errors.append(
             FieldError("spec.scheduling.schedulingConstraints.topology", topology, "must have at most 1 item", "keep a single topology key")
         )
+    claims = None
+    if scheduling.get("resourceClaims") is not None:
+        claims = group_claims(scheduling["resourceClaims"], SPEC_PATHS["resource_claims"], errors)
     if errors:
         raise GangSpecError(errors)
     key = topology[0].get("key") if topology else None
-    return GangIntent(policy=policy, min_count=min_count, disruption_mode=mode, topology_key=key)
+    return GangIntent(policy=policy, min_count=min_count, disruption_mode=mode, topology_key=key, resource_claims=claims or None)
+
+
+POD_CLAIMS = "spec.template.spec.resourceClaims"
+
+
+def validate_group_claims(
+    intent: GangIntent,
+    pod_claims: list[dict[str, Any]],
+    parallelism: int | None,
+    completions: int | None,
+    paths: dict[str, str] = ANNOTATION_PATHS,
+) -> None:
+    """What a group claim needs of the Job around it: the gang policy, members that use it by the same source, and
+    few enough members to name them all in the claim's status.reservedFor."""
+    claims = intent.resource_claims
+    if not claims:
+        return
+    path = paths["resource_claims"]
+    errors: list[FieldError] = []
+    if intent.policy != "gang":
+        errors.append(
+            FieldError(
+                path, [c.name for c in claims], "claims shared by the group need the gang policy", "use the `gang` policy or remove them"
+            )
+        )
+    by_name = {e.get("name"): (j, e) for j, e in enumerate(pod_claims)}
+    for i, claim in enumerate(claims):
+        if claim.name not in by_name:
+            errors.append(
+                FieldError(
+                    f"{path}[{i}].name",
+                    claim.name,
+                    f"no entry of {POD_CLAIMS} has this name, so no member would use the claim",
+                    f"add {json.dumps(claim.wire())} to {POD_CLAIMS} (and to the containers that use it), or remove it here",
+                )
+            )
+            continue
+        j, entry = by_name[claim.name]
+        own = {k: entry[k] for k in ("resourceClaimName", "resourceClaimTemplateName") if entry.get(k) is not None}
+        if own != claim.source():
+            errors.append(
+                FieldError(
+                    f"{POD_CLAIMS}[{j}]",
+                    entry,
+                    f"has the name of the group's claim {path}[{i}] but another source, so each pod would get a claim of its own",
+                    f"give it the group's source {json.dumps(claim.source())}, or rename it",
+                )
+            )
+    limit, limited_by = capacity(parallelism, completions)
+    if limit > MAX_RESERVED_FOR:
+        errors.append(
+            FieldError(
+                f"spec.{limited_by}",
+                limit,
+                f"must not be greater than {MAX_RESERVED_FOR} with {path}: a group claim is reserved for every member, "
+                f"and a claim's status.reservedFor holds at most {MAX_RESERVED_FOR}",
+                f"lower it to {MAX_RESERVED_FOR} or less, or give each pod a claim of its own",
+            )
+        )
+    if errors:
+        raise GangSpecError(errors)
 
 
 def validate(intent: GangIntent, parallelism: int | None, completions: int | None = None, paths: dict[str, str] = ANNOTATION_PATHS) -> None:
@@ -299,8 +516,8 @@ def validate_update(old: GangIntent | None, new: GangIntent | None, paths: dict[
             ]
         )
     errors = [
-        FieldError(paths[attr], getattr(new, attr), "field is immutable", "delete and recreate the Job to change it")
-        for attr in ("policy", "disruption_mode", "topology_key")
+        FieldError(paths[attr], _shown(getattr(new, attr)), "field is immutable", "delete and recreate the Job to change it")
+        for attr in ("policy", "disruption_mode", "topology_key", "resource_claims")
         if getattr(old, attr) != getattr(new, attr)
     ]
     if errors:
@@ -310,12 +527,26 @@ def validate_update(old: GangIntent | None, new: GangIntent | None, paths: dict[
 def contradictions(annotated: GangIntent, spec: GangIntent) -> list[FieldError]:
     """Both spellings given: each field set in both must agree."""
     errors = []
-    for attr, key in (("policy", POLICY), ("min_count", MIN_COUNT), ("disruption_mode", DISRUPTION_MODE), ("topology_key", TOPOLOGY_KEY)):
+    pairs = (
+        ("policy", POLICY),
+        ("min_count", MIN_COUNT),
+        ("disruption_mode", DISRUPTION_MODE),
+        ("topology_key", TOPOLOGY_KEY),
+        ("resource_claims", RESOURCE_CLAIMS),
+    )
+    for attr, key in pairs:
         path = SPEC_PATHS[attr]
-        a, s = getattr(annotated, attr), getattr(spec, attr)
+        a, s = _shown(getattr(annotated, attr)), _shown(getattr(spec, attr))
         if a is not None and s is not None and a != s:
             errors.append(FieldError(annotation_path(key), a, f"contradicts {path} ({json.dumps(s)})", "set the value in one place only"))
     return errors
+
+
+def _shown(value: Any) -> Any:
+    """A setting as the user wrote it: group claims as upstream's list."""
+    if isinstance(value, tuple):
+        return [c.wire() for c in value]
+    return value
 
 
 def _is_label_key(key: str) -> bool:

@@ -17,7 +17,14 @@ POLICY = f"{GROUP}/policy"
 MIN_COUNT = f"{GROUP}/min-count"
 DISRUPTION_MODE = f"{GROUP}/disruption-mode"
 TOPOLOGY_KEY = f"{GROUP}/topology-key"
-INTENT_ANNOTATIONS = (POLICY, MIN_COUNT, DISRUPTION_MODE, TOPOLOGY_KEY)
+RESOURCE_CLAIMS = f"{GROUP}/resource-claims"
+"""Claims shared by the whole group, as JSON in upstream's shape (`[{"name": ..., "resourceClaimTemplateName": ...}]`)."""
+INTENT_ANNOTATIONS = (POLICY, MIN_COUNT, DISRUPTION_MODE, TOPOLOGY_KEY, RESOURCE_CLAIMS)
+"""The gang intent: a Job with any of them asks for gang scheduling."""
+READY_DEADLINE = f"{GROUP}/ready-deadline"
+"""Seconds (or `90s`, `5m`, `1h`; `0` turns it off) a released gang has to get every member Ready, else it is torn
+down and admitted again after a back-off; on the Job, copied onto its PodGroup. Default: the operator's --ready-deadline."""
+JOB_ANNOTATIONS = (*INTENT_ANNOTATIONS, READY_DEADLINE)
 """The only ANNOTATION_PREFIX keys a Job may carry: Phalanx writes no other onto Jobs, and admission refuses the rest (a typo would run the Job ungated)."""
 
 SCHEDULING_GATE = f"{GROUP}/gang"
@@ -52,6 +59,9 @@ TAINT_PURPOSE_LABEL = f"{GROUP}/purpose"
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 """Set by the Job controller on every pod it creates."""
 
+POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
+"""Upstream's annotation on a claim made from a template: the pod's (or PodGroup's) entry it was made for."""
+
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 """The finalizer kube-scheduler puts on a claim it allocates; we do the same."""
 
@@ -65,4 +75,6 @@ GATED = "PodsGated"
 
 # Field managers, one per writer of PodGroup status, so server-side apply keeps each one's conditions.
 JOB_CONTROLLER = "phalanx-job-controller"
+GROUP_CLAIMS_MANAGER = "phalanx-group-claims"
+"""Writes status.resourceClaimStatuses: the claims made for the group, as upstream's resourceclaim controller does."""
 SCHEDULING_LOOP = "phalanx-release-loop"

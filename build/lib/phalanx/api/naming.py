@@ -57,3 +57,21 @@ def pod_group_name(workload: str, template: str) -> str:
         else:
             workload, template = workload[:half], template[: room - half]
     return f"{workload}-{template}-{suffix}"
+
+
+_GENERATED_SUFFIX = 5
+_CLAIM_BASE = _MAX_LABEL - 1 - _GENERATED_SUFFIX
+
+
+def group_claim_name(pod_group: str, claim: str) -> str:
+    """The ResourceClaim made for a PodGroup's `resourceClaims` entry, in upstream's shape.
+
+    Upstream's resourceclaim controller creates it with generateName `<podgroup>-<claim>-` (both cut in proportion
+    past 57 characters) and the API server adds 5 random characters. Phalanx derives those 5 from the two names
+    instead (same alphabet), so the pod webhook can name the claim in each member before it exists; the PodGroup
+    name already changes with the Job's UID, so a Job made again gets another claim.
+    """
+    base = f"{pod_group}-{claim}-"
+    if len(base) > _CLAIM_BASE:
+        base = f"{pod_group[: len(pod_group) * _CLAIM_BASE // len(base)]}-{claim[: len(claim) * _CLAIM_BASE // len(base)]}"
+    return base + _hash(f"{pod_group}/{claim}").rjust(_GENERATED_SUFFIX, _SAFE_ALPHABET[0])[:_GENERATED_SUFFIX]

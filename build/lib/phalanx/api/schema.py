@@ -76,6 +76,35 @@ class PodGroupSchedulingConstraints(Model):
     topology: list[TopologyConstraint] = Field(default_factory=list, max_length=1)
 
 
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class PodGroupResourceClaim(Model):
+    """A claim the whole group shares (KEP-5729), consumed by members whose own entry has this name and source."""
+
+    model_config = ConfigDict(json_schema_extra=_rules(_one_of("resourceClaimName", "resourceClaimTemplateName")))
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL, description="The entry's name in the members' spec.resourceClaims.")
+    resource_claim_name: str | None = Field(
+        default=None, max_length=253, pattern=DNS_SUBDOMAIN, description="An existing ResourceClaim, reserved for the group's members."
+    )
+    resource_claim_template_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="A ResourceClaimTemplate: one ResourceClaim is made from it for the group, owned by the PodGroup.",
+    )
+
+
+_GROUP_CLAIMS = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["name"],
+    **_rules(IMMUTABLE),
+}
+_GROUP_CLAIMS_FIXED = {"rule": "has(self.resourceClaims) == has(oldSelf.resourceClaims)", "message": "resourceClaims is immutable"}
+
+
 class TypedLocalObjectReference(Model):
     api_group: str | None = None
     kind: str = Field(min_length=1)
@@ -89,6 +118,7 @@ class PodGroupTemplate(Model):
     disruption_mode: DisruptionMode | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
     priority_class_name: str | None = Field(default=None, max_length=253, json_schema_extra=_rules(IMMUTABLE))
     priority: int | None = Field(default=None, le=1_000_000_000, json_schema_extra=_rules(IMMUTABLE))
+    resource_claims: list[PodGroupResourceClaim] | None = Field(default=None, max_length=4, json_schema_extra=_GROUP_CLAIMS)
 
 
 class WorkloadSpec(Model):
@@ -124,6 +154,8 @@ class WorkloadReference(Model):
 
 
 class PodGroupSpec(Model):
+    model_config = ConfigDict(json_schema_extra=_rules(_GROUP_CLAIMS_FIXED))
+
     workload_ref: WorkloadReference | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
     scheduling_policy: PodGroupSchedulingPolicy
     scheduling_constraints: PodGroupSchedulingConstraints | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
@@ -131,6 +163,7 @@ class PodGroupSpec(Model):
     priority_class_name: str | None = Field(default=None, max_length=253, json_schema_extra=_rules(IMMUTABLE))
     priority: int | None = Field(default=None, le=1_000_000_000, json_schema_extra=_rules(IMMUTABLE))
     preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
+    resource_claims: list[PodGroupResourceClaim] | None = Field(default=None, max_length=4, json_schema_extra=_GROUP_CLAIMS)
 
 
 class Condition(Model):
@@ -221,14 +254,49 @@ class Nomination(Model):
     nominated_at: str = Field(description="When the victims were chosen (RFC 3339).")
 
 
+class PodGroupResourceClaimStatus(Model):
+    name: str = Field(description="The spec.resourceClaims entry.")
+    resource_claim_name: str | None = Field(default=None, description="The ResourceClaim made for the group from the entry's template.")
+
+
+class LostMember(Model):
+    name: str
+    uid: str
+    cause: str = Field(description="Why, as first seen: a preemption names its preemptor, even once the pod is gone.")
+
+
+class Readiness(Model):
+    """The ready deadline's record: how many releases timed out before every member was Ready, and why the last did."""
+
+    attempts: int = Field(default=0, ge=0, description="Releases torn down because a member was not Ready by the deadline, in a row.")
+    member: str | None = Field(default=None, description="The member that was not Ready at the last timeout.")
+    reason: str | None = Field(
+        default=None, description="Its state then: a container's waiting or terminated reason, or why it never started."
+    )
+    timed_out_at: str | None = None
+    not_before: str | None = Field(default=None, description="The group is not admitted again before this time (the back-off).")
+    ready_at: str | None = Field(default=None, description="When every member of the current release was first seen Ready.")
+
+
 class PodGroupStatus(Model):
     conditions: list[Condition] = Field(
         default_factory=list, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
     )
     reservation: Reservation | None = None
     nomination: Nomination | None = None
+    lost: list[LostMember] | None = Field(
+        default=None,
+        max_length=256,
+        description="Members lost in the latest disruption, kept after a teardown so `explain` can say what went and why.",
+    )
+    readiness: Readiness | None = None
     members: int | None = Field(default=None, ge=0, description="Pods of the group that exist and are not terminal.")
     bound: int | None = Field(default=None, ge=0, description="Members bound to a node.")
+    resource_claim_statuses: list[PodGroupResourceClaimStatus] | None = Field(
+        default=None,
+        max_length=4,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
 
 
 class PodGroup(Model):

@@ -27,8 +27,10 @@ from phalanx.api.intent import (
     contradictions,
     from_annotations,
     from_job_scheduling,
+    ready_deadline,
     unknown_keys,
     validate,
+    validate_group_claims,
     validate_scale,
     validate_update,
 )
@@ -77,9 +79,9 @@ def _mutate(job: dict[str, Any], old: dict[str, Any] | None, gang_default_mode: 
         patch["metadata"] = {"annotations": wanted}
     warnings: list[str] = []
     if old is None:
-        patch["spec"] = {"template": _gated_template(job, metadata.get("name"))}
+        patch["spec"] = {"template": _gated_template(job, metadata.get("name"), intent)}
         if from_spec is not None:
-            warnings.append(_copied_warning(field_dropped))
+            warnings.append(_copied_warning(field_dropped, from_spec))
         if intent.policy == "gang" and not ignores_disruptions(job):
             warnings.append(_disruption_warning(job))
     return Mutation(patch=patch, warnings=tuple(warnings))
@@ -142,7 +144,14 @@ def _together(errors: list[FieldError]) -> Iterator[None]:
 
 
 def _unknown_keys(job: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
-    return unknown_keys((job.get("metadata") or {}).get("annotations"), ((old or {}).get("metadata") or {}).get("annotations"))
+    """Keys under our prefix Phalanx does not read, and a ready deadline it cannot read."""
+    annotations = (job.get("metadata") or {}).get("annotations")
+    errors = unknown_keys(annotations, ((old or {}).get("metadata") or {}).get("annotations"))
+    try:
+        ready_deadline(annotations)
+    except GangSpecError as exc:
+        errors += exc.errors
+    return errors
 
 
 def _scale(job: dict[str, Any] | None) -> tuple[int | None, int | None]:
@@ -159,6 +168,11 @@ def _check(job: dict[str, Any], old: dict[str, Any] | None, previous: GangIntent
     if resized and previous is not None and intent.min_count is not None and intent.min_count == previous.min_count:
         validate_scale(intent.min_count, parallelism, completions)
     validate(intent, parallelism, completions, paths)
+    validate_group_claims(intent, _pod_claims(job), parallelism, completions, paths)
+
+
+def _pod_claims(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(((((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get("resourceClaims")) or [])
 
 
 def _written(spelling: GangIntent | None, attr: str) -> bool:
@@ -180,28 +194,39 @@ def _merge(annotated: GangIntent | None, from_spec: GangIntent | None, updating:
         min_count=from_spec.min_count if from_spec.min_count is not None else annotated.min_count,
         disruption_mode=from_spec.disruption_mode or annotated.disruption_mode,
         topology_key=from_spec.topology_key or annotated.topology_key,
+        resource_claims=from_spec.resource_claims or annotated.resource_claims,
     )
 
 
-def _gated_template(job: dict[str, Any], job_name: str | None) -> dict[str, Any]:
-    """The gate, and the template label when the name is known: a Job created with `generateName` has none yet."""
+def _gated_template(job: dict[str, Any], job_name: str | None, intent: GangIntent) -> dict[str, Any]:
+    """The gate, and the template label when the name is known: a Job created with `generateName` has none yet.
+
+    Group claims are copied onto the template too, so the pod webhook resolves each member's entry from the pod alone.
+    """
     gates = _gates(job)
     if not any(g.get("name") == keys.SCHEDULING_GATE for g in gates):
         gates.append({"name": keys.SCHEDULING_GATE})
     template: dict[str, Any] = {"spec": {"schedulingGates": gates}}
     if job_name:
         template["metadata"] = {"labels": {keys.TEMPLATE_LABEL: template_name(job_name)}}
+    if intent.resource_claims:
+        claims = intent.to_annotations()[keys.RESOURCE_CLAIMS]
+        template.setdefault("metadata", {})["annotations"] = {keys.RESOURCE_CLAIMS: claims}
     return template
 
 
-def _copied_warning(field_dropped: bool | None) -> str:
+def _copied_warning(field_dropped: bool | None, from_spec: GangIntent) -> str:
     where = f"{keys.ANNOTATION_PREFIX}*"
+    shared = ""
+    if from_spec.resource_claims:
+        names = ", ".join(c.name for c in from_spec.resource_claims)
+        shared = f"; its resourceClaims ({names}) become one ResourceClaim per PodGroup, made and reserved by Phalanx"
     if field_dropped:
         return (
             "spec.scheduling is dropped silently by this API server (feature gate WorkloadWithJob is off); "
-            f"Phalanx recorded it in the annotations {where} and will gang-schedule this Job"
+            f"Phalanx recorded it in the annotations {where} and will gang-schedule this Job{shared}"
         )
-    return f"spec.scheduling was recorded by Phalanx in the annotations {where}; Phalanx gang-schedules this Job"
+    return f"spec.scheduling was recorded by Phalanx in the annotations {where}; Phalanx gang-schedules this Job{shared}"
 
 
 DISRUPTION_RULE = f"{{action: Ignore, onPodConditions: [{{type: {keys.DISRUPTION_TARGET}}}]}}"

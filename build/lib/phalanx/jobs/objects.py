@@ -27,6 +27,8 @@ class GangSource:
     completions: int | None
     priority_class_name: str | None
     gated: bool
+    ready_deadline: str | None = None
+    """The Job's ready-deadline annotation as written (admission checked it), copied onto its PodGroup."""
 
     @property
     def min_count(self) -> int:
@@ -67,6 +69,7 @@ def from_job(job: dict[str, Any]) -> GangSource | None:
         completions=spec.get("completions"),
         priority_class_name=pod_spec.get("priorityClassName"),
         gated=any(g.get("name") == keys.SCHEDULING_GATE for g in pod_spec.get("schedulingGates") or []),
+        ready_deadline=(meta.get("annotations") or {}).get(keys.READY_DEADLINE),
     )
 
 
@@ -85,6 +88,13 @@ def _constraints(source: GangSource) -> schema.PodGroupSchedulingConstraints | N
     if source.intent.topology_key is None:
         return None
     return schema.PodGroupSchedulingConstraints(topology=[schema.TopologyConstraint(key=source.intent.topology_key)])
+
+
+def group_claims(source: GangSource) -> list[schema.PodGroupResourceClaim] | None:
+    """The Job's `resourceClaims`, in the PodGroup's (and the Workload template's) shape."""
+    if not source.intent.resource_claims:
+        return None
+    return [schema.PodGroupResourceClaim.model_validate(c.wire()) for c in source.intent.resource_claims]
 
 
 def _labels(source: GangSource) -> dict[str, str]:
@@ -108,6 +118,7 @@ def workload(source: GangSource) -> schema.Workload:
                     scheduling_constraints=_constraints(source),
                     disruption_mode=_disruption_mode(source),
                     priority_class_name=source.priority_class_name,
+                    resource_claims=group_claims(source),
                 )
             ],
         ),
@@ -127,6 +138,7 @@ def pod_group(source: GangSource, workload_uid: str) -> schema.PodGroup:
             namespace=source.namespace,
             labels=_labels(source),
             ownerReferences=[source.owner_reference(), workload_owner],
+            **({"annotations": {keys.READY_DEADLINE: source.ready_deadline}} if source.ready_deadline is not None else {}),
         ),
         spec=schema.PodGroupSpec(
             workload_ref=schema.WorkloadReference(workload_name=source.workload_name, template_name=source.template_name),
@@ -134,6 +146,7 @@ def pod_group(source: GangSource, workload_uid: str) -> schema.PodGroup:
             scheduling_constraints=_constraints(source),
             disruption_mode=_disruption_mode(source),
             priority_class_name=source.priority_class_name,
+            resource_claims=group_claims(source),
         ),
     )
 

@@ -5,7 +5,9 @@ client configs and cannot scope by namespace or by content. Phalanx builds its
 own (shipped static in `manifests/webhooks.yaml` for a cluster, written by the
 operator in the local mode), so that the blast radius is as small as the API allows:
 
-* only `batch/v1` Jobs, CREATE and UPDATE (never pods, never status);
+* only `batch/v1` Jobs, CREATE and UPDATE (never status), and the CREATE of a
+  gang member that uses a group claim (gated, with Phalanx's resource-claims
+  annotation: no other pod waits for Phalanx);
 * a CEL `matchCondition` sends only gang Jobs being created and updates that
   change gang settings (annotations, `spec.scheduling`, a gang's parallelism);
   any other request, including deleting a gang Job, never waits for Phalanx,
@@ -30,11 +32,12 @@ from typing import Any
 
 import yaml
 
-from phalanx.api.keys import ANNOTATION_PREFIX, GROUP, SCHEDULING_GATE
+from phalanx.api.keys import ANNOTATION_PREFIX, GROUP, RESOURCE_CLAIMS, SCHEDULING_GATE
 from phalanx.kube.client import Invalid, Kube, NotFound
 
 MUTATE_ID = "job-gang-mutate"
 VALIDATE_ID = "job-gang-validate"
+POD_MUTATE_ID = "pod-group-claims"
 CONFIGURATION_NAME = f"jobs.{GROUP}"
 
 
@@ -76,6 +79,12 @@ MATCH_CONDITION = (
 Job or its template's gate, reach the webhooks. Anything else, including the garbage
 collector removing finalizers from a Job being deleted, never waits for Phalanx."""
 
+POD_MATCH_CONDITION = (
+    f"has(object.metadata.annotations) && '{RESOURCE_CLAIMS}' in object.metadata.annotations && "
+    f"has(object.spec.schedulingGates) && object.spec.schedulingGates.exists(g, g.name == '{SCHEDULING_GATE}')"
+)
+"""Only a gated pod made from a gang Job's template that shares group claims reaches the pod webhook."""
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -107,19 +116,14 @@ class Endpoint:
 def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace: str) -> dict[str, dict[str, Any]]:
     """Kind -> configuration object, ready to create or patch (without a caBundle: the one `manifests/` ships)."""
 
-    def webhook(name: str, handler_id: str) -> dict[str, Any]:
+    def webhook(name: str, handler_id: str, *, pods: bool = False) -> dict[str, Any]:
+        rule = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"]}
+        if pods:
+            rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
         return {
             "name": f"{name}.{GROUP}",
             "clientConfig": endpoint.client_config(handler_id, ca_pem),
-            "rules": [
-                {
-                    "apiGroups": ["batch"],
-                    "apiVersions": ["v1"],
-                    "resources": ["jobs"],
-                    "operations": ["CREATE", "UPDATE"],
-                    "scope": "Namespaced",
-                }
-            ],
+            "rules": [{**rule, "scope": "Namespaced"}],
             "namespaceSelector": {
                 "matchExpressions": [
                     {
@@ -129,7 +133,11 @@ def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace:
                     }
                 ]
             },
-            "matchConditions": [{"name": "gang-settings", "expression": MATCH_CONDITION}],
+            "matchConditions": [
+                {"name": "group-claims", "expression": POD_MATCH_CONDITION}
+                if pods
+                else {"name": "gang-settings", "expression": MATCH_CONDITION}
+            ],
             "failurePolicy": "Fail",
             "sideEffects": "None",
             "timeoutSeconds": 10,
@@ -144,7 +152,7 @@ def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace:
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": metadata,
-            "webhooks": [mutating],
+            "webhooks": [mutating, webhook("pods-group-claims", POD_MUTATE_ID, pods=True)],
         },
         "ValidatingWebhookConfiguration": {
             "apiVersion": "admissionregistration.k8s.io/v1",

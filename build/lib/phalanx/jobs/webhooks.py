@@ -7,8 +7,8 @@ from typing import Any
 import kopf
 
 from phalanx.api.intent import GangSpecError
-from phalanx.jobs import admission
-from phalanx.jobs.webhook_config import MUTATE_ID, VALIDATE_ID
+from phalanx.jobs import admission, podclaims
+from phalanx.jobs.webhook_config import MUTATE_ID, POD_MUTATE_ID, VALIDATE_ID
 
 
 @kopf.on.mutate("batch", "v1", "jobs", id=MUTATE_ID, operations=["CREATE", "UPDATE"])
@@ -32,6 +32,16 @@ def validate_job(body: Any, old: Any, **_: Any) -> None:
         admission.validate_job(dict(body), dict(old) if old is not None else None)
     except GangSpecError as exc:
         raise kopf.AdmissionError(str(exc), code=exc.code) from None
+
+
+@kopf.on.mutate("", "v1", "pods", id=POD_MUTATE_ID, operations=["CREATE"])
+def mutate_pod(body: Any, patch: kopf.Patch, **_: Any) -> None:
+    """A gang member's entry that names its group's claim is pointed at that claim (`podclaims`)."""
+    try:
+        mutation = podclaims.mutate_pod(dict(body))
+    except (GangSpecError, ValueError) as exc:
+        raise kopf.AdmissionError(str(exc), code=422) from None
+    _merge_into(patch, mutation.patch)
 
 
 def _merge_into(target: Any, source: dict[str, Any]) -> None:

@@ -7,8 +7,9 @@ succeed as written), `Forbidden` (a policy or RBAC refused it), `Throttled`
 (429: an eviction a PodDisruptionBudget refuses, or API priority and
 fairness: retry later). Reads of a single object return None when it is
 gone; writes never hide an error, the caller handles the cases that matter
-where they matter. The one exception is an Event: like client-go's recorder,
-a refused Event is logged and never fails the work it reports.
+where they matter. The one exception is `event`: like client-go's recorder,
+a refused Event is logged and never fails the work it reports (`event_once`,
+which must know, raises).
 """
 
 from __future__ import annotations
@@ -252,9 +253,28 @@ class Kube:
     async def event(self, obj: JSON, *, type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on `obj`, as `kubectl describe` shows them; best effort."""
         meta = obj["metadata"]
+        body = self._event_body(obj, {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]}, type_, reason, message)
+        try:
+            await self.create(f"/api/v1/namespaces/{meta['namespace']}/events", body)
+        except ApiError as exc:
+            logger.warning("event %s on %s %s/%s not recorded: %s", reason, obj["kind"], meta["namespace"], meta["name"], exc)
+
+    async def event_once(self, obj: JSON, *, name: str, type_: str, reason: str, message: str) -> bool:
+        """The Event `name` on `obj`, created unless it exists: one per object whatever the restarts and replicas.
+        True when this call created it; any refusal but "exists" raises, so the caller can try again."""
+        meta = obj["metadata"]
+        body = self._event_body(obj, {"name": name, "namespace": meta["namespace"]}, type_, reason, message)
+        try:
+            await self.create(f"/api/v1/namespaces/{meta['namespace']}/events", body)
+        except Conflict:
+            return False
+        return True
+
+    def _event_body(self, obj: JSON, metadata: JSON, type_: str, reason: str, message: str) -> JSON:
+        meta = obj["metadata"]
         now = datetime.datetime.now(datetime.UTC).isoformat()
-        body = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        return {
+            "metadata": metadata,
             "involvedObject": {
                 "apiVersion": obj["apiVersion"],
                 "kind": obj["kind"],
@@ -272,10 +292,6 @@ class Kube:
             "lastTimestamp": now,
             "count": 1,
         }
-        try:
-            await self.create(f"/api/v1/namespaces/{meta['namespace']}/events", body)
-        except ApiError as exc:
-            logger.warning("event %s on %s %s/%s not recorded: %s", reason, obj["kind"], meta["namespace"], meta["name"], exc)
 
     async def apply_webhook_configuration(self, kind: str, body: JSON) -> None:
         """Create the configuration, or patch ours in place (caBundle and URL change across restarts)."""

@@ -155,7 +155,7 @@ class LocalCluster:
         env = self._env()
         started = time.monotonic()
         dradriver.stop(self.kubeconfig)
-        realnodes.stop_all(self.cluster_dir)
+        realnodes.stop_all(self.cluster_dir, node_binaries())
         if self.exists():
             self._kwokctl(env, "delete", "cluster")
         args = [
@@ -193,7 +193,7 @@ class LocalCluster:
         self.stop_driver()
         if not self.cluster_dir.exists():
             return
-        realnodes.stop_all(self.cluster_dir)
+        realnodes.stop_all(self.cluster_dir, node_binaries())
         self._kwokctl(self._env(), "delete", "cluster")
         shutil.rmtree(self.cluster_dir, ignore_errors=True)
 
@@ -319,6 +319,7 @@ class LocalCluster:
             self.spec.real_nodes,
             bins=self.bin_dir or build_binaries(real_nodes=True),
             node_bins=node_binaries(),
+            images_dir=cache_dir() / "images",
         )
         if self.spec.gpus_per_worker > 0:
             dradriver.start(

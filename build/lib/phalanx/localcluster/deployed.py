@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,15 +40,17 @@ def source_digest(repo: Path) -> str:
 def build_image(repo: Path) -> Path:
     """The operator's OCI archive for this checkout (cached by source digest)."""
     store = cache_dir() / "images"
+    store.mkdir(parents=True, exist_ok=True)
     out = store / f"phalanx-{source_digest(repo)}.tar"
     if not out.exists():
         started = time.monotonic()
-        rootfs = images.operator_rootfs(store / "phalanx-rootfs", repo, cache=store)
+        # a directory of its own: two checkouts may build at once
+        rootfs = images.operator_rootfs(Path(tempfile.mkdtemp(prefix="phalanx-rootfs-", dir=store)) / "rootfs", repo, cache=store)
         images.oci_archive(rootfs, out, name=images.OPERATOR_IMAGE, config=images.dockerfile_config(repo / "Dockerfile"))
-        shutil.rmtree(rootfs)
+        shutil.rmtree(rootfs.parent)
         for old in store.glob("phalanx-*.tar"):
-            if old != out:
-                old.unlink()
+            if old != out and time.time() - old.stat().st_mtime > 3600:  # another checkout's may be in use
+                old.unlink(missing_ok=True)
         _log(f"built {images.OPERATOR_IMAGE} in {time.monotonic() - started:.0f}s ({out})")
     return out
 
@@ -60,9 +63,10 @@ def install(cluster: LocalCluster, repo: Path, timeout: float = 180) -> None:
         raise RuntimeError(f"cluster {cluster.spec.name} has no real nodes to run the operator's pods (`--real-nodes N`)")
     for node in nodes:
         realnodes.import_image(node, archive, node_binaries())
+    existed = cluster.kubectl("-n", NAMESPACE, "get", f"deployment/{DEPLOYMENT}", check=False).returncode == 0
     cluster.kubectl("apply", "-k", str(repo / OVERLAY))
-    # a new image under the same name: pods made before it would go on with the old one
-    cluster.kubectl("-n", NAMESPACE, "rollout", "restart", f"deployment/{DEPLOYMENT}")
+    if existed:  # a new image under the same name: pods made before it would go on with the old one
+        cluster.kubectl("-n", NAMESPACE, "rollout", "restart", f"deployment/{DEPLOYMENT}")
     wait_ready(cluster, timeout)
 
 

@@ -92,7 +92,7 @@ def oci_archive(rootfs: Path, out: Path, *, name: str, config: ImageConfig) -> s
         ],
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     with tarfile.open(tmp, "w") as archive:
         _add(archive, "oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode())
         _add(archive, "index.json", json.dumps(index).encode())
@@ -142,7 +142,7 @@ def operator_rootfs(root: Path, source: Path, *, cache: Path) -> Path:
     if not (base / "usr" / "bin" / "python3").exists():
         if shutil.which("debootstrap") is None:
             raise FileNotFoundError("debootstrap is missing: install Debian's debootstrap (apt-get install debootstrap)")
-        partial = base.with_suffix(".partial")
+        partial = Path(f"{base}.partial-{os.getpid()}")
         shutil.rmtree(partial, ignore_errors=True)
         subprocess.run(
             [
@@ -156,8 +156,11 @@ def operator_rootfs(root: Path, source: Path, *, cache: Path) -> Path:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        subprocess.run(["chroot", str(partial), "apt-get", "clean"], check=True)
-        partial.rename(base)
+        subprocess.run([shutil.which("chroot") or "/usr/sbin/chroot", str(partial), "apt-get", "clean"], check=True)
+        if base.exists():  # another build made it meanwhile
+            shutil.rmtree(partial)
+        else:
+            partial.rename(base)
     shutil.rmtree(root, ignore_errors=True)
     subprocess.run(["cp", "-a", str(base), str(root)], check=True)
     # the wheels come from this machine's pip (its index and trust settings); the chroot never reaches a network

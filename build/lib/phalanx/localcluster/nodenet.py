@@ -149,19 +149,6 @@ def delete(net: NodeNet) -> None:
     _ip("netns", "delete", net.netns, check=False)
 
 
-def find(netns: str) -> NodeNet | None:
-    """The slot of an existing namespace, read back from the address of its host link (for `down` from a later process)."""
-    if not (NETNS_DIR / netns).exists():
-        return None
-    out = subprocess.run(
-        ["nsenter", f"--net={NETNS_DIR / netns}", "ip", "-4", "-o", "addr", "show", "dev", "eth0"], capture_output=True, text=True
-    ).stdout
-    for word in out.split():
-        if "/" in word and ipaddress.ip_address(word.split("/")[0]) in NODE_NET:
-            return NodeNet(netns, (int(ipaddress.ip_address(word.split("/")[0])) - int(NODE_NET.network_address)) >> 8)
-    return None
-
-
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(["ip", *args], capture_output=True, text=True)
     if check and proc.returncode != 0:

@@ -135,6 +135,8 @@ def start(
         f"http://127.0.0.1:{liveness_port}/healthz",
         "--metrics-port",
         str(metrics_port),
+        "--metrics-listen",
+        "127.0.0.1",
         "--readiness",
         f"http://127.0.0.1:{readiness_port}/readyz",
         *(("--webhook-advertise-port", str(advertise_port)) if advertise_port else ()),

@@ -5,11 +5,12 @@ process has to end, dra-example-driver's plugin is called by a kubelet
 (NodePrepareResources writes the CDI spec, containerd injects it), and the
 operator itself can run as the pods `manifests/` describes.
 
-Everything of a node lives under `<cluster>/nodes/<name>/` (configuration,
-logs, the kubelet's and containerd's state); sockets live under a short
-directory of /run, as a unix socket path has 107 bytes. Processes are found
-again through /proc by that directory in their command line, so `down` works
-from any later process. What this machine refused, and what each setting
+A node's configuration, logs and containerd's store live under
+`<cluster>/nodes/<name>/`; its sockets (containerd's under /run/phalanx, the
+kubelet's root with the plugin sockets under /var/lib/phalanx) under short
+directories named by a hash, as a unix socket path has 107 bytes. Processes
+are found again through /proc by those paths in their command line or
+environment, so `down` works from any later process. What this machine refused, and what each setting
 below is for, is said where it is set.
 """
 
@@ -23,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,10 +41,13 @@ DEBIAN_PACKAGES = {
     CNI_BIN / "bridge": "containernetworking-plugins",
     Path("/usr/sbin/iptables"): "iptables",
     images.BUSYBOX: "busybox-static",
+    Path("/usr/sbin/debootstrap"): "debootstrap",
     Path("/usr/bin/nsenter"): "util-linux",
     Path("/usr/sbin/ip"): "iproute2",
 }
 REAL_NODE_LABEL = "phalanx.dev/real-node"
+RUN_ROOT = Path("/run/phalanx")
+STATE_ROOT = Path("/var/lib/phalanx")
 # The workloads name the public busybox; the local one answers to that name too, as `kind load` would make it.
 IMAGE_ALIASES = {images.BUSYBOX_IMAGE: ("docker.io/library/busybox:1.36",)}
 
@@ -65,7 +70,8 @@ class RealNode:
 
     @property
     def kubelet_root(self) -> Path:
-        return self.directory / "kubelet"
+        """Short, like `run`: the plugin sockets the kubelet finds live under it."""
+        return STATE_ROOT / self.run.name / "kubelet"
 
     @property
     def plugins_registry(self) -> Path:
@@ -99,20 +105,25 @@ def install_packages() -> None:
     if missing := missing_packages():
         _log(f"installing Debian packages {', '.join(missing)}")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        subprocess.run(["apt-get", "install", "-y", "-q", *missing], env=env, check=True, stdout=subprocess.DEVNULL)
+        install = ["apt-get", "install", "-y", "-q", *missing]
+        if subprocess.run(install, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], env=env, check=True, stdout=subprocess.DEVNULL)  # a fresh machine's lists
+            subprocess.run(install, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
-def start(cluster: str, cluster_dir: Path, kubeconfig: Path, api_port: int, count: int, *, bins: Path, node_bins: Path) -> list[RealNode]:
+def start(
+    cluster: str, cluster_dir: Path, kubeconfig: Path, api_port: int, count: int, *, bins: Path, node_bins: Path, images_dir: Path
+) -> list[RealNode]:
     """Start `count` real nodes; they register themselves, and are Ready once the kubelet and CNI are up."""
     install_packages()
-    archives = base_images()
+    archives = base_images(images_dir)
     nodes = []
     taken: set[int] = set()
     for index, name in enumerate(names(count)):
         netns = nodenet.netns_name(cluster, index)
-        run = Path("/run/phalanx") / hashlib.sha256(f"{cluster_dir}/{name}".encode()).hexdigest()[:12]
+        run = RUN_ROOT / hashlib.sha256(f"{cluster_dir}/{name}".encode()).hexdigest()[:12]
         directory = cluster_dir / "nodes" / name
-        stop_node(directory)
+        stop_node(directory, node_bins)
         net = nodenet.create(netns, api_port, taken=taken)
         taken.add(net.slot)
         node = RealNode(name, directory, run, netns, net.slot)
@@ -130,14 +141,10 @@ def start(cluster: str, cluster_dir: Path, kubeconfig: Path, api_port: int, coun
     return nodes
 
 
-def base_images() -> list[Path]:
-    """The pause and busybox archives, made once per busybox binary and kept in the cache."""
-    from phalanx.localcluster.cluster import cache_dir
-
-    stamp = (
-        hashlib.sha256(images.BUSYBOX.read_bytes() + images.PAUSE_SCRIPT.encode()).hexdigest()[:12] if images.BUSYBOX.exists() else "none"
-    )
-    out = cache_dir() / "images" / stamp
+def base_images(images_dir: Path) -> list[Path]:
+    """The pause and busybox archives, made once per busybox binary and kept in `images_dir`."""
+    stamp = hashlib.sha256(images.BUSYBOX.read_bytes() + images.PAUSE_SCRIPT.encode()).hexdigest()[:12]
+    out = images_dir / stamp
     made = []
     for name, script, config in (
         (images.PAUSE_IMAGE, images.PAUSE_SCRIPT, images.ImageConfig(entrypoint=("/pause",))),
@@ -145,9 +152,10 @@ def base_images() -> list[Path]:
     ):
         archive = out / (name.split("/")[-1].replace(":", "-") + ".tar")
         if not archive.exists():
-            rootfs = images.busybox_rootfs(out / "rootfs", script=script)
-            images.oci_archive(rootfs, archive, name=name, config=config)
-            shutil.rmtree(rootfs)
+            out.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=out))
+            images.oci_archive(images.busybox_rootfs(work / "rootfs", script=script), archive, name=name, config=config)
+            shutil.rmtree(work)
         made.append(archive)
     return made
 
@@ -180,12 +188,12 @@ def _record(directory: Path) -> RealNode:
     return RealNode(saved["name"], Path(saved["directory"]), Path(saved["run"]), saved["netns"], int(saved["slot"]))
 
 
-def stop_all(cluster_dir: Path) -> None:
+def stop_all(cluster_dir: Path, node_bins: Path) -> None:
     for directory in sorted((cluster_dir / "nodes").glob("*")):
-        stop_node(directory)
+        stop_node(directory, node_bins)
 
 
-def stop_node(directory: Path) -> None:
+def stop_node(directory: Path, node_bins: Path, timeout: float = 30) -> None:
     """Stop the kubelet, every container, containerd and the forwarder; unmount and delete the node's state and namespace.
 
     Containers are killed through containerd before it stops: a shim and its container outlive containerd.
@@ -195,19 +203,22 @@ def stop_node(directory: Path) -> None:
         return
     node = _record(directory)
     _signal(node, "kubelet", signal.SIGTERM)
-    _kill_containers(node)
+    _kill_containers(node, node_bins)
     for role in ("kubelet", "containerd", "apiproxy"):
         _signal(node, role, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while _processes(node.run) or _processes(directory):
-        if time.monotonic() > deadline:
-            for pid in [*_processes(node.run), *_processes(directory)]:
+    started = time.monotonic()
+    while left := [*_processes(node.run), *_processes(directory)]:
+        if time.monotonic() > started + timeout:
+            raise TimeoutError(f"{node.name}: processes {left} still running {timeout}s after SIGKILL")
+        if time.monotonic() > started + timeout / 3:
+            for pid in left:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         time.sleep(0.1)
-    _unmount_under(directory, node.run)
+    _unmount_under(directory, node.run, node.kubelet_root)
     nodenet.delete(node.net)
     shutil.rmtree(node.run, ignore_errors=True)
+    shutil.rmtree(node.kubelet_root.parent, ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -380,13 +391,11 @@ def _signal(node: RealNode, role: str, sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
-def _kill_containers(node: RealNode) -> None:
+def _kill_containers(node: RealNode, node_bins: Path) -> None:
     """SIGKILL every task of the node's containerd, while it still answers."""
-    from phalanx.localcluster.cluster import node_binaries
-
     if not node.containerd_socket.exists():
         return
-    ctr = [str(node_binaries() / "ctr"), "--address", str(node.containerd_socket), "-n", "k8s.io"]
+    ctr = [str(node_bins / "ctr"), "--address", str(node.containerd_socket), "-n", "k8s.io"]
     listed = subprocess.run([*ctr, "tasks", "ls", "-q"], capture_output=True, text=True, timeout=20)
     for task in listed.stdout.split():
         subprocess.run([*ctr, "tasks", "kill", "-s", "SIGKILL", "--all", task], capture_output=True, timeout=20)

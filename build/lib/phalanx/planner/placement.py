@@ -75,7 +75,14 @@ class Shortage:
     free: int
     total: int
 
+    @property
+    def never(self) -> bool:
+        """More than the whole cluster has: no wait and no preemption helps, only a smaller gang or more capacity."""
+        return self.needed > self.total
+
     def __str__(self) -> str:
+        if self.never:
+            return f"can never fit: needs {self.needed} x {self.resource}, the cluster has {self.total}"
         return f"short {self.needed - self.free} x {self.resource} ({self.free} free of {self.total})"
 
 

@@ -28,11 +28,24 @@ class Loss:
         return f"{self.name} ({self.cause})"
 
 
+PREEMPTED = "PreemptedByGang"
+"""The DisruptionTarget reason Phalanx puts on the victims of a gang preemption (`scheduling.nomination`)."""
+
+
 def _disruption_reason(pod: Mapping[str, Any]) -> str | None:
+    """Phalanx's preemption mark says who preempted (its message); any other mark, its reason. (The API server's
+    own mark, which a victim gets before Phalanx's lands, is covered by the nomination: see `losses`.)"""
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == keys.DISRUPTION_TARGET and cond.get("status") == "True":
+            if cond.get("reason") == PREEMPTED and cond.get("message"):
+                return str(cond["message"])
             return cond.get("reason") or "disrupted"
     return None
+
+
+def preempted_by(preemptor: str, priority: int) -> str:
+    """The cause of a gang preemption's victims, in the words every report of it uses."""
+    return f"preempted by {preemptor}, priority {priority}"
 
 
 def _exit(pod: Mapping[str, Any]) -> str:
@@ -62,17 +75,37 @@ def cause(pod: Mapping[str, Any] | None, nodes: set[str], finished: bool = False
 
 
 def losses(
-    reservation: schema.Reservation, pods: Iterable[Mapping[str, Any]], nodes: Iterable[str], finished: Container[str] = ()
+    reservation: schema.Reservation,
+    pods: Iterable[Mapping[str, Any]],
+    nodes: Iterable[str],
+    finished: Container[str] = (),
+    known: Mapping[str, str] | None = None,
+    preempted: Mapping[str, str] | None = None,
 ) -> list[Loss]:
-    """Members of this incarnation that are lost, in placement order; `finished`: uids of pods that Succeeded and went."""
+    """Members of this incarnation that are lost, in placement order; `finished`: uids of pods that Succeeded and went.
+
+    A loss keeps the cause it was first recorded with (`known`, uid -> cause, from `status.lost`), and a victim of a
+    preemption under way (`preempted`, uid -> cause) is said to be so: a pod deleted, or marked by the API server
+    before Phalanx, reads the same in `single` and `all` mode, and the message does not change as the pod goes."""
     by_uid = {p["metadata"]["uid"]: p for p in pods}
     node_names = set(nodes)
     out = []
     for placement in reservation.placements:
         why = cause(by_uid.get(placement.uid), node_names, placement.uid in finished)
         if why is not None:
+            why = (known or {}).get(placement.uid) or (preempted or {}).get(placement.uid) or why
             out.append(Loss(placement.name, placement.uid, why))
     return out
+
+
+def recorded(pod_group: Mapping[str, Any]) -> dict[str, str]:
+    """uid -> cause of the losses in `status.lost`."""
+    return {m["uid"]: m["cause"] for m in (pod_group.get("status") or {}).get("lost") or []}
+
+
+def record(lost: Iterable[Loss]) -> list[dict[str, str]]:
+    """`status.lost` for these losses."""
+    return [{"name": loss.name, "uid": loss.uid, "cause": loss.cause} for loss in lost]
 
 
 def finished(reservation: schema.Reservation, pods: Iterable[Mapping[str, Any]], gone: Container[str] = ()) -> int:

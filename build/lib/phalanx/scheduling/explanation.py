@@ -21,7 +21,8 @@ from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
 from phalanx.planner.devices import SelectorFailed
 from phalanx.planner.model import Device, Group, Snapshot
-from phalanx.scheduling import disruption, inputs, quorum, victims
+from phalanx.planner.placement import Shortage
+from phalanx.scheduling import disruption, holders, inputs, queue, quorum, victims
 
 JSON = dict[str, Any]
 
@@ -40,6 +41,8 @@ class Objects:
     budgets: Sequence[JSON] = ()
     taint_rules: Sequence[JSON] = ()
     events: Sequence[JSON] = ()
+    jobs: Sequence[JSON] = ()
+    """The namespace's Jobs: after a teardown, the Job's status says whether its back-off holds the new pods."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,15 @@ class LossRow:
 
 
 @dataclass(frozen=True)
+class HolderRow:
+    resource: str
+    holder: str
+    held: str
+    total: str
+    priority: int
+
+
+@dataclass(frozen=True)
 class Explanation:
     namespace: str
     job: str
@@ -146,6 +158,14 @@ class Explanation:
     plan: PlanView | None = None
     preemption: PreemptionView | None = None
     losses: tuple[LossRow, ...] = ()
+    holders: tuple[HolderRow, ...] = ()
+    """Who holds what the group is short of (a shortage that can never be met has none worth naming)."""
+    to_run: tuple[str, ...] = ()
+    """What would let the group run: capacity to free, a priority to outrank, or that nothing will."""
+    job_pods: str | None = None
+    """After a teardown: what the Job's status says of the pods it owes, and when its back-off lets them come."""
+    queue: str | None = None
+    """A gang waiting for its first placement: where it stands in the queue (priority, then age) and who is ahead."""
     member_rows: tuple[MemberRow, ...] = ()
     conditions: tuple[ConditionRow, ...] = ()
     events: tuple[EventRow, ...] = field(default_factory=tuple)
@@ -257,6 +277,11 @@ def _nodes(snapshot: Snapshot, group: Group, matcher: DeviceMatcher) -> tuple[tu
     rows = []
     for node in sorted(snapshot.nodes, key=lambda n: n.name):
         reason = nodefilter.blocking_reason(first, node)
+        if reason == "node(s) had untolerated taint(s)":  # which one: said once, here, not in every message
+            untolerated = [
+                t for t in node.taints if t.effect in ("NoSchedule", "NoExecute") and not nodefilter.tolerates(first.tolerations, t)
+            ]
+            reason = "untolerated taint " + ", ".join(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in untolerated)
         if reason is None and rules.static:
             reason = rules.fixed(first, node)
         local = [d for d in wanted if d.node_name == node.name]
@@ -289,6 +314,82 @@ def _plan_view(snapshot: Snapshot, group: Group, matcher: DeviceMatcher) -> tupl
     return view, None
 
 
+def _summary(view: PlanView) -> str:
+    """The verdict without the node filters' counts: those are the `Excluded` line and the nodes table, said once."""
+    if view.fits or not view.shortages:
+        return view.message
+    shorts = "; ".join(str(Shortage(s.resource, s.needed, s.free, s.total)) for s in view.shortages)
+    return f"minCount {view.min_count}: {view.fit} of {view.members} members fit; {shorts}"
+
+
+def _holders(
+    objects: Objects, snapshot: Snapshot, group: Group, view: PlanView, matcher: DeviceMatcher, pods_of: Any
+) -> list[holders.Holder]:
+    unit = holders.unit_of(objects.podgroups, pods_of)
+    mine = {m.uid for m in group.members}
+    out: list[holders.Holder] = []
+    for row in view.shortages:
+        shortage = Shortage(row.resource, row.needed, row.free, row.total)
+        if shortage.never:
+            continue  # nobody's release would make room: naming holders would suggest it could
+        device_class = snapshot.classes.get(row.resource)
+        if device_class is not None:
+            of_class = [d for d in snapshot.devices if all(_matches(matcher, e, d) for e in device_class.selectors)]
+            out += holders.of_devices(shortage, of_class, objects.claims, objects.pods, unit, mine)
+        elif row.resource in {r for m in group.members for r in m.requests}:
+            out += holders.of_node_resource(shortage, objects.pods, unit, mine)
+    return out
+
+
+def _to_run(
+    view: PlanView,
+    found: list[holders.Holder],
+    priority: int,
+    outranked: Preemption | NoVictims | None,
+    policy_never: bool,
+) -> tuple[str, ...]:
+    """What would let the group run, from the shortages and who holds them: free enough, or outrank the holders
+    (`outranked`: the preemption dry run again at a priority just above theirs; None when not tried)."""
+    never = [s for s in view.shortages if s.needed > s.total]
+    if never:
+        return tuple(
+            f"nothing while it needs more than the cluster has: lower minCount, or add {s.needed - s.total} x {s.resource}" for s in never
+        )
+    out = [" and ".join(f"{s.needed - s.free} more {s.resource} free" for s in view.shortages)] if view.shortages else []
+    top = max((h.priority for h in found), default=None)
+    if policy_never:
+        out.append("preemption is off for it (preemptionPolicy Never)")
+    elif top is not None and top >= priority and isinstance(outranked, Preemption) and outranked.victims:
+        out.append(f"a PriorityClass above {top}, the holders' (preemption would then evict {len(outranked.pods)} pod(s))")
+    return tuple(out)
+
+
+def _job_pods(job: JSON | None, pod_group: JSON, live: int, now: datetime.datetime) -> str | None:
+    """After a teardown, the pods the Job owes and when its controller's back-off lets them come: 10 s x 2^(n-1),
+    capped at 6 min, n the pods failed since its last success (at least the minCount torn down, plus those it counts
+    as failed), counted from the teardown. An estimate: the controller keeps n in memory, not in its status."""
+    if job is None:
+        return None
+    wanted = int(job["spec"].get("parallelism") or 1)
+    status = job.get("status") or {}
+    if live >= wanted or any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in status.get("conditions") or []):
+        return None
+    scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED) or {}
+    owed = wanted - live
+    said = f"{live} of {wanted} pods exist ({status.get('active') or 0} active, {status.get('failed') or 0} failed as the Job counts)"
+    if scheduled.get("reason") not in ("GangDisrupted", "GangTornDown") or not scheduled.get("lastTransitionTime"):
+        return f"{said}; the Job controller creates the other {owed}"
+    failures = inputs.min_count(pod_group) + int(status.get("failed") or 0) if not status.get("succeeded") else inputs.min_count(pod_group)
+    delay = min(360, 10 * 2 ** (failures - 1))
+    then = datetime.datetime.fromisoformat(scheduled["lastTransitionTime"].replace("Z", "+00:00"))
+    left = int((then + datetime.timedelta(seconds=delay) - now).total_seconds())
+    due = f"due in about {left}s" if left > 0 else "due now"
+    return (
+        f"{said}; the Job controller's back-off holds the other {owed}: about {delay}s after the teardown "
+        f"(10s x 2^(n-1), n >= {failures} pods failed since its last success), {due}"
+    )
+
+
 def _victim_rows(preemption: Preemption) -> tuple[VictimRow, ...]:
     return tuple(VictimRow(v.key, v.priority, tuple(p.name for p in v.pods)) for v in preemption.victims)
 
@@ -312,12 +413,16 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
     scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
     disrupted = _condition(pod_group, keys.DISRUPTION_TARGET)
     node_names = {n["metadata"]["name"] for n in objects.nodes}
-    losses = disruption.losses(reservation, every, node_names) if reservation is not None and reservation.state == "Released" else []
+    released = reservation is not None and reservation.state == "Released"
+    losses = disruption.losses(reservation, every, node_names, known=disruption.recorded(pod_group)) if released else []  # type: ignore[arg-type]
     priority = inputs.priority(pod_group, priorities.get)
     held = quorum.held_devices(pod_group, every, lambda ns, n: claims.get((ns, n)))
 
     plan_view: PlanView | None = None
     preemption: PreemptionView | None = None
+    found: list[holders.Holder] = []
+    to_run: tuple[str, ...] = ()
+    job_pods: str | None = None
     is_scheduled = scheduled is not None and scheduled["status"] == "True"
     if is_scheduled and (losses or (disrupted is not None and disrupted["status"] == "True")):
         state = "Disrupted"
@@ -335,6 +440,8 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
         if len(ready) < min_count:
             state = "Disrupted" if torn else "Waiting"
             summary = f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims"
+            owner = next((j for j in objects.jobs if j["metadata"]["uid"] == inputs.owner_uid(pod_group, "Job")), None)
+            job_pods = _job_pods(owner, pod_group, len(live), now) if torn else None
         else:
             snapshot = inputs.snapshot(
                 objects.nodes,
@@ -349,7 +456,9 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
             group = inputs.group(pod_group, ready, min_count)
             plan_view, fits = _plan_view(snapshot, group, matcher)
             state = "Disrupted" if torn else ("Preempting" if nomination is not None else "Pending")
-            summary = plan_view.message
+            summary = _summary(plan_view)
+            if fits is None:
+                found = _holders(objects, snapshot, group, plan_view, matcher, pods_of)
             if nomination is not None:
                 gone = {(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"]["uid"]) for p in objects.pods}
                 standing = tuple(v.name for v in nomination.victims if (v.namespace, v.name, v.uid) in gone)
@@ -365,15 +474,26 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
                     objects.budgets,
                     pinned=inputs.pins(objects.podgroups),
                 )
+                outranked: Preemption | NoVictims | None = None
                 if candidates is None:
                     preemption = PreemptionView(False, reason="preemptionPolicy is Never")
                 else:
-                    verdict = plan_preemption(snapshot, group, candidates, priority, matcher, victims.allowed(objects.budgets))
+                    budgets = victims.allowed(objects.budgets)
+                    verdict = plan_preemption(snapshot, group, candidates, priority, matcher, budgets)
                     if isinstance(verdict, NoVictims):
                         preemption = PreemptionView(False, reason=verdict.reason)
+                        top = max((h.priority for h in found), default=None)
+                        if top is not None and top >= priority:  # would outranking the holders help? the same search, asked
+                            outranked = plan_preemption(snapshot, group, candidates, top + 1, matcher, budgets)
                     else:
                         preemption = PreemptionView(False, victims=_victim_rows(verdict))
+                if preemption.victims == () and preemption.reason is not None:
+                    to_run = _to_run(plan_view, found, priority, outranked, candidates is None)
 
+    lost_rows = tuple(LossRow(loss.name, loss.cause) for loss in losses)
+    in_line = _queue(objects, pod_group, pods_of, priorities)
+    if not lost_rows and (scheduled or {}).get("reason") == "GangDisrupted":  # torn down for a loss: the record outlives the pods
+        lost_rows = tuple(LossRow(m["name"], m["cause"]) for m in (pod_group.get("status") or {}).get("lost") or [])
     members = tuple(
         MemberRow(p["metadata"]["name"], _state(p), inputs.placed_on(p), _devices(p, claims))
         for p in every
@@ -397,11 +517,32 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
         devices_below_min_count=held,
         plan=plan_view,
         preemption=preemption,
-        losses=tuple(LossRow(loss.name, loss.cause) for loss in losses),
+        losses=lost_rows,
+        holders=tuple(HolderRow(h.resource, h.unit, _amount(h.resource, h.held), _amount(h.resource, h.total), h.priority) for h in found),
+        to_run=to_run,
+        job_pods=job_pods,
+        queue=in_line,
         member_rows=members,
         conditions=conditions,
         events=_events(objects.events, pod_group, every, now),
     )
+
+
+def _queue(objects: Objects, pod_group: JSON, pods_of: Mapping[str, Sequence[JSON]], priorities: Mapping[str, JSON]) -> str | None:
+    """`position N of M`, as the loop orders the waiting gangs, and the one just ahead."""
+    priority = {g["metadata"]["uid"]: inputs.priority(g, priorities.get) for g in objects.podgroups}
+    where = queue.positions(objects.podgroups, pods_of, lambda g: priority[g["metadata"]["uid"]])
+    position = where.get(pod_group["metadata"]["uid"])
+    if position is None:
+        return None
+    text = f"position {position[0]} of {position[1]} waiting (priority, then age)"
+    ahead = next(
+        (g for g in objects.podgroups if g["metadata"]["uid"] in where and where[g["metadata"]["uid"]][0] == position[0] - 1), None
+    )
+    if ahead is not None:
+        meta = ahead["metadata"]
+        text += f"; next ahead: {meta['namespace']}/{meta['name']}, priority {priority[meta['uid']]}"
+    return text
 
 
 def _events(events: Sequence[JSON], pod_group: JSON, pods: Sequence[JSON], now: datetime.datetime) -> tuple[EventRow, ...]:
@@ -442,6 +583,14 @@ def text(e: Explanation) -> str:
         f"Gang:        minCount {e.min_count}, {e.members} members, {e.bound} bound; priority {e.priority}; disruptionMode {e.disruption_mode}",
         f"Held below minCount: {e.devices_below_min_count} device(s)",
     ]
+    for i, h in enumerate(e.holders):
+        lines.append(f"{'Held by:' if i == 0 else '':<13}{h.held} of {h.total} {h.resource} held by {h.holder}, priority {h.priority}")
+    if e.to_run:
+        lines.append(f"To run:      {', or '.join(e.to_run)}")
+    if e.job_pods:
+        lines.append(f"Job:         {e.job_pods}")
+    if e.queue:
+        lines.append(f"Queue:       {e.queue}")
     if e.plan is not None:
         p = e.plan
         lines.append(f"Plan:        {p.fit} of {p.members} members fit (minCount {p.min_count})")
@@ -456,10 +605,19 @@ def text(e: Explanation) -> str:
         for rule in p.unmodelled:
             lines.append(f"Not judged:  {rule}")
         lines.append("Nodes:")
+        wants_devices = any(n.devices for n in p.nodes) or p.network_devices
         lines += _table(
-            ["NODE", "DEVICES FREE", "FREE", "EXCLUDED BY"],
+            ["NODE", "FREE", "EXCLUDED BY"],
             [
-                [n.name, f"{n.devices_free}/{n.devices}", " ".join(f"{k}={v}" for k, v in n.free.items()) or "-", n.excluded_by or "-"]
+                [
+                    n.name,
+                    " ".join(
+                        ([f"devices={n.devices_free}/{n.devices}"] if wants_devices and n.devices else [])
+                        + [f"{k}={v}" for k, v in n.free.items()]
+                    )
+                    or "-",
+                    n.excluded_by or "-",
+                ]
                 for n in p.nodes
             ],
         )

@@ -7,11 +7,14 @@ One cycle:
    re-validated, then completed or rolled back (`reserve`);
 3. each PodGroup still waiting for its first placement, once its quorum
    exists (minCount gated pods whose claims exist), is planned on a fresh
-   snapshot; on Fits it is reserved and released as a unit, on Short the
-   exact reason goes to its status;
+   snapshot; on Fits it is reserved and released as a unit, unless a group
+   ahead of it in the queue (`queue`: priority, then age) still waiting
+   could use the same room now, on Short the exact reason goes to its status;
 4. a released group that does not reach minCount bound within the bind
    deadline, or whose gate lift was refused in part, is torn down as a
-   unit and admitted again (`teardown`);
+   unit and admitted again (`teardown`); so is one whose members are not
+   all Ready within the ready deadline, admitted again only after a
+   back-off that doubles to a cap (`podsready`);
 5. members arriving after the group was scheduled are released one by one;
    PodGroupInitiallyScheduled turns True once minCount members are bound;
    a Job suspended after its release starts over: the pods it creates once
@@ -40,7 +43,24 @@ from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Snapshot
-from phalanx.scheduling import conditions, disruption, inputs, metrics, pacing, quorum, repair, shortfall, teardown, victims, waits
+from phalanx.planner.queue import takes_room
+from phalanx.scheduling import (
+    conditions,
+    disruption,
+    groupclaims,
+    inputs,
+    metrics,
+    pacing,
+    podsready,
+    pointers,
+    queue,
+    quorum,
+    repair,
+    shortfall,
+    teardown,
+    victims,
+    waits,
+)
 from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.nomination import PREEMPTED, Preemptor
 from phalanx.scheduling.nomination import intruders as nomination_intruders
@@ -53,6 +73,8 @@ DISRUPTED = "GangDisrupted"
 LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
 DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
 SUSPENDED = "JobSuspended"
+READY_TIMEOUT = "PodsReadyTimeout"
+"""Kueue's word for a workload evicted because its pods were not Ready in time."""
 COUNTS_EVERY = 1.0
 """Seconds between two writes of a group's member counts: a gang of hundreds binding would otherwise write its
 status once per cycle, on the API server kube-scheduler is binding through."""
@@ -105,22 +127,41 @@ def _live(pod: Mapping[str, Any]) -> bool:
 
 def _cause_label(cause: str) -> str:
     """A bounded metric label from a loss cause (the cause text names pods and nodes)."""
-    for label in ("Eviction", "Preemption", "Taint", "PodGC", "node", "failed", "deleted"):
+    for label in ("Eviction", "Preemption", "Taint", "PodGC", "node", "failed", "deleted", "preempted"):
         if label.lower() in cause.lower():
             return label.lower()
     return "other"
 
 
 class SchedulingLoop:
-    def __init__(self, kube: Kube, view: ClusterView, *, period: float = 5.0, settle: float = 0.2, bind_deadline: float = 60.0) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        view: ClusterView,
+        *,
+        period: float = 5.0,
+        settle: float = 0.2,
+        bind_deadline: float = 60.0,
+        ready_deadline: float = 0.0,
+        ready_backoff: tuple[float, float] = (60.0, 3600.0),
+    ) -> None:
         self.kube = kube
         self.view = view
         self.period = period
         self.bind_deadline = bind_deadline
+        self.ready_deadline = ready_deadline
+        """Seconds a released gang has to get every member Ready (0: no deadline); a Job's annotation overrides it."""
+        self.ready_backoff = ready_backoff
+        """(base, cap) seconds of the back-off before a gang torn down at its ready deadline is admitted again."""
+        self._readiness: dict[str, schema.Readiness] = {}
+        """PodGroup uid -> the `status.readiness` this loop last wrote: the watch may not show it yet."""
+        self._due: dict[str, float] = {}
+        """PodGroup uid -> when (monotonic) its ready deadline or back-off ends: the loop wakes for it."""
         self.matcher = DeviceMatcher()
         self.holes = Holes(kube)
         self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
         self.preemptor = Preemptor(kube, view, Holes(kube, NOMINATED))
+        self.pointers = pointers.Pointers(kube)
         self._pods_of: dict[str, list[dict[str, Any]]] = {}
         """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
         self._mine: dict[str, dict[str, dict[str, Any]]] = {}
@@ -147,6 +188,14 @@ class SchedulingLoop:
         """PodGroup uid -> (the members waiting to join it, the minCount its Job said when they were first seen)."""
         self._victims_gone_at: dict[str, float] = {}
         """PodGroup uid -> when this loop first saw every victim of its preemption gone (monotonic)."""
+        self._lost_written: dict[str, list[dict[str, str]]] = {}
+        """PodGroup uid -> the `status.lost` this loop last wrote: the watch may not show it yet."""
+        self._preempted: dict[str, str] = {}
+        """Pod uid -> the cause of its loss, for the victims of every preemption under way (from the nominations)."""
+        self.line = queue.Line()
+        """The groups this cycle found waiting, ahead of the one being reconciled (the cycle goes in queue order)."""
+        self._again = False
+        """A release was held back for a group ahead that fits: the next cycle runs at once, and releases it."""
         self._budget = pacing.CpuBudget()
         self._woken_for = time.monotonic()
         """When the oldest change this cycle runs for arrived (monotonic)."""
@@ -173,6 +222,9 @@ class SchedulingLoop:
         now = time.monotonic()
         due = [until - now for until, _ in self._backoff.values()]
         due += [at + COUNTS_EVERY - now for uid, at in self._counts_at.items() if uid in self._counts_due]
+        if self._again:
+            due.append(0.0)
+        due += [at - now for at in self._due.values()]
         return max(0.05, min([self.period, *due]))
 
     async def cycle(self) -> None:
@@ -193,8 +245,19 @@ class SchedulingLoop:
         except Exception:
             metrics.ERRORS.labels(stage="repair").inc()
             logger.exception("double-allocation repair failed; retrying next cycle")
+        self._preempted = {v.uid: self._preempted_by(g) for g, _ in groups if (n := inputs.nomination(g)) is not None for v in n.victims}
         metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
         waits.publish(waits.current(groups, self._quorum_at, time.monotonic()))  # every cycle: fresh on a quiet cluster
+        if self.leading():
+            try:
+                await self.pointers.point(groups)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # an Event refused holds no gang: the pods not pointed are tried next cycle
+                metrics.ERRORS.labels(stage="pointers").inc()
+                logger.exception("events on gated members not written; retrying next cycle")
+        self.line.clear()
+        self._again = False
         for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
             if not self.leading():
                 return
@@ -234,12 +297,19 @@ class SchedulingLoop:
             del self._counts_at[uid]
         for uid in [u for u in self._victims_gone_at if u not in live]:
             del self._victims_gone_at[uid]
+        for uid in [u for u in self._lost_written if u not in live]:
+            del self._lost_written[uid]
         for uid in [u for u in self._intended if u not in live]:
             del self._intended[uid]
+        for uid in [u for u in self._readiness if u not in live]:
+            del self._readiness[uid]
+        now = time.monotonic()
+        self._due = {u: at for u, at in self._due.items() if u in live and at > now}
         self._counts_due &= live
         claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
         self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
         pods = {p["metadata"]["uid"] for p in self.view.pods.items()}
+        self.pointers.keep_only(pods)
         now = time.monotonic()
         self._evicting = {uid: until for uid, until in self._evicting.items() if uid in pods and until > now}
         self.shortfalls.keep_only(live)
@@ -255,7 +325,28 @@ class SchedulingLoop:
         return inputs.priority(pod_group, lambda name: self.view.priorities.get("", name))
 
     def _order(self, pod_group: Mapping[str, Any]) -> tuple[int, str, str]:
-        return (-self._priority(pod_group), pod_group["metadata"].get("creationTimestamp", ""), pod_group["metadata"]["name"])
+        return queue.order(pod_group, self._priority(pod_group))
+
+    async def _held_back(self, fits: Fits) -> queue.Ahead | None:
+        """The first group ahead in the queue, still waiting, that could use room this plan would take now.
+
+        Judged on the latest snapshot, which may show room freed since the group ahead was planned this cycle (a
+        watch event between two groups): a group ahead known short since nothing it could use was freed is skipped
+        without a plan; one preempting is judged with its victims' devices free, so no group behind takes the
+        rest of the room its preemption counts on."""
+        base = self._snapshot()  # the claims a group's memo key reads do not depend on whose nomination is held
+        for ahead in self.line.ahead:
+            if not ahead.freed and self.shortfalls.still_short(ahead.memo, shortfall.group_key(ahead.group, base, ahead.priority)):
+                continue
+            snapshot = queue.Line.room(self._snapshot(ahead.pod_group), ahead)
+            if await asyncio.to_thread(takes_room, snapshot, ahead.group, fits, self.matcher):
+                return ahead
+        return None
+
+    def _hold_back_message(self, pod_group: Mapping[str, Any], ahead: queue.Ahead) -> str:
+        position = queue.positions(self.view.podgroups.items(), self._pods_of, self._priority).get(pod_group["metadata"]["uid"])
+        where = f"; position {position[0]} of {position[1]} in the queue" if position else ""
+        return f"fits, but waits its turn: {ahead.name} (priority {ahead.priority}), ahead in the queue, could use the same room now{where}"
 
     async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         """False when an attempt was undone: the group then backs off before the next one."""
@@ -274,7 +365,12 @@ class SchedulingLoop:
         owner: dict[str, Any] | None = None
         if reservation is not None and reservation.state == "Released":
             lost = disruption.losses(
-                reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self._node_names(), self.view.finished
+                reservation,
+                self._pods_of.get(pod_group["metadata"]["uid"], []),
+                self._node_names(),
+                self.view.finished,
+                known=disruption.recorded(pod_group),
+                preempted=self._preempted,
             )
             owner = await self._job(pod_group, lost) if lost else None
             if owner is not None and _suspended_since(owner, reservation):
@@ -282,6 +378,12 @@ class SchedulingLoop:
                 return await self._tear_down(pod_group, pods, reservation, why, reason=SUSPENDED)
             if owner is not None and _finished(owner):
                 return True  # its successPolicy or failure ended the rest: the Job's own doing, nothing to take down
+            if owner is not None:
+                await self._record_lost(pod_group, lost)
+            if not lost and pod_group["spec"]["schedulingPolicy"].get("gang") is not None:
+                timed_out = await self._ready_by_deadline(pod_group, pods, reservation, min_count)
+                if timed_out is not None:
+                    return timed_out
         if scheduled is not None and scheduled["status"] == "True":
             if reservation is not None:
                 if lost and "all" in (pod_group["spec"].get("disruptionMode") or {}):
@@ -299,6 +401,14 @@ class SchedulingLoop:
             return await self._await_binding(pod_group, pods, bound, reservation, min_count)
         if not waiting:
             return True
+        if pod_group["spec"].get("resourceClaims"):
+            missing = await groupclaims.ensure(self.kube, pod_group, self.view.claims.get)
+            if missing is not None:
+                await self._set(pod_group, False, "Pending", missing)
+                return True
+        held = await self._ready_backoff(pod_group)
+        if held:
+            return True
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) < min_count:
             # while the others arrive the claims get their finalizer, so the release writes only allocations; and no
@@ -308,6 +418,87 @@ class SchedulingLoop:
             return True
         self._quorum_at.setdefault(pod_group["metadata"]["uid"], time.monotonic())
         return await self._attempt(pod_group, ready, min_count)
+
+    def _ready_record(self, pod_group: Mapping[str, Any]) -> schema.Readiness:
+        mine = self._readiness.get(pod_group["metadata"]["uid"])
+        if mine is not None:
+            return mine
+        raw = (pod_group.get("status") or {}).get("readiness")
+        return schema.Readiness.model_validate(raw) if raw else schema.Readiness()
+
+    async def _write_readiness(self, pod_group: Mapping[str, Any], record: schema.Readiness) -> None:
+        await self.kube.merge_patch(
+            custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"readiness": record.wire()}}
+        )
+        self._readiness[pod_group["metadata"]["uid"]] = record
+
+    def _deadline_of(self, pod_group: Mapping[str, Any]) -> float:
+        """The Job's ready-deadline annotation (copied onto its PodGroup), else the operator's flag; 0: none."""
+        with contextlib.suppress(intent.GangSpecError):
+            said = intent.ready_deadline(pod_group["metadata"].get("annotations"))
+            if said is not None:
+                return said
+        return self.ready_deadline
+
+    async def _ready_by_deadline(
+        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation, min_count: int
+    ) -> bool | None:
+        """A released gang whose members are not all Ready by the ready deadline is torn down as a unit; the record
+        counts the attempt, names the member and its state, and sets when the group may be admitted again.
+        None when there is nothing to do (no deadline, all were Ready once, or time is left)."""
+        deadline = self._deadline_of(pod_group)
+        released_at = reservation.released_at or ""
+        record = self._ready_record(pod_group)
+        if not deadline or (record.ready_at is not None and record.ready_at >= released_at):
+            return None
+        placed = {p.uid for p in reservation.placements}
+        members = [p for p in pods if p["metadata"]["uid"] in placed]
+        missing = podsready.first_not_ready(members)
+        uid = pod_group["metadata"]["uid"]
+        if missing is None and len(members) >= min_count:
+            self._due.pop(uid, None)
+            await self._write_readiness(pod_group, record.model_copy(update={"attempts": 0, "ready_at": conditions.now()}))
+            return None
+        left = deadline - _since(reservation.released_at)
+        if left > 0:
+            self._due[uid] = time.monotonic() + left
+            return None
+        member, why = missing if missing is not None else ("-", f"only {len(members)} of minCount {min_count} members exist")
+        if record.timed_out_at is None or record.timed_out_at < released_at:  # counted once per release
+            attempts = record.attempts + 1
+            delay = podsready.backoff(attempts, *self.ready_backoff)
+            not_before = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=delay)
+            record = schema.Readiness(
+                attempts=attempts,
+                member=member,
+                reason=why,
+                timed_out_at=conditions.now(),
+                not_before=not_before.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            )
+            await self._write_readiness(pod_group, record)
+            metrics.READY_TIMEOUTS.inc()
+        delay = podsready.backoff(record.attempts, *self.ready_backoff)
+        text = (
+            f"member {record.member} not Ready {deadline:.0f}s after release ({record.reason}); timeout {record.attempts} in a row, "
+            f"admitted again after {delay:.0f}s"
+        )
+        return await self._tear_down(pod_group, pods, reservation, text, reason=READY_TIMEOUT)
+
+    async def _ready_backoff(self, pod_group: dict[str, Any]) -> bool:
+        """True while a gang torn down at its ready deadline waits out its back-off (the condition says until when)."""
+        record = self._ready_record(pod_group)
+        if record.not_before is None or (record.ready_at is not None and record.ready_at >= (record.timed_out_at or "")):
+            return False
+        left = -_since(record.not_before)
+        if left <= 0:
+            return False
+        self._due[pod_group["metadata"]["uid"]] = time.monotonic() + left
+        why = (
+            f"back-off after {record.attempts} ready deadline timeout(s) in a row (member {record.member}: {record.reason}); "
+            f"admitted again at {record.not_before}"
+        )
+        await self._set(pod_group, False, READY_TIMEOUT, why)
+        return True
 
     async def _await_binding(
         self,
@@ -452,6 +643,7 @@ class SchedulingLoop:
         nomination = inputs.nomination(pod_group)
         key = shortfall.group_key(group, snapshot, self._priority(pod_group))
         if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
+            self.line.join(pod_group, group, self._priority(pod_group))
             return True  # its status already says why; nothing it could use was freed
         # in a worker thread: a costly claim must not keep the webhooks and probes this event loop serves from answering
         result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
@@ -465,16 +657,26 @@ class SchedulingLoop:
             return False
         if not isinstance(result, Fits):
             if nomination is not None:
+                self.line.join(pod_group, group, self._priority(pod_group), inputs.nominated_devices(nomination))
                 return await self._preempting(pod_group, nomination, result.message)
             verdict = await self._plan_preemption(pod_group, snapshot, group)
             if isinstance(verdict, Preemption) and verdict.victims:
+                self.line.join(pod_group, group, self._priority(pod_group), (d for p in verdict.pods for d in p.devices))
                 await self._preempt(pod_group, verdict)
                 return True
             metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable", profile=metrics.PROFILE).inc()
             metrics.ATTEMPT_DURATION.labels(result="unschedulable", profile=metrics.PROFILE).observe(time.monotonic() - started)
             why_not = f"; preemption: {verdict.reason}" if isinstance(verdict, NoVictims) else ""
             self.shortfalls.remember(pod_group["metadata"]["uid"], key)
+            self.line.join(pod_group, group, self._priority(pod_group))
             await self._set(pod_group, False, "Unschedulable", result.message + why_not, warn=True)
+            return True
+        ahead = await self._held_back(result)
+        if ahead is not None:
+            self.line.join(pod_group, group, self._priority(pod_group), inputs.nominated_devices(nomination) if nomination else ())
+            self._again = True
+            metrics.HELD_BACK.inc()
+            await self._set(pod_group, False, "Pending", self._hold_back_message(pod_group, ahead))
             return True
         try:
             reservation = await self.releaser.release(pod_group, result, steps)
@@ -531,11 +733,23 @@ class SchedulingLoop:
         metrics.PREEMPTION_ATTEMPTS.labels(result=result).inc()
         return verdict
 
+    def _preempted_by(self, pod_group: Mapping[str, Any]) -> str:
+        """What the victims of this group's preemption are told, and what their losses say: its Job and priority."""
+        job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL) or _name(pod_group)
+        return disruption.preempted_by(f"{_ns(pod_group)}/{job}", self._priority(pod_group))
+
+    async def _record_lost(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> None:
+        """`status.lost`: the losses with the cause first seen, written when they change, kept after a teardown."""
+        record = disruption.record(lost)
+        uid = pod_group["metadata"]["uid"]
+        if not lost or record == (pod_group.get("status") or {}).get("lost") or record == self._lost_written.get(uid):
+            return
+        await self.kube.merge_patch(custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"lost": record}})
+        self._lost_written[uid] = record
+
     async def _preempt(self, pod_group: dict[str, Any], preemption: Preemption) -> None:
         names = ", ".join(v.key for v in preemption.victims)
-        why = (
-            f"preempted by gang {_ns(pod_group)}/{_name(pod_group)} (priority {self._priority(pod_group)}), which needs the room they hold"
-        )
+        why = self._preempted_by(pod_group)
         await self.preemptor.start(pod_group, preemption, why)
         metrics.SCHEDULE_ATTEMPTS.labels(result="waiting_on_preemption", profile=metrics.PROFILE).inc()
         message = f"preempting {names} ({len(preemption.pods)} pods) to place the whole group"
@@ -551,7 +765,7 @@ class SchedulingLoop:
         since this process saw them gone (a restart holds the devices one deadline longer, never shorter), so a
         victim's long grace period does not eat the time the freed devices are held for the preemptor."""
         uid = pod_group["metadata"]["uid"]
-        why = f"preempted by gang {_ns(pod_group)}/{_name(pod_group)}"
+        why = self._preempted_by(pod_group)
         # a crash between recording the nomination and covering its devices left them open: cover them (idempotent)
         await self.preemptor.nominated.cover(inputs.nominated_devices(nomination), why)
         await self._evict_intruders(pod_group, nomination)
@@ -620,8 +834,21 @@ class SchedulingLoop:
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) >= quorum:
             # one plan, in a worker thread as every plan
-            result = await asyncio.to_thread(plan, self._snapshot(), inputs.group(pod_group, ready, quorum), self.matcher)
-            if isinstance(result, Fits):
+            group = inputs.group(pod_group, ready, quorum)
+            snapshot = self._snapshot()
+            result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
+            ahead = await self._held_back(result) if isinstance(result, Fits) else None
+            if ahead is not None:
+                self._again = True
+                metrics.HELD_BACK.inc()
+                logger.info("%s/%s: members held back: %s", _ns(pod_group), _name(pod_group), self._hold_back_message(pod_group, ahead))
+            if not isinstance(result, Fits) or ahead is not None:
+                # members known short for the groups behind (a memo of their own: this one cycle, never the gang's)
+                memo = f"{pod_group['metadata']['uid']}/members"
+                if not isinstance(result, Fits) and not result.timed_out:
+                    self.shortfalls.remember(memo, shortfall.group_key(group, snapshot, self._priority(pod_group)))
+                self.line.join(pod_group, group, self._priority(pod_group), memo=memo)
+            else:
                 try:
                     joined.append(await self.releaser.release_member(pod_group, result))
                 except GatesRefused as exc:

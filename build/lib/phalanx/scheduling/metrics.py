@@ -62,6 +62,14 @@ ROLLBACKS = Counter("phalanx_reservation_rollbacks_total", "Reservations undone 
 RELEASED_PODS = Counter("phalanx_released_pods_total", "Pods whose scheduling gate Phalanx lifted.")
 EVICTIONS = Counter("phalanx_evictions_total", "Pods Phalanx took down, by reason (the Event reason on the pod).", ["reason"])
 TEARDOWNS = Counter("phalanx_podgroup_teardowns_total", "Released groups torn down as a unit before reaching minCount bound.")
+READY_TIMEOUTS = Counter(
+    "phalanx_podgroup_ready_timeouts_total",
+    "Released gangs torn down because a member was not Ready by the ready deadline (Kueue's PodsReadyTimeout).",
+)
+HELD_BACK = Counter(
+    "phalanx_releases_held_back_total",
+    "Plans that fit but were not released: a group ahead in the queue, still waiting, could use the same room now.",
+)
 ERRORS = Counter("phalanx_errors_total", "Unexpected errors, by stage; the group is retried with backoff.", ["stage"])
 DISRUPTIONS = Counter(
     "phalanx_podgroup_disruptions_total",

@@ -27,13 +27,13 @@ from phalanx.crashpoints import crash_point
 from phalanx.kube.client import Kube, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Preemption
-from phalanx.scheduling import conditions, metrics, teardown
+from phalanx.scheduling import conditions, disruption, metrics, teardown
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.inputs import consuming_ids, may_run, nominated_devices
 
 logger = logging.getLogger(__name__)
 
-PREEMPTED = "PreemptedByGang"
+PREEMPTED = disruption.PREEMPTED
 
 
 def intruders(nomination: schema.Nomination, claims: Iterable[Mapping[str, Any]], preemptor: Collection[str]) -> list[Mapping[str, Any]]:

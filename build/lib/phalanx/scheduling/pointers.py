@@ -1,0 +1,69 @@
+"""A gated member points at its group: one Event per pod that `kubectl describe pod` shows.
+
+A pod held by the gang gate shows only `SchedulingGated` to a user who
+looks at the pod, not that it waits for a gang, which one, or where to ask
+why. Each gated member of a gang gets one Event naming its PodGroup and the
+`explain` command. One per pod, not per cycle: the Event's name is derived
+from the pod's uid, so a restart or a second replica finds it there
+(AlreadyExists) instead of writing it again, and the pods already done are
+remembered until they go.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from phalanx.api import keys
+from phalanx.kube.client import Kube, all_answered
+from phalanx.scheduling import inputs
+
+logger = logging.getLogger(__name__)
+
+REASON = "WaitingForGang"
+
+
+def event_name(pod: Mapping[str, Any]) -> str:
+    """Unique per pod (its uid), a valid Event name whatever the pod's name's length."""
+    return f"{pod['metadata']['name'][:200]}.{pod['metadata']['uid']}.gang"
+
+
+def message(pod_group: Mapping[str, Any]) -> str:
+    meta = pod_group["metadata"]
+    job = (meta.get("labels") or {}).get(keys.JOB_NAME_LABEL) or meta["name"]
+    return (
+        f"member of PodGroup {meta['namespace']}/{meta['name']} (gang, minCount {inputs.min_count(pod_group)}): held by "
+        f"{keys.SCHEDULING_GATE} until the whole group can be placed; why it waits: "
+        f"kubectl phalanx explain {job} -n {meta['namespace']}"
+    )
+
+
+class Pointers:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.done: set[str] = set()
+        """Uids of pods whose Event exists: not written again while they live."""
+
+    async def point(self, groups: Iterable[tuple[Mapping[str, Any], list[dict[str, Any]]]]) -> int:
+        """An Event on each gated member of a gang not yet pointed; returns how many were written. Raises on any
+        refusal but "exists" (the pods not written are tried on the next cycle)."""
+        due = [
+            (pod_group, pod)
+            for pod_group, pods in groups
+            if pod_group["spec"]["schedulingPolicy"].get("gang") is not None
+            for pod in pods
+            if inputs.gated(pod) and pod["metadata"]["uid"] not in self.done
+        ]
+        written = await all_answered(self._point(pod_group, pod) for pod_group, pod in due)
+        return sum(written)
+
+    async def _point(self, pod_group: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+        ref = {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"]}
+        created = await self.kube.event_once(ref, name=event_name(pod), type_="Normal", reason=REASON, message=message(pod_group))
+        self.done.add(pod["metadata"]["uid"])
+        return created
+
+    def keep_only(self, live: set[str]) -> None:
+        """Pods that are gone are forgotten."""
+        self.done &= live
