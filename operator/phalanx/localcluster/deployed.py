@@ -23,7 +23,7 @@ NAMESPACE = "phalanx-system"
 DEPLOYMENT = "phalanx"
 LEASE = "phalanx-leader"
 OVERLAY = Path("e2e") / "install"
-SOURCES = ("pyproject.toml", "README.md", "Dockerfile", "operator")
+SOURCES = (*images.DOCKERFILE_SOURCES, "Dockerfile")
 
 
 def source_digest(repo: Path) -> str:

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,8 @@ BUSYBOX_IMAGE = "phalanx.local/busybox:1.35"
 OPERATOR_IMAGE = "phalanx.local/phalanx:dev"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
+# What the Dockerfile copies into its build.
+DOCKERFILE_SOURCES = ("pyproject.toml", "README.md", "operator")
 # The pause container only has to hold the sandbox's namespaces and end on SIGTERM (a PID 1 has no default handlers).
 PAUSE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 
@@ -165,7 +168,17 @@ def operator_rootfs(root: Path, source: Path, *, cache: Path) -> Path:
     subprocess.run(["cp", "-a", str(base), str(root)], check=True)
     # the wheels come from this machine's pip (its index and trust settings); the chroot never reaches a network
     wheels = root / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(source)], check=True)
+    # from a copy of what the Dockerfile copies: a build in the checkout would leave build/ there, and pack what a
+    # stale build/ holds
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        for item in DOCKERFILE_SOURCES:
+            if (source / item).is_dir():
+                shutil.copytree(source / item, src / item, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(source / item, src / item)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(src)], check=True)
     venv = "/opt/phalanx"
     chroot = [shutil.which("chroot") or "/usr/sbin/chroot", str(root)]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/root"}

@@ -1,3 +1,0 @@
-from phalanx.cli import main
-
-raise SystemExit(main())

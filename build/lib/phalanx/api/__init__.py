@@ -1,1 +1,0 @@
-"""Phalanx's API: the CRD models and the gang intent a Job carries."""
