@@ -150,6 +150,11 @@ def test_a_member_whose_eviction_is_refused_is_not_marked_and_the_teardown_finis
     pod = cluster.get("pod", protected, "-n", namespace)
     assert not pod["metadata"].get("deletionTimestamp") and pod["status"]["phase"] == "Running", "the budget kept rank 3 running"
     assert not _condition(pod, keys.DISRUPTION_TARGET), f"rank 3 runs on, marked for a teardown it was refused: {pod['status']}"
+    wait_for(  # taken off before each eviction tried, put back once it is refused: however rank 3 ends, its Job counts it
+        lambda: keys.JOB_TRACKING in (cluster.get("pod", protected, "-n", namespace)["metadata"].get("finalizers") or []),
+        "rank 3 keeps the Job's tracking finalizer",
+        timeout=5,
+    )
     cluster.kubectl("delete", "pdb", "rank-3", "-n", namespace)
     wait_for(
         lambda: (p := cluster.get("pod", protected, "-n", namespace, "--ignore-not-found")) == {} or p["metadata"].get("deletionTimestamp"),

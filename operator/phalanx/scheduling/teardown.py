@@ -51,7 +51,7 @@ def _condition(reason: str, message: str) -> dict[str, Any]:
     }
 
 
-def _tracking(pod: Mapping[str, Any]) -> int | None:
+def tracking_at(pod: Mapping[str, Any]) -> int | None:
     """Where the Job's tracking finalizer is in the member's finalizers, when Phalanx may take it off: the member
     has not ended and is not being deleted, and its index counted no failure yet."""
     meta = pod["metadata"]
@@ -73,7 +73,7 @@ async def _uncount(kube: Kube, pod: Mapping[str, Any]) -> bool:
     meta = pod["metadata"]
     path = pod_path(meta["namespace"], meta["name"])
     for attempt in range(2):
-        at = _tracking(pod)
+        at = tracking_at(pod)
         if at is None:
             return False
         patch = [
@@ -105,9 +105,12 @@ async def _recount(kube: Kube, pod: Mapping[str, Any]) -> None:
     """Put the tracking finalizer back on a member whose eviction was refused: it keeps running, and its Job must
     count however it ends. A member deleted meanwhile (it cannot take a finalizer any more) or gone is left."""
     meta = pod["metadata"]
+    others = [f for f in meta.get("finalizers") or [] if f != keys.JOB_TRACKING]
     patch = [
         {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
-        {"op": "add", "path": "/metadata/finalizers/-", "value": keys.JOB_TRACKING},
+        # the list is gone with its last entry: put it back whole, as it was
+        *([{"op": "test", "path": "/metadata/finalizers", "value": others}] if others else []),
+        {"op": "add", "path": "/metadata/finalizers", "value": [*others, keys.JOB_TRACKING]},
     ]
     try:
         await kube.json_patch(pod_path(meta["namespace"], meta["name"]), patch)
