@@ -275,7 +275,7 @@ async def recovery_run(way: Way, size: int, timeout: float) -> dict[str, float |
     ended), and from then to `size` ranks running again, every stopped one replaced (None: not within `timeout`)."""
     name = f"rec-{size}"
     await way.submit(name, size, recoverable=True)
-    none = {"evict_to_last_stopped": None, "last_stopped_to_running": None}
+    none = {"evict_to_last_stopped": None, "last_stopped_to_running": None} | dict.fromkeys(RECOVERY_TIMELINE)
     try:
         if not await way.pods.until(lambda: sum(map(_running, way.pods.of(name))) >= size, max(120.0, size * 0.6)):
             return none
@@ -286,10 +286,16 @@ async def recovery_run(way: Way, size: int, timeout: float) -> dict[str, float |
             victim, NAMESPACE, {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": NAMESPACE}}
         )
         stopped: dict[str, float] = {}
+        seen: dict[str, float] = {}
 
         def back() -> bool:
             now = time.monotonic()
             by_uid = {p["metadata"]["uid"]: p for p in way.pods.of(name)}
+            new = [p for uid, p in by_uid.items() if uid not in first]
+            if new:
+                seen.setdefault("first_created", now)
+            if len(new) >= len(stopped) and stopped and all(p["spec"].get("nodeName") for p in new):
+                seen.setdefault("all_bound", now)
             for uid in first:
                 if uid not in stopped and _ended(by_uid.get(uid)):
                     stopped[uid] = now
@@ -301,11 +307,19 @@ async def recovery_run(way: Way, size: int, timeout: float) -> dict[str, float |
         if not await way.pods.until(back, timeout):
             return none
         last = max(stopped.values())
-        return {"evict_to_last_stopped": last - evicted, "last_stopped_to_running": time.monotonic() - last}
+        timeline = {
+            key: seen[key.removeprefix("last_stopped_to_")] - last if key.removeprefix("last_stopped_to_") in seen else None
+            for key in RECOVERY_TIMELINE
+        }
+        return {"evict_to_last_stopped": last - evicted, "last_stopped_to_running": time.monotonic() - last} | timeline
     finally:
         await way.finish(name)
         await way.drained()
 
+
+RECOVERY_TIMELINE = ("last_stopped_to_first_created", "last_stopped_to_all_bound")
+"""Where a recovery's time goes, from the last member stopped: the Job's first new pod seen (its back-off over), and
+every stopped one replaced and bound (bound before the last one stopped reads negative)."""
 
 RECOVERY_TARGET = 15.0
 """Issue 22: a torn-down gang runs again within this many seconds of its last member stopping."""
@@ -540,13 +554,19 @@ def summarise(plan: Plan, raw: dict[str, Any]) -> dict[str, Any]:
     for size, runs in raw.get("recovery", {}).items():
         row = {"ranks": size}
         for w, samples in runs.items():
-            row[w] = {key: _median(samples, key) for key in ("evict_to_last_stopped", "last_stopped_to_running")}
+            row[w] = {key: _median(samples, key) for key in ("evict_to_last_stopped", "last_stopped_to_running", *RECOVERY_TIMELINE)}
             row[w]["runs"] = len(samples)
         recovery.append(row)
     return {"latency": latency, "throughput": throughput, "footprint": raw.get("footprint"), "recovery": recovery}
 
 
 def table(plan: Plan, summary: dict[str, Any]) -> str:
+    return "\n".join([*_latency_table(plan, summary), *_throughput_table(plan, summary), *_rest_table(plan, summary)]).strip("\n")
+
+
+def _latency_table(plan: Plan, summary: dict[str, Any]) -> list[str]:
+    if not summary["latency"]:
+        return []
     lines = [
         f"latency: one gang, 1 device per rank, median of {plan.runs} runs, seconds",
         "| ranks | vanilla create->bound | in-tree create->bound | Phalanx create->bound | Phalanx quorum->bound "
@@ -577,7 +597,13 @@ def table(plan: Plan, summary: dict[str, Any]) -> str:
             f"| {_fmt(p.get('quorum_to_first_bound'))} | {_fmt(p['quorum_to_bound'])} "
             f"| {_fmt(t.get('quorum_to_first_bound'))} | {_fmt(t['quorum_to_bound'])} |"
         )
-    lines += [
+    return lines
+
+
+def _throughput_table(plan: Plan, summary: dict[str, Any]) -> list[str]:
+    if not summary["throughput"]:
+        return []
+    lines = [
         "",
         f"throughput: {plan.gangs} gangs of {GANG_OF} submitted at once, capacity for {plan.capacity}, "
         f"holds 2-8 s, limit {plan.limit:.0f} s",
@@ -598,21 +624,28 @@ def table(plan: Plan, summary: dict[str, Any]) -> str:
             f"gangs/s ratios: Phalanx / vanilla {_ratio(rate['phalanx'], rate['vanilla'])}, "
             f"Phalanx / in-tree {_ratio(rate['phalanx'], rate['in-tree'])}"
         )
+    return lines
+
+
+def _rest_table(plan: Plan, summary: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
     if summary.get("recovery"):
         lines += [
             "",
             f"recovery: one gang running, one member evicted (1 s grace, podFailurePolicy Ignore on DisruptionTarget), "
             f"median of {plan.runs} runs, seconds; target: running again within {RECOVERY_TARGET:.0f} s of the last stop",
-            "| ranks | Phalanx eviction->last member stopped | Phalanx last stopped->all running "
+            "| ranks | Phalanx eviction->last member stopped | Phalanx last stopped->first new pod "
+            "| Phalanx last stopped->all bound | Phalanx last stopped->all running "
             "| vanilla (the evicted pod alone) stopped->running | Phalanx within target |",
-            "|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|",
         ]
         for row in summary["recovery"]:
             p, v = row["phalanx"], row["vanilla"]
             back = p["last_stopped_to_running"]
             ok = "-" if back is None else ("yes" if back <= RECOVERY_TARGET else "no")
             lines.append(
-                f"| {row['ranks']} | {_fmt(p['evict_to_last_stopped'])} | {_fmt(back)} | {_fmt(v['last_stopped_to_running'])} | {ok} |"
+                f"| {row['ranks']} | {_fmt(p['evict_to_last_stopped'])} | {_fmt(p.get('last_stopped_to_first_created'))} "
+                f"| {_fmt(p.get('last_stopped_to_all_bound'))} | {_fmt(back)} | {_fmt(v['last_stopped_to_running'])} | {ok} |"
             )
     fp = summary.get("footprint")
     if fp:
@@ -625,7 +658,7 @@ def table(plan: Plan, summary: dict[str, Any]) -> str:
             f"| {fp['cpu_idle_percent']:.1f}% | {fp['cpu_while_creating_percent']:.1f}% | {fp['cpu_loaded_idle_percent']:.1f}% "
             f"| {fp['create_seconds']:.0f} s |",
         ]
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> int:
