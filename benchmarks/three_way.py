@@ -34,9 +34,16 @@ Workloads:
               deadlock; vanilla's partial gangs are);
   footprint   the operator's resident memory and CPU with P pods in the Phalanx
               cluster (bound directly to the workers, no claims): idle before,
-              while they are created, and idle after.
+              while they are created, and idle after;
+  recovery    one gang of N ranks running (1 s grace, the README's
+              podFailurePolicy), one member evicted: seconds from the moment
+              the last member that stopped has stopped to every rank running
+              again (Phalanx: the whole gang, torn down by disruptionMode all;
+              vanilla: the evicted pod alone, replaced by the Job controller;
+              in-tree 1.37 has no disruptionMode all, so it is not run);
+              median of --runs runs. Target (issue 22): under 15 s.
 
-Usage: python benchmarks/three_way.py [--quick] [--sizes 4,32,128,512] [--runs 3]
+Usage: python benchmarks/three_way.py [--quick] [--sizes 4,32,128,512] [--recovery-sizes 4,32,128] [--runs 3]
 """
 
 from __future__ import annotations
@@ -77,8 +84,9 @@ CLAIM_TEMPLATE = {
 }
 
 
-def job(name: str, size: int, way: str) -> dict[str, Any]:
-    """One rank per pod, one device per rank; the gang spelled as `way` reads it."""
+def job(name: str, size: int, way: str, *, recoverable: bool = False) -> dict[str, Any]:
+    """One rank per pod, one device per rank; the gang spelled as `way` reads it. `recoverable`: the README's
+    podFailurePolicy (an evicted rank spends no backoffLimit) and a 1 s grace, as a recovery run needs."""
     spec: dict[str, Any] = {
         "parallelism": size,
         "completions": size,
@@ -100,6 +108,9 @@ def job(name: str, size: int, way: str) -> dict[str, Any]:
             },
         },
     }
+    if recoverable:
+        spec["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+        spec["template"]["spec"]["terminationGracePeriodSeconds"] = 1
     annotations = {}
     if way == "phalanx":
         annotations["scheduling.phalanx.dev/min-count"] = str(size)
@@ -177,8 +188,8 @@ class Way:
     def batch(self) -> client.BatchV1Api:
         return client.BatchV1Api(self.api)
 
-    async def submit(self, name: str, size: int) -> None:
-        await self.batch.create_namespaced_job(NAMESPACE, job(name, size, self.name))
+    async def submit(self, name: str, size: int, *, recoverable: bool = False) -> None:
+        await self.batch.create_namespaced_job(NAMESPACE, job(name, size, self.name, recoverable=recoverable))
 
     async def finish(self, name: str) -> None:
         with contextlib.suppress(client.ApiException):
@@ -249,6 +260,69 @@ async def latency_run(way: Way, size: int, timeout: float) -> dict[str, float | 
         "quorum_to_last_lift": after(lifts[-1:]),
         "quorum_to_first_bound": after(sorted(bound.values())),
     }
+
+
+def _running(pod: dict[str, Any]) -> bool:
+    return bool(pod["spec"].get("nodeName")) and not pod["metadata"].get("deletionTimestamp") and pod["status"].get("phase") == "Running"
+
+
+def _ended(pod: dict[str, Any] | None) -> bool:
+    return pod is None or (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+
+
+async def recovery_run(way: Way, size: int, timeout: float) -> dict[str, float | None]:
+    """One member of a running gang evicted: seconds from the eviction to the last member stopping (gone, or
+    ended), and from then to `size` ranks running again, every stopped one replaced (None: not within `timeout`)."""
+    name = f"rec-{size}"
+    await way.submit(name, size, recoverable=True)
+    none = {"evict_to_last_stopped": None, "last_stopped_to_running": None} | dict.fromkeys(RECOVERY_TIMELINE)
+    try:
+        if not await way.pods.until(lambda: sum(map(_running, way.pods.of(name))) >= size, max(120.0, size * 0.6)):
+            return none
+        first = {p["metadata"]["uid"]: p for p in way.pods.of(name)}
+        victim = next(iter(first.values()))["metadata"]["name"]
+        evicted = time.monotonic()
+        await client.CoreV1Api(way.api).create_namespaced_pod_eviction(
+            victim, NAMESPACE, {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": NAMESPACE}}
+        )
+        stopped: dict[str, float] = {}
+        seen: dict[str, float] = {}
+
+        def back() -> bool:
+            now = time.monotonic()
+            by_uid = {p["metadata"]["uid"]: p for p in way.pods.of(name)}
+            new = [p for uid, p in by_uid.items() if uid not in first]
+            if new:
+                seen.setdefault("first_created", now)
+            if len(new) >= len(stopped) and stopped and all(p["spec"].get("nodeName") for p in new):
+                seen.setdefault("all_bound", now)
+            for uid in first:
+                if uid not in stopped and _ended(by_uid.get(uid)):
+                    stopped[uid] = now
+            stopping = any(by_uid.get(uid, {}).get("metadata", {}).get("deletionTimestamp") and uid not in stopped for uid in first)
+            # Phalanx takes the whole gang down: it is back once every member of the first incarnation has stopped
+            whole = way.name != "phalanx" or len(stopped) == len(first)
+            return bool(stopped) and whole and not stopping and sum(map(_running, by_uid.values())) >= size
+
+        if not await way.pods.until(back, timeout):
+            return none
+        last = max(stopped.values())
+        timeline = {
+            key: seen[key.removeprefix("last_stopped_to_")] - last if key.removeprefix("last_stopped_to_") in seen else None
+            for key in RECOVERY_TIMELINE
+        }
+        return {"evict_to_last_stopped": last - evicted, "last_stopped_to_running": time.monotonic() - last} | timeline
+    finally:
+        await way.finish(name)
+        await way.drained()
+
+
+RECOVERY_TIMELINE = ("last_stopped_to_first_created", "last_stopped_to_all_bound")
+"""Where a recovery's time goes, from the last member stopped: the Job's first new pod seen (its back-off over), and
+every stopped one replaced and bound (bound before the last one stopped reads negative)."""
+
+RECOVERY_TARGET = 15.0
+"""Issue 22: a torn-down gang runs again within this many seconds of its last member stopping."""
 
 
 @dataclass
@@ -366,10 +440,11 @@ class Plan:
     limit: float
     ballast: int
     idle: float
-    workloads: tuple[str, ...] = ("latency", "throughput", "footprint")
+    recovery_sizes: list[int] = field(default_factory=lambda: [4, 32, 128])
+    workloads: tuple[str, ...] = ("latency", "throughput", "footprint", "recovery")
 
 
-QUICK = Plan(sizes=[4, 32], runs=2, gangs=24, capacity=6, limit=90, ballast=2000, idle=10)
+QUICK = Plan(sizes=[4, 32], runs=2, gangs=24, capacity=6, limit=90, ballast=2000, idle=10, recovery_sizes=[4, 32])
 FULL = Plan(sizes=[4, 32, 128, 512], runs=3, gangs=200, capacity=60, limit=240, ballast=10_000, idle=20)
 
 
@@ -425,6 +500,14 @@ async def measure(
                 )
             for w in (p, tree):
                 await _taint(w, off, False)
+        for size in plan.recovery_sizes if "recovery" in plan.workloads else []:
+            runs: dict[str, list[dict[str, float | None]]] = {w: [] for w in ("vanilla", "phalanx")}
+            out["recovery"][size] = runs
+            for run in range(plan.runs):
+                for w in runs:
+                    sample = await recovery_run(ways[w], size, timeout=900)
+                    runs[w].append(sample)
+                    _say(f"recovery {size} ranks run {run + 1} {w}: {sample}")
         if "footprint" in plan.workloads:
             out["footprint"] = await footprint(p, plan.ballast, plan.idle)
             _say(f"footprint: {out['footprint']}")
@@ -467,10 +550,23 @@ def summarise(plan: Plan, raw: dict[str, Any]) -> dict[str, Any]:
             "mean_utilisation": statistics.fmean(series) if series else 0.0,
             "stranded_device_seconds": tp["stranded_device_seconds"],
         }
-    return {"latency": latency, "throughput": throughput, "footprint": raw.get("footprint")}
+    recovery = []
+    for size, runs in raw.get("recovery", {}).items():
+        row = {"ranks": size}
+        for w, samples in runs.items():
+            row[w] = {key: _median(samples, key) for key in ("evict_to_last_stopped", "last_stopped_to_running", *RECOVERY_TIMELINE)}
+            row[w]["runs"] = len(samples)
+        recovery.append(row)
+    return {"latency": latency, "throughput": throughput, "footprint": raw.get("footprint"), "recovery": recovery}
 
 
 def table(plan: Plan, summary: dict[str, Any]) -> str:
+    return "\n".join([*_latency_table(plan, summary), *_throughput_table(plan, summary), *_rest_table(plan, summary)]).strip("\n")
+
+
+def _latency_table(plan: Plan, summary: dict[str, Any]) -> list[str]:
+    if not summary["latency"]:
+        return []
     lines = [
         f"latency: one gang, 1 device per rank, median of {plan.runs} runs, seconds",
         "| ranks | vanilla create->bound | in-tree create->bound | Phalanx create->bound | Phalanx quorum->bound "
@@ -501,7 +597,13 @@ def table(plan: Plan, summary: dict[str, Any]) -> str:
             f"| {_fmt(p.get('quorum_to_first_bound'))} | {_fmt(p['quorum_to_bound'])} "
             f"| {_fmt(t.get('quorum_to_first_bound'))} | {_fmt(t['quorum_to_bound'])} |"
         )
-    lines += [
+    return lines
+
+
+def _throughput_table(plan: Plan, summary: dict[str, Any]) -> list[str]:
+    if not summary["throughput"]:
+        return []
+    lines = [
         "",
         f"throughput: {plan.gangs} gangs of {GANG_OF} submitted at once, capacity for {plan.capacity}, "
         f"holds 2-8 s, limit {plan.limit:.0f} s",
@@ -522,6 +624,29 @@ def table(plan: Plan, summary: dict[str, Any]) -> str:
             f"gangs/s ratios: Phalanx / vanilla {_ratio(rate['phalanx'], rate['vanilla'])}, "
             f"Phalanx / in-tree {_ratio(rate['phalanx'], rate['in-tree'])}"
         )
+    return lines
+
+
+def _rest_table(plan: Plan, summary: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    if summary.get("recovery"):
+        lines += [
+            "",
+            f"recovery: one gang running, one member evicted (1 s grace, podFailurePolicy Ignore on DisruptionTarget), "
+            f"median of {plan.runs} runs, seconds; target: running again within {RECOVERY_TARGET:.0f} s of the last stop",
+            "| ranks | Phalanx eviction->last member stopped | Phalanx last stopped->first new pod "
+            "| Phalanx last stopped->all bound | Phalanx last stopped->all running "
+            "| vanilla (the evicted pod alone) stopped->running | Phalanx within target |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in summary["recovery"]:
+            p, v = row["phalanx"], row["vanilla"]
+            back = p["last_stopped_to_running"]
+            ok = "-" if back is None else ("yes" if back <= RECOVERY_TARGET else "no")
+            lines.append(
+                f"| {row['ranks']} | {_fmt(p['evict_to_last_stopped'])} | {_fmt(p.get('last_stopped_to_first_created'))} "
+                f"| {_fmt(p.get('last_stopped_to_all_bound'))} | {_fmt(back)} | {_fmt(v['last_stopped_to_running'])} | {ok} |"
+            )
     fp = summary.get("footprint")
     if fp:
         lines += [
@@ -533,7 +658,7 @@ def table(plan: Plan, summary: dict[str, Any]) -> str:
             f"| {fp['cpu_idle_percent']:.1f}% | {fp['cpu_while_creating_percent']:.1f}% | {fp['cpu_loaded_idle_percent']:.1f}% "
             f"| {fp['create_seconds']:.0f} s |",
         ]
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> int:
@@ -544,7 +669,8 @@ def main() -> int:
     parser.add_argument("--gangs", type=int, help="throughput: gangs of 8 submitted (default 200; quick 24)")
     parser.add_argument("--capacity", type=int, help="throughput: gangs that fit at once (default 60; quick 6)")
     parser.add_argument("--pods", type=int, help="footprint: pods in the cluster (default 10,000; quick 2,000)")
-    parser.add_argument("--workloads", help="which to run, comma separated (default latency,throughput,footprint)")
+    parser.add_argument("--recovery-sizes", help="recovery: gang sizes, comma separated (default 4,32,128; quick 4,32)")
+    parser.add_argument("--workloads", help="which to run, comma separated (default latency,throughput,footprint,recovery)")
     parser.add_argument("--name", default="bench", help="cluster name prefix (two clusters: NAME-phalanx, NAME-intree)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose CRDs and RBAC to install (default: this one)")
     args = parser.parse_args()
@@ -553,18 +679,21 @@ def main() -> int:
         plan = Plan(**{**plan.__dict__, "sizes": [int(s) for s in args.sizes.split(",")]})
     if args.runs:
         plan = Plan(**{**plan.__dict__, "runs": args.runs})
+    if args.recovery_sizes:
+        plan = Plan(**{**plan.__dict__, "recovery_sizes": [int(s) for s in args.recovery_sizes.split(",")]})
     for flag, knob in (("gangs", "gangs"), ("capacity", "capacity"), ("pods", "ballast")):
         if getattr(args, flag):
             plan = Plan(**{**plan.__dict__, knob: getattr(args, flag)})
     if args.workloads:
         plan = Plan(**{**plan.__dict__, "workloads": tuple(args.workloads.split(","))})
-    workers = max(math.ceil(max(plan.sizes) / GPUS_PER_WORKER), plan.capacity if "throughput" in plan.workloads else 1)
+    largest = max([1, *(plan.sizes if "latency" in plan.workloads else []), *(plan.recovery_sizes if "recovery" in plan.workloads else [])])
+    workers = max(math.ceil(largest / GPUS_PER_WORKER), plan.capacity if "throughput" in plan.workloads else 1)
     spec = {"workers": workers, "gpus_per_worker": GPUS_PER_WORKER, "driver": "fakegpu"}
     phalanx = LocalCluster(ClusterSpec(name=f"{args.name}-phalanx", **spec))
     upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec))
     operator = None
     started = time.monotonic()
-    raw: dict[str, Any] = {"latency": {}, "throughput": {}}
+    raw: dict[str, Any] = {"latency": {}, "throughput": {}, "recovery": {}}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clusters and the operator are stopped on the way out
     try:
         for cluster in (phalanx, upstream):
@@ -594,7 +723,7 @@ def _up(cluster: LocalCluster) -> None:
 
 
 def report(args: argparse.Namespace, plan: Plan, workers: int, started: float, raw: dict[str, Any]) -> None:
-    if not raw["latency"] and not raw["throughput"] and "footprint" not in raw:
+    if not raw["latency"] and not raw["throughput"] and not raw["recovery"] and "footprint" not in raw:
         return  # nothing was measured
     summary = summarise(plan, raw)
     text = table(plan, summary)

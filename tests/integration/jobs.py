@@ -96,8 +96,10 @@ def gpu_gang(
     suspend: bool = False,
     affinity: dict[str, Any] | None = None,
     grace: int = 1,
+    ignore_disruptions: bool = True,
 ) -> dict[str, Any]:
-    """A gang of one-GPU ranks whose disrupted members do not count against backoffLimit: the podFailurePolicy the README recommends."""
+    """A gang of one-GPU ranks whose disrupted members do not count against backoffLimit: the podFailurePolicy the
+    README recommends (`ignore_disruptions` False: no podFailurePolicy at all, as a new user writes a Job)."""
     spec = one_gpu_pod_spec(grace=grace)
     if priority_class:
         spec["priorityClassName"] = priority_class
@@ -116,9 +118,9 @@ def gpu_gang(
             "completions": size,
             "completionMode": "Indexed",
             "backoffLimit": backoff_limit,
-            "podFailurePolicy": IGNORE_DISRUPTIONS,
             "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
-        },
+        }
+        | ({"podFailurePolicy": IGNORE_DISRUPTIONS} if ignore_disruptions else {}),
     }
 
 

@@ -7,6 +7,7 @@ cluster of its own with the fakegpu stand-in (a deleted node takes its driver's 
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -51,9 +52,9 @@ def _evict(kubectl: Callable[..., Any], namespace: str, pod: str) -> None:
     kubectl("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction", "-f", "-", stdin=json.dumps(body))
 
 
-def _start(kubectl: Callable[..., Any], namespace: str, job: str, mode: str) -> list[dict]:
+def _start(kubectl: Callable[..., Any], namespace: str, job: str, mode: str, **gang: Any) -> list[dict]:
     demo.apply(kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang(job, 4, mode=mode)))
+    kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang(job, 4, mode=mode, **gang)))
     return wait_for(lambda: (r := _running(_pods(kubectl, namespace, job))) and len(r) == 4 and r, f"{job}: 4 members running")
 
 
@@ -194,3 +195,70 @@ def test_all_mode_follows_a_node_that_goes_away(cluster: Cluster) -> None:
             handle.stop()
     finally:
         local.down()
+
+
+BACK_WITHIN = 15.0
+"""Issue 22: a gang torn down by `all` runs again within this many seconds of its last member stopping."""
+
+
+def _stopped(pod: dict | None) -> bool:
+    return pod is None or pod["status"].get("phase") in ("Failed", "Succeeded")
+
+
+def _back_after_last_stopped(kubectl: Callable[..., Any], namespace: str, job: str, first: list[dict]) -> float:
+    """Seconds from the moment every member of `first` has stopped (gone, or ended) to 4 new members running."""
+    old = {p["metadata"]["uid"] for p in first}
+    stopped_at: float | None = None
+    deadline = time.monotonic() + 180
+    for turn in itertools.count():
+        if time.monotonic() > deadline:
+            break
+        if turn % 5 == 0 and (failed := _failed_condition(_job_status(kubectl, namespace, job))):
+            raise AssertionError(f"{job}: the Job failed: {failed}")
+        pods = _pods(kubectl, namespace, job)
+        now = time.monotonic()
+        by_uid = {p["metadata"]["uid"]: p for p in pods}
+        if stopped_at is None and all(_stopped(by_uid.get(uid)) for uid in old):
+            stopped_at = now
+        new = [p for p in _running(pods) if p["metadata"]["uid"] not in old]
+        if stopped_at is not None and len(new) == 4:
+            return now - stopped_at
+        time.sleep(0.2)
+    raise TimeoutError(f"{job}: not back whole within 180s (last member stopped: {stopped_at is not None})")
+
+
+def _job_status(kubectl: Callable[..., Any], namespace: str, job: str) -> dict:
+    return json.loads(kubectl("get", "job", job, "-n", namespace, "-o", "json").stdout).get("status") or {}
+
+
+def _failed_condition(status: dict) -> dict | None:
+    return next((c for c in status.get("conditions") or [] if c["type"] in ("Failed", "FailureTarget") and c["status"] == "True"), None)
+
+
+def test_a_gang_torn_down_by_all_runs_again_within_seconds_of_its_last_member_stopping(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    """Without Phalanx taking its teardown out of the Job's count, the Job controller's back-off (10 s x 2^(n-1),
+    every failed pod, podFailurePolicy-ignored ones included) kept a 4-rank gang down 80 s after one eviction."""
+    job = "back"
+    first = _start(cluster.kubectl, namespace, job, "all")
+    _evict(cluster.kubectl, namespace, first[0]["metadata"]["name"])
+    took = _back_after_last_stopped(cluster.kubectl, namespace, job, first)
+    print(f"disruptionMode all, one member evicted: running again {took:.2f}s after its last member stopped")
+    assert took <= BACK_WITHIN, f"back whole {took:.1f}s after the last member stopped"
+    status = _job_status(cluster.kubectl, namespace, job)
+    assert _failed_condition(status) is None, status
+    assert status.get("failed", 0) == 0, f"the eviction is ignored by the Job's podFailurePolicy: {status}"
+
+
+def test_a_member_failing_on_its_own_still_counts_and_the_rest_do_not(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """No podFailurePolicy, backoffLimit 2: the member that failed counts (failed 1), the three Phalanx took down
+    with it do not, so the Job lives on; counting all four (4 > 2) failed it at the first teardown."""
+    job = "counted"
+    first = _start(cluster.kubectl, namespace, job, "all", backoff_limit=2, ignore_disruptions=False)
+    cluster.kubectl("annotate", "pod", first[0]["metadata"]["name"], "-n", namespace, "localcluster.phalanx.dev/exit=1")
+    took = _back_after_last_stopped(cluster.kubectl, namespace, job, first)
+    print(f"disruptionMode all, one member failed: running again {took:.2f}s after its last member stopped")
+    status = wait_for(lambda: (s := _job_status(cluster.kubectl, namespace, job)).get("failed") and s, "the failure counted")
+    assert _failed_condition(status) is None, status
+    assert status["failed"] == 1, f"exactly the member that failed counts: {status}"

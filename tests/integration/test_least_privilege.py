@@ -116,7 +116,7 @@ def gang_pods(installed: Cluster, namespace: str) -> Iterator[list[str]]:
     yield pods
 
 
-def _as_operator(cluster: Cluster, namespace: str, pod: str, patch: dict, *, kind: str = "merge", status: bool = False):
+def _as_operator(cluster: Cluster, namespace: str, pod: str, patch: dict | list, *, kind: str = "merge", status: bool = False):
     extra = ["--subresource=status"] if status else []
     return cluster.kubectl("--as", SA, "-n", namespace, "patch", "pod", pod, *extra, f"--type={kind}", "-p", json.dumps(patch), check=False)
 
@@ -159,6 +159,18 @@ def test_the_operator_may_change_a_pod_only_as_phalanx_does(installed: Cluster, 
     proc = _as_operator(installed, namespace, first, {"metadata": {"annotations": {keys.PINNED_NODE: "worker-3"}}})
     assert proc.returncode != 0 and "may change no pod annotation but" in proc.stderr, "no pin once Phalanx's gate is gone"
 
+    finalizers = "may not change a pod's labels, owners or finalizers, but take batch.kubernetes.io/job-tracking"
+    assert installed.get("pod", first, "-n", namespace)["metadata"]["finalizers"] == [keys.JOB_TRACKING]
+    other = [{"op": "add", "path": "/metadata/finalizers/-", "value": "example.com/other"}]
+    proc = _as_operator(installed, namespace, first, other, kind="json")
+    assert proc.returncode != 0 and finalizers in proc.stderr, "no other finalizer"
+    uncount = [{"op": "remove", "path": "/metadata/finalizers/0"}]
+    assert _as_operator(installed, namespace, first, uncount, kind="json").returncode == 0, "the Job's off a member torn down"
+    assert not installed.get("pod", first, "-n", namespace)["metadata"].get("finalizers")
+    recount = [{"op": "add", "path": "/metadata/finalizers", "value": [keys.JOB_TRACKING]}]
+    assert _as_operator(installed, namespace, first, recount, kind="json").returncode == 0, "back on, the eviction refused"
+    assert installed.get("pod", first, "-n", namespace)["metadata"]["finalizers"] == [keys.JOB_TRACKING]
+
     disruption = {
         "status": {
             "phase": "Failed",
@@ -170,6 +182,8 @@ def test_the_operator_may_change_a_pod_only_as_phalanx_does(installed: Cluster, 
     proc = _as_operator(installed, namespace, second, disruption, kind="strategic", status=True)
     assert proc.returncode == 0, proc.stderr
     assert installed.get("pod", second, "-n", namespace)["status"]["phase"] == "Failed"
+    proc = _as_operator(installed, namespace, second, uncount, kind="json")
+    assert proc.returncode != 0 and finalizers in proc.stderr, "a pod that ended is its Job's to count"
     proc = installed.kubectl("--as", SA, "-n", namespace, "delete", "pod", second, "--wait=false", check=False)
     assert proc.returncode != 0 and "cannot delete resource" in proc.stderr, "evictions only"
 

@@ -465,22 +465,44 @@ RULE = "{action: Ignore, onPodConditions: [{type: DisruptionTarget}]}"
 def test_a_gang_job_without_the_disruption_rule_is_warned_with_the_rule_to_add() -> None:
     (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"})).warnings
     assert warning == (
-        f"spec.podFailurePolicy has no rule {RULE}: each time Phalanx tears this gang down "
-        "(a member lost with disruptionMode all, or the bind deadline passed), every member counts against "
-        "spec.backoffLimit (6), so a gang of 7 or more pods fails its Job at the first teardown; "
+        f"spec.podFailurePolicy has no rule {RULE}: each member this gang loses to an eviction, a preemption or a node "
+        "drained or gone counts against spec.backoffLimit (6) as a failed container does, so the 7th such loss fails "
+        "the Job (the members Phalanx takes down with it are not counted); "
         f"recreate the Job with spec.podFailurePolicy: {{rules: [{RULE}]}} "
-        '(the policy is immutable; see the README, "How a gang is released")'
+        '(the policy is immutable; see the README, "When a member of a running gang is lost")'
     )
     (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"}, backoffLimit=0)).warnings
-    assert "spec.backoffLimit (0), so a gang of 1 or more pods fails" in warning
+    assert "spec.backoffLimit (0) as a failed container does, so the first such loss fails the Job" in warning
+    (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"}, backoffLimit=1)).warnings
+    assert "so the 2nd such loss fails the Job" in warning
+    (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"}, backoffLimit=10)).warnings
+    assert "so the 11th such loss fails the Job" in warning
     (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"}, backoffLimitPerIndex=1)).warnings
-    assert "every member counts against its index's spec.backoffLimitPerIndex (1);" in warning
+    assert (
+        "counts against its index's spec.backoffLimitPerIndex (1) as a failed container does, and so does a member "
+        "Phalanx takes down with it whose index has failed before, so the 2nd such loss of one index fails that index;"
+    ) in warning
     j = without_rule({keys.MIN_COUNT: "4"})
     j["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
     (warning,) = mutate(j).warnings
     assert f"{{rules: [{RULE}]}} and spec.template.spec.restartPolicy: Never (the policy needs it)" in warning
     copied, warning = mutate(without_rule(scheduling={"schedulingPolicy": {"gang": {"minCount": 4}}})).warnings
     assert copied.startswith("spec.scheduling is dropped") and warning.startswith("spec.podFailurePolicy has no rule")
+
+
+@pytest.mark.parametrize(("grace", "warned"), [(None, False), (30, False), (admission.SLOW_GRACE, False), (admission.SLOW_GRACE + 1, True)])
+def test_a_long_grace_period_is_warned_with_what_each_teardown_costs(grace: int | None, warned: bool) -> None:
+    j = job({keys.MIN_COUNT: "4"})
+    if grace is not None:
+        j["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = grace
+    warnings = mutate(j).warnings
+    assert len(warnings) == warned, warnings
+    if warned:
+        assert warnings[0] == (
+            f"spec.template.spec.terminationGracePeriodSeconds is {grace}: each time Phalanx tears this gang down, its "
+            f"members keep their devices until they stop, up to {grace} s, and the gang runs again only once it has "
+            "room; lower it to what a rank needs to stop (its checkpoint)"
+        )
 
 
 @pytest.mark.parametrize(

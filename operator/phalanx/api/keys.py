@@ -65,6 +65,14 @@ POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 """The finalizer kube-scheduler puts on a claim it allocates; we do the same."""
 
+JOB_TRACKING = "batch.kubernetes.io/job-tracking"
+"""The Job controller's finalizer on every pod it creates: it counts a pod that ends (Succeeded, or failed towards
+backoffLimit and its pod-failure back-off) only while the pod carries it, and takes it off the pods it removes itself
+(a suspended Job's, a scaled-down Job's), which it then never counts. Phalanx takes it off the members it tears down."""
+JOB_INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+"""On a pod of a Job with backoffLimitPerIndex: the failures its index counted so far; the Job controller carries it
+to the replacement only from a failed pod that kept its tracking finalizer."""
+
 # PodGroup conditions.
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 """Upstream's: True (terminal) once minCount members are bound."""

@@ -82,8 +82,8 @@ def _mutate(job: dict[str, Any], old: dict[str, Any] | None, gang_default_mode: 
         patch["spec"] = {"template": _gated_template(job, metadata.get("name"), intent)}
         if from_spec is not None:
             warnings.append(_copied_warning(field_dropped, from_spec))
-        if intent.policy == "gang" and not ignores_disruptions(job):
-            warnings.append(_disruption_warning(job))
+        if intent.policy == "gang":
+            warnings += teardown_warnings(job)
     return Mutation(patch=patch, warnings=tuple(warnings))
 
 
@@ -234,27 +234,56 @@ DEFAULT_BACKOFF_LIMIT = 6
 """Upstream's, when neither backoffLimit nor backoffLimitPerIndex is set."""
 
 
-def _disruption_warning(job: dict[str, Any]) -> str:
-    """Without the rule every teardown spends one failure per member, so a gang larger than backoffLimit fails at the first.
+SLOW_GRACE = 60
+"""Seconds of terminationGracePeriodSeconds past which admission says what each teardown costs (upstream's default is 30)."""
 
-    Given on create only: podFailurePolicy is immutable, so an update could not act on it.
+
+def teardown_warnings(job: dict[str, Any]) -> list[str]:
+    """What a gang Job's settings will cost it when a member is lost, each naming the field and the fix.
+
+    Given on create only: podFailurePolicy is immutable, so an update could not act on it. Phalanx does not count the
+    members it takes down with a lost one (`scheduling.teardown`): what counts is the member lost, by its Job's rules.
     """
+    warnings = [] if ignores_disruptions(job) else [_disruption_warning(job)]
+    grace = (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get("terminationGracePeriodSeconds")
+    if isinstance(grace, int) and grace > SLOW_GRACE:
+        warnings.append(
+            f"spec.template.spec.terminationGracePeriodSeconds is {grace}: each time Phalanx tears this gang down, its "
+            f"members keep their devices until they stop, up to {grace} s, and the gang runs again only once it has "
+            "room; lower it to what a rank needs to stop (its checkpoint)"
+        )
+    return warnings
+
+
+def _disruption_warning(job: dict[str, Any]) -> str:
+    """Without the rule an evicted, preempted or drained member is a failure like a failed container."""
     spec = job.get("spec") or {}
     per_index = spec.get("backoffLimitPerIndex")
     if per_index is not None:
-        cost = f"every member counts against its index's spec.backoffLimitPerIndex ({per_index})"
+        cost = (
+            f"counts against its index's spec.backoffLimitPerIndex ({per_index}) as a failed container does, and so does "
+            f"a member Phalanx takes down with it whose index has failed before, so {_nth(per_index + 1)} such loss of "
+            "one index fails that index"
+        )
     else:
         limit = spec.get("backoffLimit")
         limit = DEFAULT_BACKOFF_LIMIT if limit is None else limit
         cost = (
-            f"every member counts against spec.backoffLimit ({limit}), "
-            f"so a gang of {limit + 1} or more pods fails its Job at the first teardown"
+            f"counts against spec.backoffLimit ({limit}) as a failed container does, so {_nth(limit + 1)} such loss "
+            "fails the Job (the members Phalanx takes down with it are not counted)"
         )
     restart = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
     never = "" if restart == "Never" else " and spec.template.spec.restartPolicy: Never (the policy needs it)"
     return (
-        f"spec.podFailurePolicy has no rule {DISRUPTION_RULE}: each time Phalanx tears this gang down "
-        f"(a member lost with disruptionMode all, or the bind deadline passed), {cost}; "
-        f"recreate the Job with spec.podFailurePolicy: {{rules: [{DISRUPTION_RULE}]}}{never} "
-        '(the policy is immutable; see the README, "How a gang is released")'
+        f"spec.podFailurePolicy has no rule {DISRUPTION_RULE}: each member this gang loses to an eviction, a preemption "
+        f"or a node drained or gone {cost}; recreate the Job with spec.podFailurePolicy: "
+        f"{{rules: [{DISRUPTION_RULE}]}}{never} "
+        '(the policy is immutable; see the README, "When a member of a running gang is lost")'
     )
+
+
+def _nth(n: int) -> str:
+    if n == 1:
+        return "the first"
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"the {n}{suffix}"

@@ -366,8 +366,10 @@ def _to_run(
 
 def _job_pods(job: JSON | None, pod_group: JSON, live: int, now: datetime.datetime) -> str | None:
     """After a teardown, the pods the Job owes and when its controller's back-off lets them come: 10 s x 2^(n-1),
-    capped at 6 min, n the pods failed since its last success (at least the minCount torn down, plus those it counts
-    as failed), counted from the teardown. An estimate: the controller keeps n in memory, not in its status."""
+    capped at 10 min (v1.37.2), n the pods failed since its last success, podFailurePolicy-ignored ones included: at
+    least the members lost (`status.lost`) or those the Job counts as failed, not the members Phalanx took down with
+    them (it takes them out of the Job's count), counted from the teardown. An estimate: the controller keeps n in
+    memory, not in its status."""
     if job is None:
         return None
     wanted = int(job["spec"].get("parallelism") or 1)
@@ -379,8 +381,11 @@ def _job_pods(job: JSON | None, pod_group: JSON, live: int, now: datetime.dateti
     said = f"{live} of {wanted} pods exist ({status.get('active') or 0} active, {status.get('failed') or 0} failed as the Job counts)"
     if scheduled.get("reason") not in ("GangDisrupted", "GangTornDown") or not scheduled.get("lastTransitionTime"):
         return f"{said}; the Job controller creates the other {owed}"
-    failures = inputs.min_count(pod_group) + int(status.get("failed") or 0) if not status.get("succeeded") else inputs.min_count(pod_group)
-    delay = min(360, 10 * 2 ** (failures - 1))
+    lost = len((pod_group.get("status") or {}).get("lost") or [])
+    failures = lost if status.get("succeeded") else max(lost, int(status.get("failed") or 0))
+    if not failures:
+        return f"{said}; the Job controller creates the other {owed}"
+    delay = min(600, 10 * 2 ** (failures - 1))
     then = datetime.datetime.fromisoformat(scheduled["lastTransitionTime"].replace("Z", "+00:00"))
     left = int((then + datetime.timedelta(seconds=delay) - now).total_seconds())
     due = f"due in about {left}s" if left > 0 else "due now"

@@ -34,7 +34,7 @@ import datetime
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from phalanx.api import intent, keys, schema
@@ -573,7 +573,7 @@ class SchedulingLoop:
         if owner is None:
             return True
         why = f"member {', '.join(str(loss) for loss in lost)} lost; disruptionMode all takes the whole group down"
-        if not await self._tear_down(pod_group, pods, None, why, reason=DISRUPTED):
+        if not await self._tear_down(pod_group, pods, None, why, reason=DISRUPTED, lost={loss.uid for loss in lost}):
             return False  # the condition says what the teardown waits for
         metrics.DISRUPTIONS.labels(mode="all", cause=_cause_label(lost[0].cause)).inc()
         await self._condition(pod_group, keys.DISRUPTION_TARGET, True, DISRUPTED, why)
@@ -895,17 +895,20 @@ class SchedulingLoop:
         why: str,
         *,
         reason: str = TORN_DOWN,
+        lost: Collection[str] = (),
     ) -> bool:
         """Evict every member that was released or pinned, release the devices of members that cannot run (never
         bound, and stopped or still gated), forget the reservation: the group starts over. A member still gated and
         never pinned holds nothing and waits for the next admission (evicting it would only spend the Job's back-off).
+        The members taken down are not counted by their Job (`teardown`); those `lost` (uids) are, by its rules.
 
         False while an eviction is refused (a disruption budget): the caller backs off and tries again.
         """
         message = f"gang {_name(pod_group)} torn down as a unit: {why}"
         pinned = self._pins()
         released = [p for p in pods if not inputs.gated(p) or p["metadata"]["uid"] in pinned]
-        standing = await teardown.evict_all(self.kube, released, reason=reason, message=message)
+        spared = {p["metadata"]["uid"] for p in released} - set(lost)
+        standing = await teardown.evict_all(self.kube, released, reason=reason, message=message, uncount=spared)
         crash_point("teardown.after-evictions")
         if reservation is not None:
             # judged on every pod of the Job, terminating ones included: a member evicted on an earlier pass runs out

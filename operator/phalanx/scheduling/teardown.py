@@ -11,18 +11,31 @@ accepts the eviction, and Phalanx then puts its own reason on that mark. A
 member that never ran (never bound) is marked Failed first, as the pod
 garbage collector marks an unscheduled pod it deletes, so its Job replaces it
 at once.
+
+A gang torn down as a unit (`uncount`) is not a failure of its members: each
+member that still runs first loses the Job controller's tracking finalizer,
+as the Job controller takes it off the pods it removes itself (a suspended
+Job's), so the Job neither counts it against backoffLimit nor adds it to its
+pod-failure back-off (10 s x 2^(n-1), n every failed pod since the last
+success, those podFailurePolicy ignores included: `newBackoffRecord` in
+pkg/controller/job/backoff_utils.go, v1.37.2), and recreates the gang at
+once. The finalizer is taken off only in a patch that tests the phase the
+member was seen in, so a member that ended on its own meanwhile keeps it and
+is counted as its Job's rules say; a member whose index already counted a
+failure (backoffLimitPerIndex) keeps it too, since its replacement inherits
+that count only from a pod that kept it. A refused eviction puts it back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 from phalanx.api import keys
 from phalanx.crashpoints import crash_point
-from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, Throttled, pod_path
+from phalanx.kube.client import ApiError, Conflict, Forbidden, Invalid, Kube, NotFound, Throttled, pod_path
 from phalanx.scheduling import conditions, metrics
 
 logger = logging.getLogger(__name__)
@@ -38,12 +51,82 @@ def _condition(reason: str, message: str) -> dict[str, Any]:
     }
 
 
-async def evict(kube: Kube, pod: Mapping[str, Any], *, reason: str, message: str) -> bool:
-    """Take one pod down; True when it is gone or going, False when a disruption budget refused (try again later)."""
+def tracking_at(pod: Mapping[str, Any]) -> int | None:
+    """Where the Job's tracking finalizer is in the member's finalizers, when Phalanx may take it off: the member
+    has not ended and is not being deleted, and its index counted no failure yet."""
+    meta = pod["metadata"]
+    finalizers = meta.get("finalizers") or []
+    if keys.JOB_TRACKING not in finalizers or meta.get("deletionTimestamp"):
+        return None
+    if (pod.get("status") or {}).get("phase") not in ("Pending", "Running"):
+        return None
+    if (meta.get("annotations") or {}).get(keys.JOB_INDEX_FAILURE_COUNT, "0") != "0":
+        return None
+    return finalizers.index(keys.JOB_TRACKING)
+
+
+async def _uncount(kube: Kube, pod: Mapping[str, Any]) -> bool:
+    """Take the tracking finalizer off a member about to be torn down; True when this call took it off.
+
+    The patch tests the uid, the finalizer's place and the phase seen, so a member that ended meanwhile keeps it;
+    a failed test is tried once more on the member as it is now."""
+    meta = pod["metadata"]
+    path = pod_path(meta["namespace"], meta["name"])
+    for attempt in range(2):
+        at = tracking_at(pod)
+        if at is None:
+            return False
+        patch = [
+            {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+            {"op": "test", "path": f"/metadata/finalizers/{at}", "value": keys.JOB_TRACKING},
+            {"op": "test", "path": "/status/phase", "value": pod["status"]["phase"]},
+            {"op": "remove", "path": f"/metadata/finalizers/{at}"},
+        ]
+        try:
+            await kube.json_patch(path, patch)
+            return True
+        except Invalid:
+            fresh = await kube.get(path) if attempt == 0 else None
+            if fresh is None or fresh["metadata"]["uid"] != meta["uid"]:
+                return False
+            pod, meta = fresh, fresh["metadata"]
+        except Forbidden as exc:
+            logger.warning(
+                "%s/%s keeps the Job's tracking finalizer (its Job counts it as taken down): %s",
+                meta["namespace"],
+                meta["name"],
+                exc.message,
+            )
+            return False
+    return False
+
+
+async def _recount(kube: Kube, pod: Mapping[str, Any]) -> None:
+    """Put the tracking finalizer back on a member whose eviction was refused: it keeps running, and its Job must
+    count however it ends. A member deleted meanwhile (it cannot take a finalizer any more) or gone is left."""
+    meta = pod["metadata"]
+    others = [f for f in meta.get("finalizers") or [] if f != keys.JOB_TRACKING]
+    patch = [
+        {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+        # the list is gone with its last entry: put it back whole, as it was
+        *([{"op": "test", "path": "/metadata/finalizers", "value": others}] if others else []),
+        {"op": "add", "path": "/metadata/finalizers", "value": [*others, keys.JOB_TRACKING]},
+    ]
+    try:
+        await kube.json_patch(pod_path(meta["namespace"], meta["name"]), patch)
+    except (NotFound, Invalid, Forbidden) as exc:
+        logger.warning("tracking finalizer not put back on %s/%s: %s", meta["namespace"], meta["name"], exc.message)
+
+
+async def evict(kube: Kube, pod: Mapping[str, Any], *, reason: str, message: str, uncount: bool = False) -> bool:
+    """Take one pod down; True when it is gone or going, False when a disruption budget refused (try again later).
+
+    `uncount`: the pod is a member of a gang torn down as a unit, and its Job is not to count it (see above)."""
     meta = pod["metadata"]
     if meta.get("deletionTimestamp"):
         return True
     mark = {"metadata": {"uid": meta["uid"]}, "status": {"conditions": [_condition(reason, message)]}}
+    uncounted = uncount and await _uncount(kube, pod)
     try:
         if not pod["spec"].get("nodeName"):
             never_ran = {"phase": "Failed", "reason": reason, "message": message[:1024]}
@@ -59,6 +142,8 @@ async def evict(kube: Kube, pod: Mapping[str, Any], *, reason: str, message: str
         return True  # gone, or replaced by a pod of the same name: not ours to take down
     except Throttled as exc:
         logger.warning("eviction of %s/%s refused for now: %s", meta["namespace"], meta["name"], exc.message)
+        if uncounted:
+            await _recount(kube, pod)
         return False
     crash_point(f"evicted.{reason}")
     metrics.EVICTIONS.labels(reason=reason).inc()
@@ -66,9 +151,13 @@ async def evict(kube: Kube, pod: Mapping[str, Any], *, reason: str, message: str
     return True
 
 
-async def evict_all(kube: Kube, pods: list[Mapping[str, Any]], *, reason: str, message: str) -> list[str]:
-    """Evict concurrently; returns the names of pods still standing (refused)."""
-    done = await asyncio.gather(*(evict(kube, p, reason=reason, message=message) for p in pods), return_exceptions=True)
+async def evict_all(kube: Kube, pods: list[Mapping[str, Any]], *, reason: str, message: str, uncount: Container[str] = ()) -> list[str]:
+    """Evict concurrently; returns the names of pods still standing (refused). `uncount`: the uids of the members
+    their Job is not to count (a gang torn down as a unit, less the members it lost)."""
+    done = await asyncio.gather(
+        *(evict(kube, p, reason=reason, message=message, uncount=p["metadata"]["uid"] in uncount) for p in pods),
+        return_exceptions=True,
+    )
     standing = []
     for pod, result in zip(pods, done, strict=True):
         if isinstance(result, ApiError):
