@@ -91,7 +91,7 @@ def create(netns: str, api_port: int, *, taken: set[int]) -> NodeNet:
     net = NodeNet(netns, slot)
     delete(net)
     _ip("netns", "add", netns)
-    inside = [*net.nsenter()]
+    inside = net.nsenter()
     _ip("link", "add", net.host_link, "type", "veth", "peer", "name", "eth0", "netns", netns)
     _ip("addr", "add", f"{net.host_ip}/30", "dev", net.host_link)
     _ip("link", "set", net.host_link, "up")
@@ -102,44 +102,18 @@ def create(netns: str, api_port: int, *, taken: set[int]) -> NodeNet:
         ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
         # a route, so the node's own processes (host-network pods) get as far as the OUTPUT rule below
         ["ip", "route", "add", f"{KUBERNETES_SERVICE[0]}/32", "dev", "eth0"],
-        [
-            "iptables",
-            "-t",
-            "nat",
-            "-A",
-            "PREROUTING",
-            "-d",
-            KUBERNETES_SERVICE[0],
-            "-p",
-            "tcp",
-            "--dport",
-            str(KUBERNETES_SERVICE[1]),
-            "-j",
-            "DNAT",
-            "--to-destination",
-            f"{net.node_ip}:{api_port}",
-        ],
-        [
-            "iptables",
-            "-t",
-            "nat",
-            "-A",
-            "OUTPUT",
-            "-d",
-            KUBERNETES_SERVICE[0],
-            "-p",
-            "tcp",
-            "--dport",
-            str(KUBERNETES_SERVICE[1]),
-            "-j",
-            "DNAT",
-            "--to-destination",
-            f"{net.node_ip}:{api_port}",
-        ],
+        _dnat("PREROUTING", f"{net.node_ip}:{api_port}"),  # pods
+        _dnat("OUTPUT", f"{net.node_ip}:{api_port}"),  # the node's own processes
     ):
         subprocess.run([*inside, *cmd], check=True, capture_output=True, text=True)
     _ip("route", "add", net.pod_cidr, "via", net.node_ip, "dev", net.host_link)
     return net
+
+
+def _dnat(chain: str, to: str) -> list[str]:
+    """The rule that stands in for kube-proxy for the one Service a pod needs: the API server's."""
+    service, port = KUBERNETES_SERVICE
+    return ["iptables", *f"-t nat -A {chain} -d {service} -p tcp --dport {port} -j DNAT --to-destination {to}".split()]
 
 
 def delete(net: NodeNet) -> None:

@@ -209,7 +209,7 @@ def stop_node(directory: Path, node_bins: Path, timeout: float = 30) -> None:
     started = time.monotonic()
     while left := [*_processes(node.run), *_processes(directory)]:
         if time.monotonic() > started + timeout:
-            raise TimeoutError(f"{node.name}: processes {left} still running {timeout}s after SIGKILL")
+            raise TimeoutError(f"{node.name}: processes {left} still running {timeout}s after SIGTERM (SIGKILL from {timeout / 3:.0f}s)")
         if time.monotonic() > started + timeout / 3:
             for pid in left:
                 with contextlib.suppress(ProcessLookupError):
