@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -37,10 +38,16 @@ CONTAINERD_VERSION = "v2.4.2"
 HERE = Path(__file__).parent
 UPSTREAM_GANG_GATES = "GenericWorkload=true,WorkloadWithJob=true,DRAWorkloadResourceClaims=true"
 UPSTREAM_GANG_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
+# Creating a cluster again after a component lost its port to another cluster started at the same moment.
+PORT_ATTEMPTS = 3
 # Each plugin process holds ~40-43 MiB resident; past this many workers the stand-in publishes the slices unless asked otherwise.
 MAX_DRIVER_WORKERS = 16
 
 SliceSource = Literal["dra-example-driver", "fakegpu"]
+
+
+class PortTaken(RuntimeError):
+    """A component of the cluster could not bind the port kwokctl gave it."""
 
 
 def cache_dir() -> Path:
@@ -184,8 +191,18 @@ class LocalCluster:
         ]
         if self.spec.upstream_gang:
             args += ["--kube-feature-gates", UPSTREAM_GANG_GATES, "--kube-runtime-config", UPSTREAM_GANG_RUNTIME_CONFIG]
-        self._kwokctl(env, *args)
-        asyncio.run(self._populate())
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self._kwokctl(env, *args)
+            try:
+                asyncio.run(self._populate())
+                break
+            except PortTaken as exc:
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                _log(f"{exc}; creating cluster {self.spec.name!r} again ({attempt + 1} of {PORT_ATTEMPTS})")
+                dradriver.stop(self.kubeconfig)
+                realnodes.stop_all(self.cluster_dir, node_binaries())
+                self._kwokctl(env, "delete", "cluster")
         devices = f"slices from {self.spec.slice_source}" if self.spec.gpus_per_worker > 0 else "no devices"
         _log(f"cluster {self.spec.name!r} up in {time.monotonic() - started:.1f}s, {devices} (kubeconfig {self.kubeconfig})")
 
@@ -294,8 +311,15 @@ class LocalCluster:
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd[:4])} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
+    def check_ports(self) -> None:
+        """Raise PortTaken when a component lost its port to another process: kwokctl picks free ports, then the
+        components bind them a moment later, so two clusters created at once can both pick one."""
+        for log in sorted((self.cluster_dir / "logs").glob("*.log")):
+            if "address already in use" in log.read_text(errors="replace")[-20000:]:
+                raise PortTaken(f"{log.stem} of cluster {self.spec.name!r} found its port taken ({log})")
+
     async def _populate(self) -> None:
-        await self.wait_ready()
+        await self.wait_ready(check=self.check_ports)
         spec = self.spec
         async with await self.api_client() as api:
             workers = await fakegpu.create_nodes(api, workers=spec.workers, control_plane=spec.control_plane_node, shape=spec.node_shape)
@@ -305,7 +329,7 @@ class LocalCluster:
             elif spec.gpus_per_worker > 0:
                 dradriver.start(driver_binary(), self.cluster_dir, self.kubeconfig, workers, spec.gpus_per_worker)
             real = self.start_real_nodes() if spec.real_nodes else []
-            await _wait_nodes_ready(client.CoreV1Api(api), spec.node_count)
+            await _wait_nodes_ready(client.CoreV1Api(api), spec.node_count, self.check_ports)
             if spec.gpus_per_worker > 0:
                 await self._wait_slices(client.ResourceV1Api(api), sorted([*workers, *(n.name for n in real)]))
 
@@ -360,10 +384,12 @@ class LocalCluster:
         await config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=configuration)
         return client.ApiClient(configuration)
 
-    async def wait_ready(self, timeout: float = 120) -> None:
+    async def wait_ready(self, timeout: float = 120, check: Callable[[], None] | None = None) -> None:
         """The API server answers before its service account and namespace controllers have run."""
         deadline = time.monotonic() + timeout
         while True:
+            if check is not None:
+                check()
             proc = self.kubectl("get", "serviceaccount", "default", "-n", "default", "-o", "json", check=False)
             if proc.returncode == 0 and json.loads(proc.stdout).get("metadata"):
                 return
@@ -372,9 +398,10 @@ class LocalCluster:
             await asyncio.sleep(0.5)
 
 
-async def _wait_nodes_ready(core: client.CoreV1Api, count: int, timeout: float = 120) -> None:
+async def _wait_nodes_ready(core: client.CoreV1Api, count: int, check: Callable[[], None], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while True:
+        check()
         nodes = (await core.list_node()).items
         ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))]
         if len(ready) >= count:

@@ -1,4 +1,5 @@
-"""Images made here (OCI archives for containerd to import) and the real nodes' addresses: no cluster needed."""
+"""The local cluster's pure parts: images made here (OCI archives for containerd to import), the real nodes'
+addresses, a port lost to another cluster. No cluster needed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import json
 import tarfile
 from pathlib import Path
 
-from phalanx.localcluster import images, nodenet
+import pytest
+
+from phalanx.localcluster import ClusterSpec, LocalCluster, images, nodenet
+from phalanx.localcluster.cluster import PortTaken
 
 ROOT = Path(__file__).parents[2]
 
@@ -75,3 +79,19 @@ def test_each_node_slot_has_its_own_addresses() -> None:
     addresses = [a for n in nets for a in (n.host_ip, n.node_ip, n.pod_cidr)]
     assert len(set(addresses)) == len(addresses)
     assert all(len(n.host_link) <= 15 for n in nets), "Linux interface names have 15 bytes"
+
+
+def test_a_component_that_lost_its_port_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kwokctl picks free ports, the components bind them a moment later: a cluster created at the same moment can
+    take one. `up` creates the cluster again when a log says so, instead of waiting 120 s for nodes that never come."""
+    monkeypatch.setenv("PHALANX_CACHE", str(tmp_path))
+    local = LocalCluster(ClusterSpec(name="clash"))
+    logs = local.cluster_dir / "logs"
+    logs.mkdir(parents=True)
+    (logs / "kube-scheduler.log").write_text("I1201 started\n")
+    local.check_ports()
+    (logs / "kwok-controller.log").write_text(
+        '{"msg":"Failed to run server","err":"listen tcp 127.0.0.1:32757: bind: address already in use"}\n'
+    )
+    with pytest.raises(PortTaken, match="kwok-controller of cluster 'clash' found its port taken"):
+        local.check_ports()
