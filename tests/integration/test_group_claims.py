@@ -8,6 +8,7 @@ Slices: published here through the API for a driver of our own
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import time
@@ -493,16 +494,19 @@ def test_explain_counts_a_waiting_gang_s_group_claim_once(cluster: Cluster, oper
 
 @pytest.fixture
 def alone(cluster: Cluster, operator: Operator) -> Iterator[list[operatorproc.OperatorProcess]]:
-    """The module's operator stopped, for a test that starts (and kills) its own; started again afterwards."""
+    """The module's operator stopped, for a test that starts (and kills) its own; another started in its place after
+    the test, which the module's fixture stops."""
     if cluster.local is None or operator.handle is None:
         pytest.skip("stops and starts the operator process")
+    started: list[operatorproc.OperatorProcess] = [operator.handle]
     operator.handle.stop()
-    started: list[operatorproc.OperatorProcess] = []
     try:
         yield started
     finally:
         for handle in started:
             handle.stop()
+            if not os.environ.get("PHALANX_KEEP_LOGS"):
+                handle.log.unlink(missing_ok=True)
         operator.handle = operatorproc.start(cluster.local, ROOT)
 
 
