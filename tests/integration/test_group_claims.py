@@ -544,3 +544,45 @@ def test_a_release_killed_with_the_group_claim_allocated_completes_after_a_resta
     wait_for(lambda: _pod_group(cluster, namespace, "train")["status"]["reservation"]["state"] == "Released", "the record Released")
     problems = faultcheck.violations(faultcheck.take(cluster.kubectl, namespace))
     assert not problems, problems
+
+
+def test_a_teardown_killed_after_its_evictions_leaves_the_group_claim_to_the_ranks_still_running(
+    cluster: Cluster, alone: list, world: None, namespace: str
+) -> None:
+    """SIGKILL right after a disruptionMode all teardown evicted the ranks, which run out a 12 s grace period (the restart takes some): the
+    restarted operator finishes the teardown without freeing the group's claim under them, and the gang comes back
+    on that one claim."""
+    armed = operatorproc.start(cluster.local, ROOT, env={ENV: "teardown.after-evictions"})
+    alone.append(armed)
+    _apply(cluster, namespace, _template("one-channel", "channel"), _job("train", 3, "one-channel", grace=12))
+    old = bound_pods(cluster, namespace, "train", 3)
+    name = _group_claim(cluster, namespace, "train")
+    held = _claims(cluster, namespace)[name]
+    cluster.kubectl("delete", "pod", old[0]["metadata"]["name"], "-n", namespace, "--wait=false")
+    wait_for(lambda: armed.process.poll() is not None, "the operator killed after the evictions", timeout=30)
+    assert armed.process.returncode == -signal.SIGKILL and "crash point teardown.after-evictions hit" in armed.logs()
+
+    alone.append(operatorproc.start(cluster.local, ROOT))
+    old_uids = {p["metadata"]["uid"] for p in old}
+    judge = _kept_while_running(cluster, namespace, "train", old_uids, held, "no-other-claim")
+    seen = _watch_until(
+        cluster,
+        namespace,
+        lambda s: not [p for p in _members(s, "train") if p["metadata"]["uid"] in old_uids and _may_run(p)],
+        "the old ranks stopped",
+        judge,
+        timeout=40,
+    )
+    assert len(seen) >= 3, "the restarted operator was watched while the old ranks ran out their grace period"
+    new = wait_for(
+        lambda: (
+            (b := [p for p in bound_pods(cluster, namespace, "train", 3) if p["metadata"]["uid"] not in old_uids]) and len(b) == 3 and b
+        ),
+        "the gang back whole",
+        timeout=120,
+    )
+    claims = _claims(cluster, namespace)
+    assert list(claims) == [name] and claims[name]["metadata"]["uid"] == held["metadata"]["uid"], list(claims)
+    assert len(_devices(claims[name])) == 1 and _reserved(claims[name]) == sorted(p["metadata"]["uid"] for p in new)
+    problems = faultcheck.violations(faultcheck.take(cluster.kubectl, namespace))
+    assert not problems, problems
