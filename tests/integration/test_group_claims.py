@@ -367,6 +367,27 @@ def _kept_while_running(cluster: Cluster, namespace: str, job: str, uids: set[st
     return judge
 
 
+def _until_stopped(cluster: Cluster, namespace: str, job: str, uids: set[str], judge: Any) -> list[faultcheck.Snapshot]:
+    """Snapshots, judged, until none of `job`'s ranks `uids` may run any more."""
+    return _watch_until(
+        cluster,
+        namespace,
+        lambda s: not [p for p in _members(s, job) if p["metadata"]["uid"] in uids and _may_run(p)],
+        f"the old ranks of {job} stopped",
+        judge,
+        timeout=40,
+    )
+
+
+def _back_whole(cluster: Cluster, namespace: str, job: str, size: int, old: set[str]) -> list[dict[str, Any]]:
+    """`size` new ranks of `job` bound (none of the `old` uids)."""
+    return wait_for(
+        lambda: (b := [p for p in bound_pods(cluster, namespace, job, size) if p["metadata"]["uid"] not in old]) and len(b) == size and b,
+        f"{job} back whole",
+        timeout=120,
+    )
+
+
 def test_a_disrupted_gang_keeps_its_group_claim_while_a_member_runs_and_comes_back_on_it(
     cluster: Cluster, operator: Operator, world: None, namespace: str
 ) -> None:
@@ -395,23 +416,10 @@ def test_a_disrupted_gang_keeps_its_group_claim_while_a_member_runs_and_comes_ba
         return len(members) == 3 and all(p["metadata"].get("deletionTimestamp") and _may_run(p) for p in members)
 
     seen = _watch_until(cluster, namespace, old_stopping, "every old rank stopping (torn down)", judge, timeout=20)
-    stopping = _watch_until(
-        cluster,
-        namespace,
-        lambda s: not [p for p in _members(s, "train") if p["metadata"]["uid"] in old_uids and _may_run(p)],
-        "the old ranks stopped",
-        judge,
-        timeout=40,
-    )
+    stopping = _until_stopped(cluster, namespace, "train", old_uids, judge)
     assert len(stopping) >= 3, f"watched the grace period through: {len(seen)} + {len(stopping)} snapshots"
     cluster.kubectl("delete", "job", "other", "-n", namespace, "--wait=false")  # the room is the gang's again
-    new = wait_for(
-        lambda: (
-            (b := [p for p in bound_pods(cluster, namespace, "train", 3) if p["metadata"]["uid"] not in old_uids]) and len(b) == 3 and b
-        ),
-        "the gang back whole",
-        timeout=120,
-    )
+    new = _back_whole(cluster, namespace, "train", 3, old_uids)
     claims = {n: c for n, c in _claims(cluster, namespace).items() if n != theirs}
     assert list(claims) == [name], f"still one claim for the group: {list(claims)}"
     assert claims[name]["metadata"]["uid"] == claim_uid and len(_devices(claims[name])) == 1, claims[name].get("status")
@@ -565,22 +573,9 @@ def test_a_teardown_killed_after_its_evictions_leaves_the_group_claim_to_the_ran
     alone.append(operatorproc.start(cluster.local, ROOT))
     old_uids = {p["metadata"]["uid"] for p in old}
     judge = _kept_while_running(cluster, namespace, "train", old_uids, held, "no-other-claim")
-    seen = _watch_until(
-        cluster,
-        namespace,
-        lambda s: not [p for p in _members(s, "train") if p["metadata"]["uid"] in old_uids and _may_run(p)],
-        "the old ranks stopped",
-        judge,
-        timeout=40,
-    )
+    seen = _until_stopped(cluster, namespace, "train", old_uids, judge)
     assert len(seen) >= 3, "the restarted operator was watched while the old ranks ran out their grace period"
-    new = wait_for(
-        lambda: (
-            (b := [p for p in bound_pods(cluster, namespace, "train", 3) if p["metadata"]["uid"] not in old_uids]) and len(b) == 3 and b
-        ),
-        "the gang back whole",
-        timeout=120,
-    )
+    new = _back_whole(cluster, namespace, "train", 3, old_uids)
     claims = _claims(cluster, namespace)
     assert list(claims) == [name] and claims[name]["metadata"]["uid"] == held["metadata"]["uid"], list(claims)
     assert len(_devices(claims[name])) == 1 and _reserved(claims[name]) == sorted(p["metadata"]["uid"] for p in new)
