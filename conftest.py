@@ -112,10 +112,13 @@ def operator(cluster: Cluster) -> Iterator[Operator]:
     if cluster.local is None:
         yield Operator(None)  # deployed into that cluster from manifests/
         return
-    handle = operatorproc.start(cluster.local, ROOT)
+    running = Operator(operatorproc.start(cluster.local, ROOT))
     try:
-        yield Operator(handle)
+        yield running
     finally:
+        # the one running now: a test that stopped the module's operator for its own sets the one it started again
+        handle = running.handle
+        assert handle is not None
         handle.stop()
         if os.environ.get("PHALANX_KEEP_LOGS"):
             print(f"operator log: {handle.log}", file=sys.stderr)

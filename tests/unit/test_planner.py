@@ -463,3 +463,29 @@ def test_members_whose_claims_ask_differently_are_not_interchangeable() -> None:
     result = plan(snapshot, Group("ml", "g", 2, members))
     assert isinstance(result, Fits)
     assert {m.name: n for m, n in result.placements} == {"p0": "n1", "p1": "n0"}
+
+
+def _sharing(name: str, size: int, shared: Claim, *, users: int, min_count: int | None = None) -> tuple[Group, list[Claim]]:
+    """A gang of one-GPU ranks whose first `users` ranks also use `shared` (the group's claim, when all of them)."""
+    group, claims = gang(name, size, min_count=min_count)
+    members = tuple(replace(m, claims=(*m.claims, shared.name)) if i < users else m for i, m in enumerate(group.members))
+    return replace(group, members=members), [*claims, shared]
+
+
+def test_a_claim_the_whole_group_shares_is_counted_once_in_the_shortage() -> None:
+    """Three ranks of one GPU each, and one group claim of two GPUs they all use: any quorum needs 3 + 2, not 3 (as if
+    a shared claim needed nothing) nor 3 + 3 x 2 (once per rank)."""
+    held = [(GPU, "worker-1", "gpu-0"), (GPU, "worker-1", "gpu-1")]
+    group, claims = _sharing("train", 3, one_gpu_claim("ml", "train-shared", count=2), users=3)
+    result = plan(with_claims(cluster(held=held), claims), group)
+    assert isinstance(result, Short)
+    assert "short 1 x gpu.example.com (4 free of 6)" in result.message, result.message
+
+
+def test_a_claim_a_quorum_can_leave_out_counts_nothing() -> None:
+    """minCount 2 of 4, and two ranks share a claim of two GPUs: a quorum of the other two needs none of it."""
+    held = [(GPU, f"worker-{w}", f"gpu-{i}") for w in (1, 2, 3) for i in (0, 1)][:5]
+    group, claims = _sharing("train", 4, one_gpu_claim("ml", "train-shared", count=2), users=2, min_count=2)
+    result = plan(with_claims(cluster(held=held), claims), group)
+    assert isinstance(result, Short)
+    assert "short 1 x gpu.example.com (1 free of 6)" in result.message, result.message

@@ -58,3 +58,16 @@ def test_a_release_in_progress_is_left_out_and_a_basic_group_never_counts() -> N
     assert quorum.held_devices(_group(scheduled=False), pods, lambda ns, n: claims.get((ns, n))) == 0
     assert quorum.held_devices(_group(scheduled=False, reservation=False), pods, lambda ns, n: claims.get((ns, n))) == 1
     assert quorum.held_devices(_group(policy="basic"), [_pod("a", phase="Failed")], lambda ns, n: claims.get((ns, n))) == 0
+
+
+def test_the_group_s_claim_counts_once_however_many_members_use_it() -> None:
+    """Each rank has a claim of its own and uses the group's claim of two devices: two ranks left of minCount 3 hold
+    their two devices and the group's two, not the group's twice."""
+    pods = [_pod("a"), _pod("b"), _pod("c", phase="Failed")]
+    for pod in pods:
+        pod["spec"]["resourceClaims"].append({"name": "shared", "resourceClaimName": "g-shared"})
+    claims = _claims("a", "b", "c")
+    results = [{"driver": "d", "pool": "p", "device": f"channel-{i}"} for i in range(2)]
+    claims[("ns", "g-shared")] = {"status": {"allocation": {"devices": {"results": results}}}}
+    assert quorum.held_devices(_group(3), pods, lambda ns, n: claims.get((ns, n))) == 4
+    assert quorum.incomplete_group_devices([_group(3)], {"g-uid": pods}, lambda ns, n: claims.get((ns, n))) == 4

@@ -616,6 +616,14 @@ def _short(planner: _Planner, members: Sequence[Member], fit: int, probe: _State
     return Short(group.min_count, len(members), fit, tuple(shortages), tuple(sorted(reasons.items())))
 
 
+def _count_requests(claim: Claim, need: Counter[str]) -> None:
+    """The devices an unallocated claim takes from others, by class, as a lower bound."""
+    for request in claim.requests:
+        if request.admin_access or request.subrequests:
+            continue  # takes no device from others / may fall back to another class: no lower bound
+        need[request.device_class] += request.count if request.mode == "ExactCount" else 1
+
+
 def _through_class(snapshot: Snapshot, members: Sequence[Member], usable: Sequence[Node]) -> dict[str, str]:
     """Extended resources of the members that every usable node serves through a DeviceClass (none by device
     plugin), with the class: devices bound them, not node capacity. A resource some node serves either way bounds
@@ -627,9 +635,19 @@ def _through_class(snapshot: Snapshot, members: Sequence[Member], usable: Sequen
 def _device_shortages(
     planner: _Planner, members: Sequence[Member], usable: Sequence[Node], through_class: Mapping[str, str]
 ) -> list[Shortage]:
-    """Devices the cheapest quorum needs, by class; a claim shared or already allocated counts as needing none.
-    Devices for extended resources are named by the resource and its class."""
+    """Devices the cheapest quorum needs, by class; a claim already allocated counts as needing none, and a claim
+    shared by several members (the group's, `spec.resourceClaims`) counts once, and only when every quorum includes
+    one of its users. Devices for extended resources are named by the resource and its class."""
     snapshot = planner.snapshot
+    users = Counter((m.namespace, c) for m in members for c in m.claims)
+    common: Counter[str] = Counter()
+    """What the shared claims every quorum uses need, once for the whole group."""
+    for namespace, name in sorted(users):
+        claim = snapshot.claims.get((namespace, name))
+        shared = users[(namespace, name)] > 1
+        # a quorum of minCount leaves out len(members) - minCount members: more users than that, and it has one
+        if claim is not None and claim.allocated is None and shared and users[(namespace, name)] > len(members) - planner.group.min_count:
+            _count_requests(claim, common)
     per_member: list[Counter[str]] = []
     names: dict[str, list[str]] = {}
     for resource, class_name in through_class.items():
@@ -641,16 +659,12 @@ def _device_shortages(
             need[request.device_class] += request.count
         for name in member.claims:
             claim = snapshot.claims.get((member.namespace, name))
-            if claim is None or claim.allocated is not None or not planner._alone.get(member.uid, False):
-                continue
-            for request in claim.requests:
-                if request.admin_access or request.subrequests:
-                    continue  # takes no device from others / may fall back to another class: no lower bound
-                need[request.device_class] += request.count if request.mode == "ExactCount" else 1
+            if claim is not None and claim.allocated is None and users[(member.namespace, name)] == 1:
+                _count_requests(claim, need)
         per_member.append(need)
-    wanted: Counter[str] = Counter()
+    wanted: Counter[str] = Counter(common)
     for class_name in {c for need in per_member for c in need}:
-        wanted[class_name] = sum(sorted(need[class_name] for need in per_member)[: planner.group.min_count])
+        wanted[class_name] += sum(sorted(need[class_name] for need in per_member)[: planner.group.min_count])
     out = []
     for class_name, count in sorted(wanted.items()):
         if count == 0:
