@@ -327,7 +327,9 @@ def test_a_pod_that_tolerates_every_taint_does_not_keep_a_device_held_for_a_pree
                 "items"
             ],
             "the intruder evicted as a victim",
-            timeout=20,
+            # 20 s ran out once in a clean-clone CI run (never in 8 runs here, 23-25 s in all): a first cycle after a
+            # restart that is slow there, cause not found; the eviction itself is what the test asserts
+            timeout=60,
         )
         wait_for(lambda: len(_running(cluster, namespace, "urgent")) == 4, "the preemptor running", timeout=60)
 
