@@ -282,10 +282,10 @@ state = '{node.run / "state"}'
 """
     path = node.directory / "containerd.toml"
     path.write_text(config)
-    _spawn(node, "containerd", [str(node_bins / "containerd"), "--config", str(path)], env_path=node_bins)
+    containerd = _spawn(node, "containerd", [str(node_bins / "containerd"), "--config", str(path)], env_path=node_bins)
     deadline = time.monotonic() + 30
     while not node.containerd_socket.exists():
-        _check_alive(node, "containerd")
+        _check_alive(node, "containerd", containerd)
         if time.monotonic() > deadline:
             raise TimeoutError(f"containerd of {node.name} did not open {node.containerd_socket}")
         time.sleep(0.1)
@@ -337,7 +337,7 @@ def _start_kubelet(node: RealNode, kubeconfig: Path, bins: Path) -> None:
     _spawn(node, "kubelet", argv)
 
 
-def _spawn(node: RealNode, role: str, argv: list[str], *, netns: bool = True, env_path: Path | None = None) -> None:
+def _spawn(node: RealNode, role: str, argv: list[str], *, netns: bool = True, env_path: Path | None = None) -> subprocess.Popen[bytes]:
     """Start one of the node's processes in its own session (in the node's network namespace unless told), logging to <role>.log."""
     env = dict(os.environ)
     if env_path is not None:
@@ -346,11 +346,12 @@ def _spawn(node: RealNode, role: str, argv: list[str], *, netns: bool = True, en
     env["PHALANX_NODE_ROLE"] = role
     cmd = [*node.net.nsenter(), *argv] if netns else argv
     with (node.directory / f"{role}.log").open("ab") as out:
-        subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _check_alive(node: RealNode, role: str) -> None:
-    if not _by_role(node.directory, role):
+def _check_alive(node: RealNode, role: str, proc: subprocess.Popen[bytes]) -> None:
+    """By the process this call started: /proc would show a child between fork and exec with its parent's environment."""
+    if proc.poll() is not None:
         log = node.directory / f"{role}.log"
         raise RuntimeError(f"{role} of {node.name} exited; {log}:\n{log.read_text()[-3000:] if log.exists() else ''}")
 
