@@ -22,7 +22,8 @@ from phalanx.planner import pods as podrules
 from phalanx.planner.devices import SelectorFailed
 from phalanx.planner.model import Device, Group, Snapshot
 from phalanx.planner.placement import Shortage
-from phalanx.scheduling import disruption, holders, inputs, queue, quorum, victims
+from phalanx.planner.taints import tolerates
+from phalanx.scheduling import conditions, disruption, holders, inputs, queue, quorum, victims
 
 JSON = dict[str, Any]
 
@@ -201,10 +202,6 @@ def _condition_order(condition: Mapping[str, Any]) -> tuple[int, str]:
     return (known.index(condition["type"]) if condition["type"] in known else len(known), condition["type"])
 
 
-def _condition(pod_group: Mapping[str, Any], type_: str) -> JSON | None:
-    return next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
-
-
 def _state(pod: Mapping[str, Any]) -> str:
     phase = (pod.get("status") or {}).get("phase") or "Pending"
     if pod["metadata"].get("deletionTimestamp"):
@@ -278,9 +275,7 @@ def _nodes(snapshot: Snapshot, group: Group, matcher: DeviceMatcher) -> tuple[tu
     for node in sorted(snapshot.nodes, key=lambda n: n.name):
         reason = nodefilter.blocking_reason(first, node)
         if reason == "node(s) had untolerated taint(s)":  # which one: said once, here, not in every message
-            untolerated = [
-                t for t in node.taints if t.effect in ("NoSchedule", "NoExecute") and not nodefilter.tolerates(first.tolerations, t)
-            ]
+            untolerated = [t for t in node.taints if t.effect in ("NoSchedule", "NoExecute") and not tolerates(first.tolerations, t)]
             reason = "untolerated taint " + ", ".join(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in untolerated)
         if reason is None and rules.static:
             reason = rules.fixed(first, node)
@@ -374,9 +369,9 @@ def _job_pods(job: JSON | None, pod_group: JSON, live: int, now: datetime.dateti
         return None
     wanted = int(job["spec"].get("parallelism") or 1)
     status = job.get("status") or {}
-    if live >= wanted or any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in status.get("conditions") or []):
+    if live >= wanted or conditions.true(job, "Complete") or conditions.true(job, "Failed"):
         return None
-    scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED) or {}
+    scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED) or {}
     owed = wanted - live
     said = f"{live} of {wanted} pods exist ({status.get('active') or 0} active, {status.get('failed') or 0} failed as the Job counts)"
     if scheduled.get("reason") not in ("GangDisrupted", "GangTornDown") or not scheduled.get("lastTransitionTime"):
@@ -415,8 +410,8 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
     mode = next(iter(pod_group["spec"].get("disruptionMode") or {}), "single")
     reservation = inputs.reservation(pod_group)
     nomination = inputs.nomination(pod_group)
-    scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
-    disrupted = _condition(pod_group, keys.DISRUPTION_TARGET)
+    scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)
+    disrupted = conditions.find(pod_group, keys.DISRUPTION_TARGET)
     node_names = {n["metadata"]["name"] for n in objects.nodes}
     released = reservation is not None and reservation.state == "Released"
     losses = disruption.losses(reservation, every, node_names, known=disruption.recorded(pod_group)) if released else []  # type: ignore[arg-type]
@@ -504,7 +499,7 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
         for p in every
         if p in live or p["metadata"]["uid"] in {loss.uid for loss in losses}
     )
-    conditions = tuple(
+    condition_rows = tuple(
         ConditionRow(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
         for c in sorted((pod_group.get("status") or {}).get("conditions") or [], key=_condition_order)
     )
@@ -528,7 +523,7 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
         job_pods=job_pods,
         queue=in_line,
         member_rows=members,
-        conditions=conditions,
+        conditions=condition_rows,
         events=_events(objects.events, pod_group, every, now),
     )
 

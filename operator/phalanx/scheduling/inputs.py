@@ -36,13 +36,13 @@ from phalanx.planner.model import (
     PodTerm,
     Requirement,
     Selector,
-    SelectorTerm,
     Snapshot,
     Spread,
     Taint,
     Toleration,
     frozen_map,
 )
+from phalanx.planner.nodes import selector_terms
 
 
 def terminal(pod: Mapping[str, Any]) -> bool:
@@ -153,16 +153,6 @@ def pod_requests(pod: Mapping[str, Any]) -> Counter[str]:
     return total
 
 
-def _requirements(term: Mapping[str, Any]) -> SelectorTerm:
-    reqs = [Requirement(e["key"], e["operator"], tuple(e.get("values") or ())) for e in term.get("matchExpressions") or []]
-    reqs += [Requirement(e["key"], e["operator"], tuple(e.get("values") or ()), field=True) for e in term.get("matchFields") or []]
-    return SelectorTerm(tuple(reqs))
-
-
-def node_selector_terms(selector: Mapping[str, Any] | None) -> tuple[SelectorTerm, ...]:
-    return tuple(_requirements(t) for t in (selector or {}).get("nodeSelectorTerms") or [])
-
-
 def node(obj: Mapping[str, Any], requested: Mapping[str, int]) -> Node:
     spec = obj.get("spec") or {}
     allocatable = (obj.get("status") or {}).get("allocatable") or {}
@@ -213,7 +203,7 @@ def incomplete_pools(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
         if (driver, pool) in complete:
             continue
         for spec in specs:
-            selector = node_selector_terms(spec.get("nodeSelector")) if spec.get("nodeSelector") else None
+            selector = selector_terms(spec.get("nodeSelector")) if spec.get("nodeSelector") else None
             out.append(
                 Device(
                     driver,
@@ -271,7 +261,7 @@ def devices(slices: Iterable[Mapping[str, Any]], taint_rules: Iterable[Mapping[s
             per_device = bool(spec.get("perDeviceNodeSelection"))
             for d in spec.get("devices") or []:
                 where = d if per_device else spec
-                selector = node_selector_terms(where.get("nodeSelector")) if where.get("nodeSelector") else None
+                selector = selector_terms(where.get("nodeSelector")) if where.get("nodeSelector") else None
                 attributes = {(k if "/" in k else f"{driver}/{k}"): _attribute(v) for k, v in (d.get("attributes") or {}).items()}
                 capacity = {
                     (k if "/" in k else f"{driver}/{k}"): quantity.amount("", v["value"]) for k, v in (d.get("capacity") or {}).items()
@@ -461,17 +451,25 @@ def claim(obj: Mapping[str, Any]) -> Claim:
 
 def claim_names(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The ResourceClaims a pod uses, or None while the resourceclaim controller has not created them all."""
-    statuses = {s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
     names = []
     for ref in pod["spec"].get("resourceClaims") or []:
-        if ref.get("resourceClaimName"):
-            names.append(ref["resourceClaimName"])
-        elif ref.get("resourceClaimTemplateName"):
-            generated = statuses.get(ref["name"])
-            if not generated:
-                return None
-            names.append(generated)
+        name = claim_name(pod, ref)
+        if name is None and ref.get("resourceClaimTemplateName"):
+            return None
+        if name is not None:
+            names.append(name)
     return tuple(names)
+
+
+def claim_name(pod: Mapping[str, Any], ref: Mapping[str, Any]) -> str | None:
+    """The ResourceClaim one `spec.resourceClaims` entry names: its own, or the one made from its template, as the
+    pod's `status.resourceClaimStatuses` records (None until it is made)."""
+    if ref.get("resourceClaimName"):
+        return ref["resourceClaimName"]
+    if not ref.get("resourceClaimTemplateName"):
+        return None
+    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    return next((s.get("resourceClaimName") for s in statuses if s["name"] == ref["name"]), None) or None
 
 
 def label_selector(selector: Mapping[str, Any] | None) -> Selector | None:
@@ -562,7 +560,7 @@ def member(pod: Mapping[str, Any], claims: tuple[str, ...]) -> Member:
         requests=frozen_map(pod_requests(pod)),
         tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or []),
         node_selector=frozen_map(spec.get("nodeSelector")),
-        affinity=node_selector_terms(affinity),
+        affinity=selector_terms(affinity),
         claims=claims,
         labels=frozen_map(pod["metadata"].get("labels")),
         pod_affinity=pod_terms(pod, "podAffinity"),

@@ -80,13 +80,6 @@ COUNTS_EVERY = 1.0
 status once per cycle, on the API server kube-scheduler is binding through."""
 
 
-def _condition(pod_group: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
-    for cond in (pod_group.get("status") or {}).get("conditions") or []:
-        if cond["type"] == type_:
-            return cond
-    return None
-
-
 def _ns(obj: Mapping[str, Any]) -> str:
     return obj["metadata"]["namespace"]
 
@@ -109,16 +102,13 @@ def _suspended_since(job: Mapping[str, Any], reservation: schema.Reservation) ->
     controller deleted its pods, and whatever it creates next is a new gang, not late members."""
     if (job.get("spec") or {}).get("suspend"):
         return True
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Suspended" and reservation.released_at and (cond.get("lastTransitionTime") or "") > reservation.released_at:
-            return True
-    return False
+    suspended = conditions.find(job, "Suspended")
+    return bool(suspended and reservation.released_at and (suspended.get("lastTransitionTime") or "") > reservation.released_at)
 
 
 def _finished(job: Mapping[str, Any]) -> bool:
     """The Job is done or on its way (its successPolicy met, its failure decided): it ends its own pods."""
-    ending = {"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"}
-    return any(c.get("type") in ending and c.get("status") == "True" for c in (job.get("status") or {}).get("conditions") or [])
+    return any(conditions.true(job, t) for t in ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"))
 
 
 def _live(pod: Mapping[str, Any]) -> bool:
@@ -359,7 +349,7 @@ class SchedulingLoop:
         if pod_group["spec"]["schedulingPolicy"].get("basic") is not None:
             await self._release_each(pod_group, waiting)
             return True
-        scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
+        scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)
         min_count = inputs.min_count(pod_group)
         lost: list[disruption.Loss] = []
         owner: dict[str, Any] | None = None
@@ -584,7 +574,9 @@ class SchedulingLoop:
     ) -> None:
         """disruptionMode single: nothing else is touched; the status says how far below minCount the group runs.
         Members that finished their work (`done`) count with those that run: the gang is short of nobody."""
-        said = _condition(pod_group, keys.DISRUPTION_TARGET) or self._mine.get(pod_group["metadata"]["uid"], {}).get(keys.DISRUPTION_TARGET)
+        said = conditions.find(pod_group, keys.DISRUPTION_TARGET) or self._mine.get(pod_group["metadata"]["uid"], {}).get(
+            keys.DISRUPTION_TARGET
+        )
         finished = f", {done} finished" if done else ""
         if len(bound) + done >= min_count:
             if said is not None and said["status"] == "True":
@@ -920,7 +912,7 @@ class SchedulingLoop:
             crash_point("teardown.after-deallocate")
         if standing:
             waits = f"{why}; waiting for the eviction of {', '.join(standing)}, refused for now and tried again"
-            scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
+            scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)
             if scheduled is not None and scheduled["status"] == "True":
                 # that condition is terminal once True: a running gang's teardown is told where its loss is
                 await self._condition(pod_group, keys.DISRUPTION_TARGET, True, reason, waits, warn=True)

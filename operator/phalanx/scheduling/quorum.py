@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
-from phalanx.scheduling import inputs
+from phalanx.scheduling import conditions, inputs
 
 
 def _live(pod: Mapping[str, Any]) -> bool:
@@ -30,8 +30,7 @@ def _live(pod: Mapping[str, Any]) -> bool:
 
 
 def mid_release(pod_group: Mapping[str, Any]) -> bool:
-    scheduled = next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c["type"] == keys.INITIALLY_SCHEDULED), None)
-    return inputs.reservation(pod_group) is not None and (scheduled is None or scheduled["status"] != "True")
+    return inputs.reservation(pod_group) is not None and not conditions.true(pod_group, keys.INITIALLY_SCHEDULED)
 
 
 def held_devices(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], claim: Any) -> int:
