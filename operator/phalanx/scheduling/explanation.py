@@ -23,7 +23,7 @@ from phalanx.planner.devices import SelectorFailed
 from phalanx.planner.model import Device, Group, Snapshot
 from phalanx.planner.placement import Shortage
 from phalanx.planner.taints import tolerates
-from phalanx.scheduling import conditions, disruption, holders, inputs, queue, quorum, victims
+from phalanx.scheduling import conditions, disruption, holders, inputs, phase, queue, quorum, victims
 
 JSON = dict[str, Any]
 
@@ -394,6 +394,24 @@ def _victim_rows(preemption: Preemption) -> tuple[VictimRow, ...]:
     return tuple(VictimRow(v.key, v.priority, tuple(p.name for p in v.pods)) for v in preemption.victims)
 
 
+_STATES = {
+    phase.Phase.RESUMING: "Releasing",
+    phase.Phase.EACH: "Running",
+    phase.Phase.SUSPENDED: "Releasing",
+    phase.Phase.FINISHED: "Releasing",
+    phase.Phase.GOING: "Running",
+    phase.Phase.LOST: "Disrupted",
+    phase.Phase.BELOW_MIN: "Running",
+    phase.Phase.RUNNING: "Running",
+    phase.Phase.AWAITING_BIND: "Releasing",
+    phase.Phase.IDLE: "Waiting",
+    phase.Phase.QUORUM: "Waiting",
+    phase.Phase.PLANNABLE: "Pending",
+    phase.Phase.PREEMPTING: "Preempting",
+}
+"""What explain calls each phase of the loop's (a scheduled group with a loss, or a DisruptionTarget, reads Disrupted)."""
+
+
 def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: DeviceMatcher | None = None) -> Explanation:
     matcher = matcher or DeviceMatcher()
     namespace, name = pod_group["metadata"]["namespace"], pod_group["metadata"]["name"]
@@ -404,10 +422,7 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
     live = [p for p in every if not inputs.terminal(p) and not p["metadata"].get("deletionTimestamp")]
     claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in objects.claims}
     priorities = {p["metadata"]["name"]: p for p in objects.priorities}
-    gang = pod_group["spec"]["schedulingPolicy"].get("gang") is not None
-    min_count = inputs.min_count(pod_group)
     bound = [p for p in live if p["spec"].get("nodeName")]
-    mode = next(iter(pod_group["spec"].get("disruptionMode") or {}), "single")
     reservation = inputs.reservation(pod_group)
     nomination = inputs.nomination(pod_group)
     scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)
@@ -415,6 +430,10 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
     node_names = {n["metadata"]["name"] for n in objects.nodes}
     released = reservation is not None and reservation.state == "Released"
     losses = disruption.losses(reservation, every, node_names, known=disruption.recorded(pod_group)) if released else []  # type: ignore[arg-type]
+    facts = phase.read(pod_group, live, lambda ns, n: claims.get((ns, n)), lost=bool(losses))
+    now_in = phase.classify(facts)
+    min_count = facts.min_count
+    mode = "all" if facts.all_mode else "single"
     priority = inputs.priority(pod_group, priorities.get)
     held = quorum.held_devices(pod_group, every, lambda ns, n: claims.get((ns, n)))
 
@@ -423,21 +442,19 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
     found: list[holders.Holder] = []
     to_run: tuple[str, ...] = ()
     job_pods: str | None = None
-    is_scheduled = scheduled is not None and scheduled["status"] == "True"
-    if is_scheduled and (losses or (disrupted is not None and disrupted["status"] == "True")):
+    state = _STATES[now_in]
+    if facts.scheduled and (losses or (disrupted is not None and disrupted["status"] == "True")):
         state = "Disrupted"
         summary = (disrupted or {}).get("message") or f"lost {', '.join(str(loss) for loss in losses)}"
-    elif is_scheduled or not gang:
-        state = "Running"
+    elif state == "Running":
         summary = f"{len(bound)} of {len(live)} members bound to {len({p['spec']['nodeName'] for p in bound})} node(s)"
-    elif reservation is not None:
-        state = "Releasing"
-        summary = (scheduled or {}).get("message") or f"reservation {reservation.state}"
+    elif state == "Releasing":
+        summary = (scheduled or {}).get("message") or f"reservation {reservation.state if reservation else None}"
     else:
         waiting = [p for p in live if inputs.gated(p)]
         ready = [p for p in waiting if inputs.claims_ready(p, lambda ns, n: claims.get((ns, n)))]
         torn = scheduled is not None and scheduled["reason"] in ("GangDisrupted", "GangTornDown")
-        if len(ready) < min_count:
+        if now_in in (phase.Phase.IDLE, phase.Phase.QUORUM):
             state = "Disrupted" if torn else "Waiting"
             summary = f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims"
             owner = next((j for j in objects.jobs if j["metadata"]["uid"] == inputs.owner_uid(pod_group, "Job")), None)
@@ -455,7 +472,7 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
             )
             group = inputs.group(pod_group, ready, min_count)
             plan_view, fits = _plan_view(snapshot, group, matcher)
-            state = "Disrupted" if torn else ("Preempting" if nomination is not None else "Pending")
+            state = "Disrupted" if torn else state
             summary = _summary(plan_view)
             if fits is None:
                 found = _holders(objects, snapshot, group, plan_view, matcher, pods_of)
