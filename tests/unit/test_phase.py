@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from phalanx.api import keys
+from phalanx.jobs.owner import JOBS
 from phalanx.scheduling import disruption, explanation, inputs, phase
-from phalanx.scheduling.phase import Owner, Phase
+from phalanx.scheduling.phase import OwnerState, Phase
 
 OWNED = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-uid", "controller": True}]
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
@@ -68,11 +69,11 @@ BOUND = [_pod(0, node="n1"), _pod(1, node="n1")]
         (_group(reservation="Reserving", scheduled=True), BOUND, {"lost": True}, Phase.RESUMING),
         (_group(basic=True, mode="single"), GATED, {}, Phase.EACH),
         (_group(scheduled=True), BOUND, {}, Phase.EACH),
-        (_group(reservation="Released", scheduled=True), BOUND, {"lost": True, "owner": Owner.SUSPENDED}, Phase.SUSPENDED),
-        (_group(reservation="Released"), GATED, {"lost": True, "owner": Owner.SUSPENDED}, Phase.SUSPENDED),
-        (_group(reservation="Released", scheduled=True), BOUND, {"lost": True, "owner": Owner.FINISHED}, Phase.FINISHED),
+        (_group(reservation="Released", scheduled=True), BOUND, {"lost": True, "owner": OwnerState.SUSPENDED}, Phase.SUSPENDED),
+        (_group(reservation="Released"), GATED, {"lost": True, "owner": OwnerState.SUSPENDED}, Phase.SUSPENDED),
+        (_group(reservation="Released", scheduled=True), BOUND, {"lost": True, "owner": OwnerState.FINISHED}, Phase.FINISHED),
         (_group(reservation="Released", scheduled=True), BOUND[:1], {"lost": True}, Phase.LOST),
-        (_group(reservation="Released", scheduled=True), BOUND[:1], {"lost": True, "owner": Owner.GONE}, Phase.GOING),
+        (_group(reservation="Released", scheduled=True), BOUND[:1], {"lost": True, "owner": OwnerState.GONE}, Phase.GOING),
         (_group(reservation="Released", scheduled=True, mode="single"), BOUND[:1], {"lost": True}, Phase.BELOW_MIN),
         (_group(reservation="Released", scheduled=True, mode="single"), BOUND[:1], {"lost": True, "done": 1}, Phase.RUNNING),
         (_group(reservation="Released", scheduled=True), BOUND, {}, Phase.RUNNING),
@@ -99,7 +100,7 @@ def test_a_podgroup_without_a_disruption_mode_is_refused_not_read_as_single() ->
 
 def _explained(group: dict[str, Any], pods: list[dict[str, Any]], claims: dict[tuple[str, str], dict[str, Any]]) -> explanation.Explanation:
     objects = explanation.Objects(pods=pods, claims=list(claims.values()), podgroups=[group], nodes=[{"metadata": {"name": "n1"}}])
-    return explanation.explain(objects, group, NOW)
+    return explanation.explain(objects, group, NOW, JOBS)
 
 
 def test_explain_names_the_phase_the_loop_acts_on() -> None:

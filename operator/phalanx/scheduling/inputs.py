@@ -621,14 +621,6 @@ def build(
 # (one list of each kind), so what explain says is what the loop decides.
 
 
-def owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
-    """The uid of the object's controller of this kind."""
-    for ref in obj["metadata"].get("ownerReferences") or []:
-        if ref.get("kind") == kind and ref.get("controller"):
-            return ref["uid"]
-    return None
-
-
 def min_count(pod_group: Mapping[str, Any]) -> int:
     gang_policy = pod_group["spec"]["schedulingPolicy"].get("gang")
     return int(gang_policy["minCount"]) if gang_policy else 1
@@ -657,17 +649,19 @@ def nominated_devices(record: schema.Nomination) -> list[DeviceId]:
     return [tuple(d.split("/", 2)) for d in record.devices]  # type: ignore[misc]
 
 
-def pods_by_group(podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """PodGroup uid -> every pod of its Job, terminal and terminating ones included (losses are found among them).
+def pods_by_group(
+    podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], owner_uid: Callable[[Mapping[str, Any]], str | None]
+) -> dict[str, list[dict[str, Any]]]:
+    """PodGroup uid -> every pod of its owner, terminal and terminating ones included (losses are found among them).
 
-    A Job's members are the pods it controls, in its own namespace: a label (which anyone creating a pod may
-    copy) makes no pod a member."""
+    `owner_uid`: the uid of an object's owner, as the workload kind finds it (`scheduling.owner`); a pod and a
+    group are together when they have one owner, in one namespace."""
     every: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:
-        job_uid = owner_uid(pod, "Job")
-        if job_uid:
-            every[(pod["metadata"]["namespace"], job_uid)].append(pod)  # type: ignore[arg-type]
-    return {g["metadata"]["uid"]: every.get((g["metadata"]["namespace"], owner_uid(g, "Job") or ""), []) for g in podgroups}
+        uid = owner_uid(pod)
+        if uid:
+            every[(pod["metadata"]["namespace"], uid)].append(pod)  # type: ignore[arg-type]
+    return {g["metadata"]["uid"]: every.get((g["metadata"]["namespace"], owner_uid(g) or ""), []) for g in podgroups}
 
 
 def claims_ready(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[str, Any] | None]) -> bool:

@@ -66,6 +66,7 @@ from phalanx.scheduling import (
 from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.nomination import PREEMPTED, Preemptor
 from phalanx.scheduling.nomination import intruders as nomination_intruders
+from phalanx.scheduling.owner import OwnerKind
 from phalanx.scheduling.reserve import GatesRefused, NotLeading, ReleaseAborted, Releaser, Steps, planned_devices
 
 logger = logging.getLogger(__name__)
@@ -99,20 +100,6 @@ def _since(timestamp: str | None) -> float:
     return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
 
 
-def _suspended_since(job: Mapping[str, Any], reservation: schema.Reservation) -> bool:
-    """Whether the Job was suspended after this incarnation was released (and maybe resumed since): the Job
-    controller deleted its pods, and whatever it creates next is a new gang, not late members."""
-    if (job.get("spec") or {}).get("suspend"):
-        return True
-    suspended = conditions.find(job, "Suspended")
-    return bool(suspended and reservation.released_at and (suspended.get("lastTransitionTime") or "") > reservation.released_at)
-
-
-def _finished(job: Mapping[str, Any]) -> bool:
-    """The Job is done or on its way (its successPolicy met, its failure decided): it ends its own pods."""
-    return any(conditions.true(job, t) for t in ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"))
-
-
 def _live(pod: Mapping[str, Any]) -> bool:
     return not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
 
@@ -130,6 +117,7 @@ class SchedulingLoop:
         self,
         kube: Kube,
         view: ClusterView,
+        owner: OwnerKind,
         *,
         period: float = 5.0,
         settle: float = 0.2,
@@ -139,6 +127,8 @@ class SchedulingLoop:
     ) -> None:
         self.kube = kube
         self.view = view
+        self.owner = owner
+        """The workload kind whose groups this loop schedules: their members, their owner, its state."""
         self.period = period
         self.bind_deadline = bind_deadline
         self.ready_deadline = ready_deadline
@@ -202,9 +192,9 @@ class SchedulingLoop:
 
     async def cycle(self) -> None:
         self.releaser.forget({p["metadata"]["uid"] for p in self.view.pods.items()})
-        self._pods_of = inputs.pods_by_group(self.view.podgroups.items(), self.view.pods.items())
+        self._pods_of = inputs.pods_by_group(self.view.podgroups.items(), self.view.pods.items(), self.owner.owner_uid)
         groups = [(g, sorted(filter(_live, self._pods_of[g["metadata"]["uid"]]), key=_name)) for g in self.view.podgroups.items()]
-        groups = [(g, pods) for g, pods in groups if inputs.owner_uid(g, "Job") and not g["metadata"].get("deletionTimestamp")]
+        groups = [(g, pods) for g, pods in groups if self.owner.owner_uid(g) and not g["metadata"].get("deletionTimestamp")]
         self._forget({g["metadata"]["uid"] for g, _ in groups})
         try:
             for rules in (self.holes, self.preemptor.nominated):
@@ -325,18 +315,10 @@ class SchedulingLoop:
                 known=disruption.recorded(pod_group),
                 preempted=self._preempted,
             )
-        owner = await self._job(pod_group, lost) if lost else None
-        owner_state = phase.Owner.ACTIVE
+        owner = await self._owner(pod_group, lost) if lost else None
+        owner_state = phase.OwnerState.ACTIVE
         if lost:
-            owner_state = (
-                phase.Owner.GONE
-                if owner is None
-                else phase.Owner.SUSPENDED
-                if _suspended_since(owner, reservation)  # type: ignore[arg-type]
-                else phase.Owner.FINISHED
-                if _finished(owner)
-                else phase.Owner.ACTIVE
-            )
+            owner_state = phase.OwnerState.GONE if owner is None else self.owner.state(owner, reservation.released_at)  # type: ignore[union-attr]
         scheduled = conditions.true(pod_group, keys.INITIALLY_SCHEDULED)
         done = disruption.finished(reservation, self._pods_of.get(uid, []), self.view.finished) if scheduled and reservation else 0
         facts = phase.read(pod_group, pods, self.view.claims.get, lost=bool(lost), owner=owner_state, done=done)
@@ -350,11 +332,11 @@ class SchedulingLoop:
             await self._release_each(pod_group, waiting)
             return True
         if now is phase.Phase.SUSPENDED:
-            why = "the Job was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
+            why = f"the {self.owner.kind} was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
             return await self._tear_down(pod_group, pods, reservation, why, reason=SUSPENDED)
         if now is phase.Phase.FINISHED:
-            return True  # its successPolicy or failure ended the rest: the Job's own doing, nothing to take down
-        if lost and owner_state is not phase.Owner.GONE:
+            return True  # its successPolicy or failure ended the rest: the owner's own doing, nothing to take down
+        if lost and owner_state is not phase.OwnerState.GONE:
             await self._record_lost(pod_group, lost)
         if released and not lost:
             timed_out = await self._ready_by_deadline(pod_group, pods, reservation, facts.min_count)  # type: ignore[arg-type]
@@ -363,7 +345,7 @@ class SchedulingLoop:
         if now is phase.Phase.LOST:
             return await self._disrupt(pod_group, pods, lost)
         if now is phase.Phase.GOING:
-            return True  # the Job is going: its pods are deleted with it, and nothing is lost
+            return True  # the owner is going: its pods are deleted with it, and nothing is lost
         if now in (phase.Phase.RUNNING, phase.Phase.BELOW_MIN):
             await self._below_min_count(pod_group, bound, lost, facts.min_count, done)
             # minCount may have been raised since the release: the members it adds go together, as a gang
@@ -504,24 +486,16 @@ class SchedulingLoop:
     def _node_names(self) -> set[str]:
         return {n["metadata"]["name"] for n in self.view.nodes.items()}
 
-    async def _job(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> dict[str, Any] | None:
-        """The group's Job, read afresh when its lost members change (a lost member stays lost: no read every cycle);
+    async def _owner(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> dict[str, Any] | None:
+        """The group's owner, read afresh when its lost members change (a lost member stays lost: no read every cycle);
         None when it is gone or being deleted."""
         uid = pod_group["metadata"]["uid"]
         key = frozenset(loss.uid for loss in lost)
         remembered = self.memory.of(uid)
         if remembered.owner is not None and remembered.owner[0] == key:
             return remembered.owner[1]
-        owner = await self._read_job(pod_group)
+        owner = await self.owner.read(self.kube, pod_group)
         remembered.owner = (key, owner)
-        return owner
-
-    async def _read_job(self, pod_group: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The group's Job as the API server has it now; None when it is gone, replaced or being deleted."""
-        job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
-        owner = await self.kube.get(f"/apis/batch/v1/namespaces/{_ns(pod_group)}/jobs/{job}") if job else None
-        if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != inputs.owner_uid(pod_group, "Job"):
-            return None
         return owner
 
     async def _min_count_now(self, pod_group: Mapping[str, Any], waiting: list[dict[str, Any]], recorded: int) -> int:
@@ -535,13 +509,8 @@ class SchedulingLoop:
         remembered = self.memory.of(uid)
         known = remembered.intended
         if known is None or known[0] != key:
-            job = await self._read_job(pod_group)
-            wanted = None
-            with contextlib.suppress(intent.GangSpecError):
-                said = intent.from_annotations(job["metadata"].get("annotations")) if job is not None else None
-                if said is not None and said.policy == "gang":
-                    wanted = said.min_count_for(job["spec"].get("parallelism"), job["spec"].get("completions"))
-            known = remembered.intended = (key, wanted)
+            owner = await self.owner.read(self.kube, pod_group)
+            known = remembered.intended = (key, self.owner.min_count(owner) if owner is not None else None)
         return max(recorded, known[1] or 0)
 
     async def _disrupt(self, pod_group: dict[str, Any], pods: list[dict[str, Any]], lost: list[disruption.Loss]) -> bool:
@@ -713,8 +682,7 @@ class SchedulingLoop:
 
     def _preempted_by(self, pod_group: Mapping[str, Any]) -> str:
         """What the victims of this group's preemption are told, and what their losses say: its Job and priority."""
-        job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL) or _name(pod_group)
-        return disruption.preempted_by(f"{_ns(pod_group)}/{job}", self._priority(pod_group))
+        return disruption.preempted_by(f"{_ns(pod_group)}/{self.owner.name(pod_group) or _name(pod_group)}", self._priority(pod_group))
 
     async def _record_lost(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> None:
         """`status.lost`: the losses with the cause first seen, written when they change, kept after a teardown."""
@@ -1007,9 +975,7 @@ class SchedulingLoop:
 
     async def _event(self, pod_group: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         refs = [{"apiVersion": schema.API_VERSION, "kind": "PodGroup", "metadata": pod_group["metadata"]}]
-        job_name = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
-        job_uid = inputs.owner_uid(pod_group, "Job")
-        if job_name and job_uid:
-            job = {"name": job_name, "namespace": pod_group["metadata"]["namespace"], "uid": job_uid}
-            refs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": job})
+        owner = self.owner.ref(pod_group)
+        if owner is not None:
+            refs.append(owner)
         await all_answered(self.kube.event(ref, type_=type_, reason=reason, message=message) for ref in refs)

@@ -47,7 +47,7 @@ class Phase(enum.StrEnum):
     """Quorum there and a preemption under way for it: its victims go, then it is planned on the room they left."""
 
 
-class Owner(enum.StrEnum):
+class OwnerState(enum.StrEnum):
     """What the group's owner says, as far as it matters here (only looked up once a member is lost)."""
 
     ACTIVE = "Active"
@@ -67,7 +67,7 @@ class Facts:
     """PodGroupInitiallyScheduled is True."""
     lost: bool = False
     """A released member was lost (only judged once the reservation says Released)."""
-    owner: Owner = Owner.ACTIVE
+    owner: OwnerState = OwnerState.ACTIVE
     all_mode: bool = False
     """disruptionMode all."""
     running: int = 0
@@ -86,15 +86,15 @@ def classify(facts: Facts) -> Phase:
     if not facts.gang:
         return Phase.EACH
     released = facts.reservation == "Released"
-    if released and facts.lost and facts.owner is Owner.SUSPENDED:
+    if released and facts.lost and facts.owner is OwnerState.SUSPENDED:
         return Phase.SUSPENDED
-    if released and facts.lost and facts.owner is Owner.FINISHED:
+    if released and facts.lost and facts.owner is OwnerState.FINISHED:
         return Phase.FINISHED
     if facts.scheduled:
         if facts.reservation is None:
             return Phase.EACH
         if facts.lost and facts.all_mode:
-            return Phase.GOING if facts.owner is Owner.GONE else Phase.LOST
+            return Phase.GOING if facts.owner is OwnerState.GONE else Phase.LOST
         return Phase.BELOW_MIN if facts.running < facts.min_count else Phase.RUNNING
     if released:
         return Phase.AWAITING_BIND
@@ -111,7 +111,7 @@ def read(
     claim: Callable[[str, str], Mapping[str, Any] | None],
     *,
     lost: bool = False,
-    owner: Owner = Owner.ACTIVE,
+    owner: OwnerState = OwnerState.ACTIVE,
     done: int = 0,
 ) -> Facts:
     """The facts of a group from its objects: `live` its members neither terminal nor terminating, `claim` looks a
