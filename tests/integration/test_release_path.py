@@ -27,7 +27,7 @@ from phalanx.kube.informers import ClusterView
 from phalanx.localcluster import demo, operatorproc
 from phalanx.planner import Fits, plan
 from phalanx.planner.model import Group
-from phalanx.scheduling import inputs
+from phalanx.scheduling import accessors, inputs
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.reserve import NotLeading, ReleaseAborted, Releaser
 
@@ -418,7 +418,7 @@ async def _plan_by_hand(view: ClusterView, namespace: str, pods: list[dict[str, 
 
     def members() -> list[dict] | None:
         found = [view.pods.get(namespace, p["metadata"]["name"]) for p in pods]
-        if not all(m and inputs.claim_names(m) and all(view.claims.get(namespace, c) for c in inputs.claim_names(m)) for m in found):
+        if not all(m and accessors.claim_names(m) and all(view.claims.get(namespace, c) for c in accessors.claim_names(m)) for m in found):
             return None
         return found
 
@@ -426,7 +426,7 @@ async def _plan_by_hand(view: ClusterView, namespace: str, pods: list[dict[str, 
         if members():
             break
         await asyncio.sleep(0.2)
-    group = Group(namespace, "by-hand", 2, tuple(inputs.member(m, inputs.claim_names(m)) for m in members() or []))
+    group = Group(namespace, "by-hand", 2, tuple(inputs.member(m, accessors.claim_names(m)) for m in members() or []))
     snapshot = inputs.build(view.nodes.items(), view.pods.items(), view.slices.items(), view.claims.items(), view.classes.items())
     result = plan(snapshot, group)
     assert isinstance(result, Fits), result
@@ -451,7 +451,7 @@ async def test_a_conditional_allocation_write_that_loses_is_seen_as_lost(cluster
                 await releaser.release(group_obj, await fits())
             assert len(kube.provoked) == kube.conflicts == 2, "the race happened: a rival wrote first and the server refused our writes"
             for p in pods:
-                name = inputs.claim_names(view.pods.get(namespace, p["metadata"]["name"]))[0]
+                name = accessors.claim_names(view.pods.get(namespace, p["metadata"]["name"]))[0]
                 claim = await kube.get(claim_path(namespace, name))
                 assert not (claim.get("status") or {}).get("allocation"), f"{name}: nothing stays allocated after the lost race"
             group_obj = await kube.get(custom_path("podgroups", namespace, "by-hand"))
@@ -497,6 +497,6 @@ async def test_a_release_stops_at_the_first_step_after_its_lease_may_be_lost(clu
                 assert (claim.get("status") or {}).get("allocation"), f"{name}: written before the Lease was lost, not rolled back"
             for p in pods:
                 pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}")
-                assert inputs.gated(pod), f"{p['metadata']['name']}: no gate lifted after the Lease may be lost"
+                assert accessors.gated(pod), f"{p['metadata']['name']}: no gate lifted after the Lease may be lost"
         finally:
             await view.stop()

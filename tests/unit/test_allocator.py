@@ -21,7 +21,7 @@ from phalanx.planner.model import (
     Toleration,
     frozen_map,
 )
-from phalanx.scheduling import inputs
+from phalanx.scheduling import accessors, inputs
 from phalanx.scheduling.reserve import allocation, reservation_of
 
 DRIVER = "features.example.com"
@@ -123,7 +123,7 @@ def test_admin_access_result_is_written_and_counts_as_held_by_nobody() -> None:
             "allocation": {"devices": {"results": [{"request": "r", "driver": DRIVER, "pool": "n1", "device": "a", "adminAccess": True}]}}
         }
     }
-    assert inputs.dedicated_ids(obj) == ()
+    assert accessors.dedicated_ids(obj) == ()
     snap, group = gang(snapshot([dev("a")]), (one(admin_access=True),))
     written = allocation(reservation_of(plan(snap, group)).claims[0])
     assert written["devices"]["results"] == [{"request": "r", "driver": DRIVER, "pool": "n1", "device": "a", "adminAccess": True}]

@@ -9,7 +9,7 @@ import pytest
 
 from phalanx.api import keys
 from phalanx.jobs.owner import JOBS
-from phalanx.scheduling import disruption, explanation, inputs, phase
+from phalanx.scheduling import accessors, disruption, explanation, phase
 from phalanx.scheduling.phase import OwnerState, Phase
 
 OWNED = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-uid", "controller": True}]
@@ -106,7 +106,7 @@ def _explained(group: dict[str, Any], pods: list[dict[str, Any]], claims: dict[t
 def test_explain_names_the_phase_the_loop_acts_on() -> None:
     released = _group(reservation="Released", scheduled=True)
     lost = [_pod(0, node="n1"), _pod(1, node="n1", phase_="Failed")]
-    assert disruption.losses(inputs.reservation(released), lost, {"n1"}), "the failed member is a loss"
+    assert disruption.losses(accessors.reservation(released), lost, {"n1"}), "the failed member is a loss"
     cases = [
         (_group(), GATED[:1], "Waiting"),
         (_group(reservation="Released"), [_pod(0), _pod(1)], "Releasing"),

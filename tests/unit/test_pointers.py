@@ -31,7 +31,7 @@ class FakeKube:
 def _group(policy: dict[str, Any]) -> dict[str, Any]:
     return {
         "metadata": {"namespace": "ml", "name": "train-b-pg", "uid": "pg", "labels": {keys.JOB_NAME_LABEL: "train-b"}},
-        "spec": {"schedulingPolicy": policy},
+        "spec": {"schedulingPolicy": policy, "disruptionMode": {"all": {}} if "gang" in policy else {"single": {}}},
     }
 
 

@@ -66,7 +66,7 @@ def _pod_group(name: str, created: str, uid: str | None = None, *, gang: bool = 
     policy = {"gang": {"minCount": 1}} if gang else {"basic": {}}
     return {
         "metadata": {"name": name, "namespace": "ml", "uid": uid or name, "creationTimestamp": created},
-        "spec": {"schedulingPolicy": policy},
+        "spec": {"schedulingPolicy": policy, "disruptionMode": {"all": {}} if gang else {"single": {}}},
         "status": status,
     }
 

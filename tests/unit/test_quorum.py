@@ -20,7 +20,7 @@ def _group(min_count: int = 2, *, scheduled: bool = True, reservation: bool = Tr
             "uid": "g-uid",
             "ownerReferences": [{"kind": "Job", "controller": True, "uid": "job"}],
         },
-        "spec": {"schedulingPolicy": spec_policy},
+        "spec": {"schedulingPolicy": spec_policy, "disruptionMode": {"all": {}} if policy == "gang" else {"single": {}}},
         "status": status,
     }
 

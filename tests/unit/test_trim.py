@@ -6,7 +6,7 @@ import copy
 
 from phalanx.api import keys
 from phalanx.kube import trim
-from phalanx.scheduling import disruption, inputs, repair
+from phalanx.scheduling import accessors, disruption, inputs, repair
 from test_inputs import POD
 
 FULL_POD = copy.deepcopy(POD)
@@ -42,7 +42,7 @@ FULL_POD["status"] = {
 
 def test_a_trimmed_pod_reads_the_same_and_loses_the_bulk() -> None:
     trimmed = trim.pod(copy.deepcopy(FULL_POD))
-    for read in (inputs.pod_requests, inputs.claim_names, inputs.placed_on, inputs.gated, inputs.terminal, inputs.host_ports):
+    for read in (inputs.pod_requests, accessors.claim_names, accessors.placed_on, accessors.gated, accessors.terminal, inputs.host_ports):
         assert read(trimmed) == read(FULL_POD), read.__name__
     assert inputs.member(trimmed, ("c",)) == inputs.member(FULL_POD, ("c",))
     assert inputs.existing(trimmed, "worker-1") == inputs.existing(FULL_POD, "worker-1")

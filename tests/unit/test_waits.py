@@ -11,7 +11,10 @@ from phalanx.scheduling import waits
 
 
 def _group(uid: str, *, min_count: int = 2, priority_class: str | None = None, released: bool = False, basic: bool = False) -> Any:
-    spec: dict[str, Any] = {"schedulingPolicy": {"basic": {}} if basic else {"gang": {"minCount": min_count}}}
+    spec: dict[str, Any] = {
+        "schedulingPolicy": {"basic": {}} if basic else {"gang": {"minCount": min_count}},
+        "disruptionMode": {"single": {}} if basic else {"all": {}},
+    }
     if priority_class:
         spec["priorityClassName"] = priority_class
     status: dict[str, Any] = {"conditions": [{"type": keys.INITIALLY_SCHEDULED, "status": "True" if released else "False"}]}

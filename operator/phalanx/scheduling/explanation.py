@@ -23,7 +23,7 @@ from phalanx.planner.devices import SelectorFailed
 from phalanx.planner.model import Device, Group, Snapshot
 from phalanx.planner.placement import Shortage
 from phalanx.planner.taints import tolerates
-from phalanx.scheduling import conditions, disruption, holders, inputs, phase, queue, quorum, victims
+from phalanx.scheduling import accessors, conditions, disruption, holders, inputs, phase, queue, quorum, victims
 from phalanx.scheduling.owner import OwnerKind
 
 JSON = dict[str, Any]
@@ -205,18 +205,18 @@ def _state(pod: Mapping[str, Any]) -> str:
         return "Terminating"
     if phase in ("Succeeded", "Failed"):
         return phase
-    if inputs.gated(pod):
+    if accessors.gated(pod):
         return "Gated"
     if pod["spec"].get("nodeName"):
         return phase
-    return "Released" if inputs.placed_on(pod) else phase
+    return "Released" if accessors.placed_on(pod) else phase
 
 
 def _devices(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], JSON]) -> tuple[str, ...]:
     out = []
-    for name in inputs.holding_claim_names(pod):
+    for name in accessors.holding_claim_names(pod):
         claim = claims.get((pod["metadata"]["namespace"], name))
-        out += [f"{pool}/{device}" for _, pool, device in inputs.allocated_ids(claim or {}) or ()]
+        out += [f"{pool}/{device}" for _, pool, device in accessors.allocated_ids(claim or {}) or ()]
     return tuple(out)
 
 
@@ -386,14 +386,14 @@ def explain(
     namespace, name = pod_group["metadata"]["namespace"], pod_group["metadata"]["name"]
     job = kind.name(pod_group) or ""
     uid = pod_group["metadata"]["uid"]
-    pods_of = inputs.pods_by_group(objects.podgroups, objects.pods, kind.owner_uid)
+    pods_of = accessors.pods_by_group(objects.podgroups, objects.pods, kind.owner_uid)
     every = sorted(pods_of.get(uid, []), key=kind.member_order)
-    live = [p for p in every if not inputs.terminal(p) and not p["metadata"].get("deletionTimestamp")]
+    live = [p for p in every if not accessors.terminal(p) and not p["metadata"].get("deletionTimestamp")]
     claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in objects.claims}
     priorities = {p["metadata"]["name"]: p for p in objects.priorities}
     bound = [p for p in live if p["spec"].get("nodeName")]
-    reservation = inputs.reservation(pod_group)
-    nomination = inputs.nomination(pod_group)
+    reservation = accessors.reservation(pod_group)
+    nomination = accessors.nomination(pod_group)
     scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)
     disrupted = conditions.find(pod_group, keys.DISRUPTION_TARGET)
     node_names = {n["metadata"]["name"] for n in objects.nodes}
@@ -403,7 +403,7 @@ def explain(
     now_in = phase.classify(facts)
     min_count = facts.min_count
     mode = "all" if facts.all_mode else "single"
-    priority = inputs.priority(pod_group, priorities.get)
+    priority = accessors.priority(pod_group, priorities.get)
     held = quorum.held_devices(pod_group, every, lambda ns, n: claims.get((ns, n)))
 
     plan_view: PlanView | None = None
@@ -420,8 +420,8 @@ def explain(
     elif state == "Releasing":
         summary = (scheduled or {}).get("message") or f"reservation {reservation.state if reservation else None}"
     else:
-        waiting = [p for p in live if inputs.gated(p)]
-        ready = [p for p in waiting if inputs.claims_ready(p, lambda ns, n: claims.get((ns, n)))]
+        waiting = [p for p in live if accessors.gated(p)]
+        ready = [p for p in waiting if accessors.claims_ready(p, lambda ns, n: claims.get((ns, n)))]
         torn = scheduled is not None and scheduled["reason"] in ("GangDisrupted", "GangTornDown")
         if now_in in (phase.Phase.IDLE, phase.Phase.QUORUM):
             state = "Disrupted" if torn else "Waiting"
@@ -458,7 +458,7 @@ def explain(
                     objects.podgroups,
                     pods_of,
                     objects.budgets,
-                    pinned=inputs.pins(objects.podgroups),
+                    pinned=accessors.pins(objects.podgroups),
                 )
                 outranked: Preemption | NoVictims | None = None
                 if candidates is None:
@@ -481,7 +481,7 @@ def explain(
     if not lost_rows and (scheduled or {}).get("reason") == "GangDisrupted":  # torn down for a loss: the record outlives the pods
         lost_rows = tuple(LossRow(m["name"], m["cause"]) for m in (pod_group.get("status") or {}).get("lost") or [])
     members = tuple(
-        MemberRow(p["metadata"]["name"], _state(p), inputs.placed_on(p), _devices(p, claims))
+        MemberRow(p["metadata"]["name"], _state(p), accessors.placed_on(p), _devices(p, claims))
         for p in every
         if p in live or p["metadata"]["uid"] in {loss.uid for loss in losses}
     )
@@ -517,7 +517,7 @@ def explain(
 
 def _queue(objects: Objects, pod_group: JSON, pods_of: Mapping[str, Sequence[JSON]], priorities: Mapping[str, JSON]) -> str | None:
     """`position N of M`, as the loop orders the waiting gangs, and the one just ahead."""
-    priority = {g["metadata"]["uid"]: inputs.priority(g, priorities.get) for g in objects.podgroups}
+    priority = {g["metadata"]["uid"]: accessors.priority(g, priorities.get) for g in objects.podgroups}
     where = queue.positions(objects.podgroups, pods_of, lambda g: priority[g["metadata"]["uid"]])
     position = where.get(pod_group["metadata"]["uid"])
     if position is None:

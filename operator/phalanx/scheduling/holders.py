@@ -18,7 +18,7 @@ from typing import Any
 from phalanx.api import keys
 from phalanx.planner.model import Device
 from phalanx.planner.placement import Shortage
-from phalanx.scheduling import inputs
+from phalanx.scheduling import accessors, inputs
 
 JSON = Mapping[str, Any]
 SHOWN = 3
@@ -69,7 +69,7 @@ def of_devices(
     amounts: dict[str, int] = defaultdict(int)
     priorities: dict[str, int] = defaultdict(lambda: -(2**31))
     for claim in claims:
-        taken = ids & set(inputs.consuming_ids(claim) or ())
+        taken = ids & set(accessors.consuming_ids(claim) or ())
         if not taken:
             continue
         users = [
@@ -90,7 +90,7 @@ def of_node_resource(shortage: Shortage, pods: Iterable[JSON], unit: Callable[[J
     amounts: dict[str, int] = defaultdict(int)
     priorities: dict[str, int] = defaultdict(lambda: -(2**31))
     for pod in pods:
-        if not pod["spec"].get("nodeName") or inputs.terminal(pod) or pod["metadata"]["uid"] in mine:
+        if not pod["spec"].get("nodeName") or accessors.terminal(pod) or pod["metadata"]["uid"] in mine:
             continue
         amount = inputs.pod_requests(pod).get(shortage.resource, 0)
         if amount > 0:

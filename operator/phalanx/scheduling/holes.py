@@ -30,7 +30,7 @@ from typing import Any
 from phalanx.api import keys
 from phalanx.kube.client import Conflict, Kube, NotFound
 from phalanx.planner.model import DeviceId
-from phalanx.scheduling.inputs import consuming_ids
+from phalanx.scheduling.accessors import consuming_ids
 
 logger = logging.getLogger(__name__)
 

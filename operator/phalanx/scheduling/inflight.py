@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from phalanx.scheduling.inputs import allocated_ids, claim_names
+from phalanx.scheduling.accessors import allocated_ids, claim_names
 
 
 def _may_allocate(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[str, Any] | None], extended: Mapping[str, str]) -> bool:

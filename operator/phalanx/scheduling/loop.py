@@ -45,6 +45,7 @@ from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, pl
 from phalanx.planner.model import Group, Snapshot
 from phalanx.planner.queue import takes_room
 from phalanx.scheduling import (
+    accessors,
     conditions,
     disruption,
     groupclaims,
@@ -101,7 +102,7 @@ def _since(timestamp: str | None) -> float:
 
 
 def _live(pod: Mapping[str, Any]) -> bool:
-    return not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
+    return not accessors.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
 
 
 def _cause_label(cause: str) -> str:
@@ -192,7 +193,7 @@ class SchedulingLoop:
 
     async def cycle(self) -> None:
         self.releaser.forget({p["metadata"]["uid"] for p in self.view.pods.items()})
-        self._pods_of = inputs.pods_by_group(self.view.podgroups.items(), self.view.pods.items(), self.owner.owner_uid)
+        self._pods_of = accessors.pods_by_group(self.view.podgroups.items(), self.view.pods.items(), self.owner.owner_uid)
         groups = [(g, sorted(filter(_live, self._pods_of[g["metadata"]["uid"]]), key=_name)) for g in self.view.podgroups.items()]
         groups = [(g, pods) for g, pods in groups if self.owner.owner_uid(g) and not g["metadata"].get("deletionTimestamp")]
         self._forget({g["metadata"]["uid"] for g, _ in groups})
@@ -201,14 +202,14 @@ class SchedulingLoop:
                 if rules.served is None:
                     await rules.load()  # the rules a previous run left behind
             await self._repair({g["metadata"]["uid"]: pods for g, pods in groups})
-            nominated = {d for g, _ in groups if (n := inputs.nomination(g)) is not None for d in inputs.nominated_devices(n)}
+            nominated = {d for g, _ in groups if (n := accessors.nomination(g)) is not None for d in accessors.nominated_devices(n)}
             await self.preemptor.nominated.uncover([d for d in self.preemptor.nominated.covered if d not in nominated])
         except asyncio.CancelledError:
             raise
         except Exception:
             metrics.ERRORS.labels(stage="repair").inc()
             logger.exception("double-allocation repair failed; retrying next cycle")
-        self._preempted = {v.uid: self._preempted_by(g) for g, _ in groups if (n := inputs.nomination(g)) is not None for v in n.victims}
+        self._preempted = {v.uid: self._preempted_by(g) for g, _ in groups if (n := accessors.nomination(g)) is not None for v in n.victims}
         metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
         waits.publish(waits.current(groups, self._quorum_since(), time.monotonic()))  # every cycle: fresh on a quiet cluster
         if self.leading():
@@ -273,7 +274,7 @@ class SchedulingLoop:
         return {uid: m.quorum_at for uid, m in self.memory.items() if m.quorum_at is not None}
 
     def _priority(self, pod_group: Mapping[str, Any]) -> int:
-        return inputs.priority(pod_group, lambda name: self.view.priorities.get("", name))
+        return accessors.priority(pod_group, lambda name: self.view.priorities.get("", name))
 
     def _order(self, pod_group: Mapping[str, Any]) -> tuple[int, str, str]:
         return queue.order(pod_group, self._priority(pod_group))
@@ -301,9 +302,9 @@ class SchedulingLoop:
 
     async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         """False when an attempt was undone: the group then backs off before the next one."""
-        reservation = inputs.reservation(pod_group)
+        reservation = accessors.reservation(pod_group)
         uid = pod_group["metadata"]["uid"]
-        gang = pod_group["spec"]["schedulingPolicy"].get("gang") is not None
+        gang = accessors.gang(pod_group)
         released = reservation is not None and reservation.state == "Released"
         lost: list[disruption.Loss] = []
         if gang and released:
@@ -326,7 +327,7 @@ class SchedulingLoop:
         if now is phase.Phase.RESUMING:
             return await self._resume(pod_group, reservation, pods)  # type: ignore[arg-type]
         bound = [p for p in pods if p["spec"].get("nodeName")]
-        waiting = [p for p in pods if inputs.gated(p)]
+        waiting = [p for p in pods if accessors.gated(p)]
         await self._counters(pod_group, len(pods), len(bound))
         if now is phase.Phase.EACH and not gang:
             await self._release_each(pod_group, waiting)
@@ -349,7 +350,7 @@ class SchedulingLoop:
         if now in (phase.Phase.RUNNING, phase.Phase.BELOW_MIN):
             await self._below_min_count(pod_group, bound, lost, facts.min_count, done)
             # minCount may have been raised since the release: the members it adds go together, as a gang
-            released_members = sum(1 for p in pods if not inputs.gated(p))
+            released_members = sum(1 for p in pods if not accessors.gated(p))
             wanted = await self._min_count_now(pod_group, waiting, facts.min_count)
             await self._release_each(pod_group, waiting, max(1, wanted - released_members - done))
             return True
@@ -549,7 +550,7 @@ class SchedulingLoop:
         await self._condition(pod_group, keys.DISRUPTION_TARGET, True, "BelowMinCount", message, warn=True)
 
     def _claims_ready(self, pod: Mapping[str, Any]) -> bool:
-        return inputs.claims_ready(pod, self.view.claims.get)
+        return accessors.claims_ready(pod, self.view.claims.get)
 
     def _snapshot(self, for_group: Mapping[str, Any] | None = None) -> Snapshot:
         """This cycle's cluster; devices a preemption freed for another group count as held.
@@ -569,7 +570,7 @@ class SchedulingLoop:
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
-        return {**inputs.pins(self.view.podgroups.items()), **self.releaser.pinned}
+        return {**accessors.pins(self.view.podgroups.items()), **self.releaser.pinned}
 
     def _policy(self) -> tuple[Any, ...]:
         """What preemption reads besides capacity: priority classes, disruption budgets, the groups' specs."""
@@ -585,7 +586,7 @@ class SchedulingLoop:
         steps.done("snapshot")
         decided = time.monotonic()
         group = inputs.group(pod_group, ready, min_count)
-        nomination = inputs.nomination(pod_group)
+        nomination = accessors.nomination(pod_group)
         key = shortfall.group_key(group, snapshot, self._priority(pod_group))
         if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
             self.line.join(pod_group, group, self._priority(pod_group))
@@ -602,7 +603,7 @@ class SchedulingLoop:
             return False
         if not isinstance(result, Fits):
             if nomination is not None:
-                self.line.join(pod_group, group, self._priority(pod_group), inputs.nominated_devices(nomination))
+                self.line.join(pod_group, group, self._priority(pod_group), accessors.nominated_devices(nomination))
                 return await self._preempting(pod_group, nomination, result.message)
             verdict = await self._plan_preemption(pod_group, snapshot, group)
             if isinstance(verdict, Preemption) and verdict.victims:
@@ -618,7 +619,7 @@ class SchedulingLoop:
             return True
         ahead = await self._held_back(result)
         if ahead is not None:
-            self.line.join(pod_group, group, self._priority(pod_group), inputs.nominated_devices(nomination) if nomination else ())
+            self.line.join(pod_group, group, self._priority(pod_group), accessors.nominated_devices(nomination) if nomination else ())
             self._again = True
             metrics.HELD_BACK.inc()
             await self._set(pod_group, False, "Pending", self._hold_back_message(pod_group, ahead))
@@ -714,7 +715,7 @@ class SchedulingLoop:
         uid = pod_group["metadata"]["uid"]
         why = self._preempted_by(pod_group)
         # a crash between recording the nomination and covering its devices left them open: cover them (idempotent)
-        await self.preemptor.nominated.cover(inputs.nominated_devices(nomination), why)
+        await self.preemptor.nominated.cover(accessors.nominated_devices(nomination), why)
         await self._evict_intruders(pod_group, nomination)
         remaining = self.preemptor.remaining(nomination)
         if remaining:
@@ -754,7 +755,7 @@ class SchedulingLoop:
             reserved = [(self.view.pods.get(_ns(claim), r["name"]), r["uid"]) for r in claim["status"]["reservedFor"]]
             users = [p for p, uid in reserved if p is not None and p["metadata"]["uid"] == uid]
             if users and all(int(p["spec"].get("priority") or 0) < priority for p in users):
-                taken = sorted(set(inputs.nominated_devices(nomination)) & set(inputs.consuming_ids(claim) or ()))
+                taken = sorted(set(accessors.nominated_devices(nomination)) & set(accessors.consuming_ids(claim) or ()))
                 why = f"it took device {'/'.join(taken[0])}, held for gang {_ns(pod_group)}/{_name(pod_group)} (priority {priority})"
                 await self._evict_holders(claim, why, PREEMPTED)
 
@@ -806,7 +807,7 @@ class SchedulingLoop:
                     logger.warning("%s/%s: late members not all released: %s", _ns(pod_group), _name(pod_group), exc)
                 except ReleaseAborted as exc:
                     logger.warning("%s/%s: late members not released: %s", _ns(pod_group), _name(pod_group), exc)
-        record = inputs.reservation(pod_group)
+        record = accessors.reservation(pod_group)
         if joined and record is not None:
             pods = self._pods_of.get(pod_group["metadata"]["uid"], [])
             record = disruption.current(record, pods, {c["metadata"]["uid"] for c in self.view.claims.items()}, self.view.finished)
@@ -856,7 +857,7 @@ class SchedulingLoop:
         """
         message = f"gang {_name(pod_group)} torn down as a unit: {why}"
         pinned = self._pins()
-        released = [p for p in pods if not inputs.gated(p) or p["metadata"]["uid"] in pinned]
+        released = [p for p in pods if not accessors.gated(p) or p["metadata"]["uid"] in pinned]
         spared = {p["metadata"]["uid"] for p in released} - set(lost)
         standing = await teardown.evict_all(self.kube, released, reason=reason, message=message, uncount=spared)
         crash_point("teardown.after-evictions")
@@ -865,7 +866,7 @@ class SchedulingLoop:
             # its grace period on its devices, and the resourceclaim controller frees them once it is done
             every = {p["metadata"]["uid"]: p for p in self._pods_of.get(pod_group["metadata"]["uid"], pods)}
             users = self.releaser.claim_users(_ns(pod_group), reservation)
-            idle = [c for c in reservation.claims if not any(inputs.may_run(every.get(u["uid"])) for u in users.get(c.name, []))]
+            idle = [c for c in reservation.claims if not any(accessors.may_run(every.get(u["uid"])) for u in users.get(c.name, []))]
             await self.releaser.deallocate_claims(_ns(pod_group), idle)
             crash_point("teardown.after-deallocate")
         if standing:
@@ -907,7 +908,7 @@ class SchedulingLoop:
                     metrics.CONFLICTS.labels(stage="after-release").inc()
                 gang = reserved.get(repair.key(later))
                 if gang is not None:
-                    record = inputs.reservation(gang)
+                    record = accessors.reservation(gang)
                     if record is not None and record.state == "Released":
                         why = f"device {device} was allocated to {kept_by} before this gang's reservation; ours yields"
                         if await self._tear_down(gang, members_of.get(gang["metadata"]["uid"], []), record, why):

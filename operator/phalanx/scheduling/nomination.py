@@ -28,8 +28,8 @@ from phalanx.kube.client import Kube, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Preemption
 from phalanx.scheduling import conditions, disruption, metrics, teardown
+from phalanx.scheduling.accessors import consuming_ids, may_run, nominated_devices
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.inputs import consuming_ids, may_run, nominated_devices
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api import keys, schema
-from phalanx.scheduling import conditions, inputs
+from phalanx.api import keys
+from phalanx.scheduling import accessors, conditions
 
 
 class Phase(enum.StrEnum):
@@ -117,19 +117,18 @@ def read(
     """The facts of a group from its objects: `live` its members neither terminal nor terminating, `claim` looks a
     ResourceClaim up by namespace and name; the losses, the owner and the members done are the caller's to find
     (they are judged only once the group was released)."""
-    spec = schema.PodGroupSpec.model_validate(pod_group["spec"])
-    reservation = inputs.reservation(pod_group)
-    waiting = [p for p in live if inputs.gated(p)]
+    reservation = accessors.reservation(pod_group)
+    waiting = [p for p in live if accessors.gated(p)]
     return Facts(
-        gang=spec.scheduling_policy.gang is not None,
+        gang=accessors.gang(pod_group),
         reservation=reservation.state if reservation is not None else None,
         scheduled=conditions.true(pod_group, keys.INITIALLY_SCHEDULED),
         lost=lost,
         owner=owner,
-        all_mode=spec.disruption_mode.all is not None,
+        all_mode=accessors.disrupts_all(pod_group),
         running=sum(1 for p in live if p["spec"].get("nodeName")) + done,
-        min_count=spec.scheduling_policy.gang.min_count if spec.scheduling_policy.gang is not None else 1,
+        min_count=accessors.min_count(pod_group),
         waiting=len(waiting),
-        ready=sum(1 for p in waiting if inputs.claims_ready(p, claim)),
-        nominated=inputs.nomination(pod_group) is not None,
+        ready=sum(1 for p in waiting if accessors.claims_ready(p, claim)),
+        nominated=accessors.nomination(pod_group) is not None,
     )

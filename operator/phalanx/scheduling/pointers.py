@@ -17,7 +17,7 @@ from typing import Any
 
 from phalanx.api import keys
 from phalanx.kube.client import Kube, all_answered
-from phalanx.scheduling import inputs
+from phalanx.scheduling import accessors
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def message(pod_group: Mapping[str, Any]) -> str:
     meta = pod_group["metadata"]
     job = (meta.get("labels") or {}).get(keys.JOB_NAME_LABEL) or meta["name"]
     return (
-        f"member of PodGroup {meta['namespace']}/{meta['name']} (gang, minCount {inputs.min_count(pod_group)}): held by "
+        f"member of PodGroup {meta['namespace']}/{meta['name']} (gang, minCount {accessors.min_count(pod_group)}): held by "
         f"{keys.SCHEDULING_GATE} until the whole group can be placed; why it waits: "
         f"kubectl phalanx explain {job} -n {meta['namespace']}"
     )
@@ -51,9 +51,9 @@ class Pointers:
         due = [
             (pod_group, pod)
             for pod_group, pods in groups
-            if pod_group["spec"]["schedulingPolicy"].get("gang") is not None
+            if accessors.gang(pod_group)
             for pod in pods
-            if inputs.gated(pod) and pod["metadata"]["uid"] not in self.done
+            if accessors.gated(pod) and pod["metadata"]["uid"] not in self.done
         ]
         written = await all_answered(self._point(pod_group, pod) for pod_group, pod in due)
         return sum(written)

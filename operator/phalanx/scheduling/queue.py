@@ -20,7 +20,7 @@ from typing import Any
 
 from phalanx.api import keys
 from phalanx.planner.model import DeviceId, Group, Snapshot
-from phalanx.scheduling import inputs
+from phalanx.scheduling import accessors
 
 
 def order(pod_group: Mapping[str, Any], priority: int) -> tuple[int, str, str]:
@@ -31,12 +31,12 @@ def order(pod_group: Mapping[str, Any], priority: int) -> tuple[int, str, str]:
 
 def waiting(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> bool:
     """A gang waiting for its first placement: no reservation, never Scheduled, a live member behind the gate."""
-    if pod_group["spec"]["schedulingPolicy"].get("gang") is None or inputs.reservation(pod_group) is not None:
+    if not accessors.gang(pod_group) or accessors.reservation(pod_group) is not None:
         return False
     for cond in (pod_group.get("status") or {}).get("conditions") or []:
         if cond["type"] == keys.INITIALLY_SCHEDULED and cond["status"] == "True":
             return False
-    return any(inputs.gated(p) and not inputs.terminal(p) and not p["metadata"].get("deletionTimestamp") for p in pods)
+    return any(accessors.gated(p) and not accessors.terminal(p) and not p["metadata"].get("deletionTimestamp") for p in pods)
 
 
 def positions(

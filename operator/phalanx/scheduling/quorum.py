@@ -22,32 +22,32 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
-from phalanx.scheduling import conditions, inputs
+from phalanx.scheduling import accessors, conditions
 
 
 def _live(pod: Mapping[str, Any]) -> bool:
-    return not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
+    return not accessors.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
 
 
 def mid_release(pod_group: Mapping[str, Any]) -> bool:
-    return inputs.reservation(pod_group) is not None and not conditions.true(pod_group, keys.INITIALLY_SCHEDULED)
+    return accessors.reservation(pod_group) is not None and not conditions.true(pod_group, keys.INITIALLY_SCHEDULED)
 
 
 def held_devices(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], claim: Any) -> int:
     """Devices a gang below quorum holds (0 when it is not below quorum, is not a gang, or is mid-release).
 
     `pods`: every pod of its owner; `claim(namespace, name)` looks a ResourceClaim up."""
-    if pod_group["spec"]["schedulingPolicy"].get("gang") is None or pod_group["metadata"].get("deletionTimestamp"):
+    if not accessors.gang(pod_group) or pod_group["metadata"].get("deletionTimestamp"):
         return 0
     live = [p for p in pods if _live(p)]
-    if sum(1 for p in live if inputs.placed_on(p) is not None) >= inputs.min_count(pod_group) or mid_release(pod_group):
+    if sum(1 for p in live if accessors.placed_on(p) is not None) >= accessors.min_count(pod_group) or mid_release(pod_group):
         return 0
     devices = set()
     for pod in live:
-        for name in inputs.holding_claim_names(pod):
+        for name in accessors.holding_claim_names(pod):
             found = claim(pod["metadata"]["namespace"], name)
             if found is not None:
-                devices.update(inputs.consuming_ids(found) or ())
+                devices.update(accessors.consuming_ids(found) or ())
     return len(devices)
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from phalanx.planner import quantity
 from phalanx.planner.model import ClaimKey, DeviceId
-from phalanx.scheduling.inputs import consuming_ids
+from phalanx.scheduling.accessors import consuming_ids
 
 
 @dataclass(frozen=True)

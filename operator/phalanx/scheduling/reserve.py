@@ -48,8 +48,9 @@ from phalanx.planner import Fits, extended
 from phalanx.planner.allocator import Result
 from phalanx.planner.model import DeviceId, Toleration
 from phalanx.scheduling import conditions, inflight, metrics
+from phalanx.scheduling.accessors import allocated_ids, claim_name, claim_names, dedicated_ids, gated, shares
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.inputs import allocated_ids, claim_name, claim_names, dedicated_ids, extended_resources, gated, shares
+from phalanx.scheduling.inputs import extended_resources
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from phalanx.planner.model import Victim, VictimPod, frozen_map
 from phalanx.planner.pods import selects
-from phalanx.scheduling import inputs
+from phalanx.scheduling import accessors, inputs
 
 
 def _priority(pod: Mapping[str, Any]) -> int:
@@ -40,12 +40,12 @@ def victims(
     units: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     meta: dict[str, tuple[bool, str]] = {}
     for pod in pods:
-        if inputs.terminal(pod) or pod["metadata"].get("deletionTimestamp") or inputs.placed_on(pod, pinned) is None:
+        if accessors.terminal(pod) or pod["metadata"].get("deletionTimestamp") or accessors.placed_on(pod, pinned) is None:
             continue
         group = group_of.get(pod["metadata"]["uid"])
         if group is not None and group["metadata"]["uid"] in skip:
             continue
-        if group is not None and "all" in (group["spec"].get("disruptionMode") or {}):
+        if group is not None and accessors.disrupts_all(group):
             key = f"group {group['metadata']['namespace']}/{group['metadata']['name']}"
             meta[key] = (True, group["metadata"].get("creationTimestamp", ""))
         else:
@@ -97,19 +97,19 @@ def _victim_pod(
     namespace = pod["metadata"]["namespace"]
     devices = []
     shares = []
-    for name in inputs.holding_claim_names(pod):
+    for name in accessors.holding_claim_names(pod):
         claim = claims.get((namespace, name))
         if claim is None:
             continue
         users = {r["uid"] for r in (claim.get("status") or {}).get("reservedFor") or [] if r.get("resource") == "pods"}
         if users <= unit:
-            devices.extend(inputs.consuming_ids(claim) or ())
-            shares.extend((device, frozen_map(consumed)) for device, consumed in inputs.shares(claim))
+            devices.extend(accessors.consuming_ids(claim) or ())
+            shares.extend((device, frozen_map(consumed)) for device, consumed in accessors.shares(claim))
     return VictimPod(
         namespace=namespace,
         name=pod["metadata"]["name"],
         uid=pod["metadata"]["uid"],
-        node=inputs.placed_on(pod, pinned) or "",
+        node=accessors.placed_on(pod, pinned) or "",
         requests=frozen_map(inputs.pod_requests(pod)),
         devices=tuple(devices),
         shares=tuple(shares),

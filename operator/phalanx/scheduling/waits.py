@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
-from phalanx.scheduling import conditions, inputs, metrics
+from phalanx.scheduling import accessors, conditions, metrics
 
 Wait = tuple[int, float]
 """(gangs waiting, seconds the oldest of them has waited)."""
@@ -30,12 +30,12 @@ def current(
     out: dict[str, Wait] = {}
     for pod_group, pods in groups:
         since = quorum_at.get(pod_group["metadata"]["uid"])
-        if since is None or pod_group["spec"]["schedulingPolicy"].get("gang") is None or _scheduled(pod_group):
+        if since is None or not accessors.gang(pod_group) or _scheduled(pod_group):
             continue
-        reservation = inputs.reservation(pod_group)
+        reservation = accessors.reservation(pod_group)
         if reservation is not None and reservation.state == "Released":
             continue
-        if sum(1 for p in pods if inputs.gated(p)) < inputs.min_count(pod_group):
+        if sum(1 for p in pods if accessors.gated(p)) < accessors.min_count(pod_group):
             continue
         name = pod_group["spec"].get("priorityClassName") or ""
         count, oldest = out.get(name, (0, 0.0))
