@@ -18,15 +18,14 @@ import kopf
 import prometheus_client
 from kubernetes_asyncio import client
 
-from phalanx import preflight
 from phalanx.api.intent import Mode
 from phalanx.jobs import controller, webhook_config, webhooks
 from phalanx.jobs.owner import JOBS
-from phalanx.kube import lease, servingcert
+from phalanx.kube import lease, preflight, servingcert
 from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
+from phalanx.kube.readiness import Readiness
 from phalanx.kube.webhookserver import WebhookServer
-from phalanx.readiness import Readiness
 from phalanx.scheduling.loop import SchedulingLoop
 
 __all__ = ["controller", "webhooks"]  # imported for their Kopf handlers, registered on import

@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 from phalanx import cli
+from phalanx.cli import cluster, common
 from phalanx.localcluster import LocalCluster
 
 
 def test_hints_name_the_cluster_unless_it_is_the_default() -> None:
-    assert cli.task_hint("logs", "phalanx") == "`./task logs`"
-    assert cli.task_hint("logs", "gpu-lab") == "`CLUSTER=gpu-lab ./task logs`"
-    assert "`CLUSTER=gpu-lab ./task up`" in cli.not_up_message("gpu-lab")
+    assert common.task_hint("logs", "phalanx") == "`./task logs`"
+    assert common.task_hint("logs", "gpu-lab") == "`CLUSTER=gpu-lab ./task logs`"
+    assert "`CLUSTER=gpu-lab ./task up`" in cluster.not_up_message("gpu-lab")
 
 
 def test_not_up_names_the_clusters_that_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -21,7 +22,7 @@ def test_not_up_names_the_clusters_that_are(tmp_path: Path, monkeypatch: pytest.
     for name in ("gpu-lab", "stale"):
         (tmp_path / "kwok" / "clusters" / name).mkdir(parents=True)
     monkeypatch.setattr(LocalCluster, "answers", lambda self: self.spec.name == "gpu-lab")
-    message = cli.not_up_message("phalanx")
+    message = cluster.not_up_message("phalanx")
     assert message.startswith("cluster phalanx is not up: start it with `./task up`"), message
     assert "up here: gpu-lab (pick one with `CLUSTER=NAME ./task ...` or `--name NAME`)" in message, message
     assert "stale" not in message
@@ -30,11 +31,11 @@ def test_not_up_names_the_clusters_that_are(tmp_path: Path, monkeypatch: pytest.
 @pytest.mark.parametrize("argv", [["metrics"], ["cluster", "logs"], ["cluster", "down"], ["demo", "gang"]])
 def test_every_command_takes_its_cluster_from_the_environment(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PHALANX_CLUSTER", "gpu-lab")
-    assert cli._parser().parse_args(argv).name == "gpu-lab"
+    assert cli.parser().parse_args(argv).name == "gpu-lab"
     monkeypatch.delenv("PHALANX_CLUSTER")
-    assert cli._parser().parse_args(argv).name == "phalanx"
+    assert cli.parser().parse_args(argv).name == "phalanx"
 
 
 def test_metrics_listen_on_every_address_in_cluster_by_default() -> None:
     """In a pod Prometheus scrapes the pod's IP; the local mode binds loopback (`--metrics-listen 127.0.0.1`)."""
-    assert cli._parser().parse_args(["run"]).metrics_listen == "0.0.0.0"
+    assert cli.parser().parse_args(["run"]).metrics_listen == "0.0.0.0"

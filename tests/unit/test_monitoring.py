@@ -133,7 +133,7 @@ def test_the_podmonitor_scrapes_the_port_the_operator_serves_metrics_on() -> Non
     (container,) = template["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    assert ports[endpoint["port"]] == cli._parser().parse_args(container["args"]).metrics_port != 0
+    assert ports[endpoint["port"]] == cli.parser().parse_args(container["args"]).metrics_port != 0
     # kubectl apply -k manifests/ must work without the Prometheus Operator's CRDs
     kustomization = yaml.safe_load((ROOT / "manifests/kustomization.yaml").read_text())
     assert not any("monitoring" in r for r in kustomization["resources"])

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import cli, preflight
+from phalanx import cli
+from phalanx.kube import preflight
 
 
 def test_no_kubeconfig_at_all_says_how_to_get_one(tmp_path: Path) -> None:
@@ -64,7 +65,7 @@ def test_cluster_commands_say_the_cluster_is_not_up(command: list[str], tmp_path
     ],
 )
 def test_cluster_kubectl_needs_no_double_dash(argv: list[str], kubectl_args: list[str]) -> None:
-    args = cli._parser().parse_args(cli._kubectl_passthrough(argv))
+    args = cli.parser().parse_args(cli.kubectl_passthrough(argv))
     rest = args.args[1:] if args.args[:1] == ["--"] else args.args
     assert rest == kubectl_args
 
@@ -80,5 +81,5 @@ def test_every_option_has_help_text() -> None:
                 for name, sub in action.choices.items():
                     walk(sub, f"{path} {name}")
 
-    walk(cli._parser(), "phalanx")
+    walk(cli.parser(), "phalanx")
     assert missing == []

@@ -20,7 +20,6 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from phalanx import scrape
 from phalanx.localcluster.cluster import LocalCluster
 from phalanx.localcluster.processes import free_ports
 
@@ -34,6 +33,11 @@ _PROBE_JOB = {
     "metadata": {"name": "readiness-probe", "annotations": {"scheduling.phalanx.dev/min-count": "1"}},
     "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}},
 }
+
+
+def port_file(cluster_dir: Path) -> Path:
+    """Where the operator started beside a local cluster records its metrics port (`phalanx metrics` reads it)."""
+    return cluster_dir / "operator-metrics-port"
 
 
 @dataclass
@@ -138,7 +142,7 @@ def start(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    handle = OperatorProcess(process, log, metrics_port, readiness_port, webhook_port, scrape.port_file(cluster.cluster_dir))
+    handle = OperatorProcess(process, log, metrics_port, readiness_port, webhook_port, port_file(cluster.cluster_dir))
     try:
         if advertise_port:
             _wait_ready(handle, timeout)
@@ -208,7 +212,7 @@ def stop_background(cluster: LocalCluster, timeout: float = 30) -> int | None:
     SIGKILL after `timeout`; return the pid it had, or None when none was running."""
     state = background(cluster)
     state_file(cluster).unlink(missing_ok=True)
-    scrape.port_file(cluster.cluster_dir).unlink(missing_ok=True)
+    port_file(cluster.cluster_dir).unlink(missing_ok=True)
     if state is None:
         return None
     pid = state["pid"]

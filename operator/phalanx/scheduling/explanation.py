@@ -4,7 +4,7 @@
 the planner (`plan`, then `plan_preemption` as a dry run) exactly what the
 scheduling loop would ask on the same objects, so the answer is the loop's
 decision, not a second opinion. `text` renders it for a person, `as_json`
-for tools. Reading the objects is `phalanx.explain`'s job; nothing here reads
+for tools. Reading the objects is `phalanx.cli.explain`'s job; nothing here reads
 the API, writes, or looks at the clock (`now` is passed in).
 """
 

@@ -7,16 +7,10 @@ import argparse
 import sys
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
 DEFAULT_URL = "http://127.0.0.1:8000/metrics"
-
-
-def port_file(cluster_dir: Path) -> Path:
-    """Where the operator started beside a local cluster records its metrics port."""
-    return cluster_dir / "operator-metrics-port"
 
 
 def lines(exposition: str) -> list[str]:
@@ -46,9 +40,9 @@ def add_parser(commands: argparse._SubParsersAction, default_cluster: str) -> No
 def run(args: argparse.Namespace) -> int:
     url = args.url
     if url is None:
-        from phalanx.localcluster import ClusterSpec, LocalCluster
+        from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
 
-        recorded = port_file(LocalCluster(ClusterSpec(name=args.name)).cluster_dir)
+        recorded = operatorproc.port_file(LocalCluster(ClusterSpec(name=args.name)).cluster_dir)
         url = f"http://127.0.0.1:{recorded.read_text().strip()}/metrics" if recorded.exists() else DEFAULT_URL
     try:
         with urllib.request.urlopen(url, timeout=10) as response:

@@ -88,10 +88,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(explanation.text(result))
     return 0
-
-
-def kubectl_plugin() -> int:
-    """`kubectl phalanx ...`: kubectl runs the executable `kubectl-phalanx` on PATH with the words after `phalanx`."""
-    from phalanx.cli import main
-
-    return main(sys.argv[1:], prog="kubectl phalanx")
