@@ -7,49 +7,25 @@ from typing import Any
 
 import pytest
 
-from phalanx.api import keys
+from apiobjects import claim, pod, pod_group
 from phalanx.jobs.owner import JOBS
 from phalanx.scheduling import accessors, disruption, explanation, phase
 from phalanx.scheduling.phase import OwnerState, Phase
 
-OWNED = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-uid", "controller": True}]
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
 
 
-def _group(
-    *, min_count: int = 2, basic: bool = False, mode: str = "all", reservation: str | None = None, scheduled: bool = False, **status: Any
-) -> dict[str, Any]:
-    body: dict[str, Any] = dict(status)
-    if scheduled:
-        body["conditions"] = [{"type": keys.INITIALLY_SCHEDULED, "status": "True", "reason": "Scheduled", "message": ""}]
-    if reservation is not None:
-        placements = [{"name": f"rank-{i}", "uid": f"rank-{i}-uid", "node": "n1"} for i in range(min_count)]
-        body["reservation"] = {"state": reservation, "releasedAt": "2026-12-01T00:00:00Z", "placements": placements, "claims": []}
-    return {
-        "metadata": {
-            "name": "train",
-            "namespace": "ml",
-            "uid": "g-uid",
-            "labels": {keys.JOB_NAME_LABEL: "train"},
-            "ownerReferences": OWNED,
-        },
-        "spec": {"schedulingPolicy": {"basic": {}} if basic else {"gang": {"minCount": min_count}}, "disruptionMode": {mode: {}}},
-        "status": body,
-    }
+def _group(*, reservation: str | None = None, scheduled: bool = False, min_count: int = 2, **fields: Any) -> dict[str, Any]:
+    placements = [{"name": f"rank-{i}", "uid": f"rank-{i}-uid", "node": "n1"} for i in range(min_count)]
+    return pod_group(min_count=min_count, reservation=reservation, placements=placements, scheduled=scheduled or None, **fields)
 
 
-def _pod(i: int, *, gated: bool = False, node: str | None = None, phase_: str = "Running", claim: bool = True) -> dict[str, Any]:
-    spec: dict[str, Any] = {"resourceClaims": [{"name": "gpu", "resourceClaimName": f"rank-{i}-gpu"}]}
-    if gated:
-        spec["schedulingGates"] = [{"name": keys.SCHEDULING_GATE}]
-    if node:
-        spec["nodeName"] = node
-    meta = {"name": f"rank-{i}", "namespace": "ml", "uid": f"rank-{i}-uid", "ownerReferences": OWNED}
-    return {"metadata": meta, "spec": spec, "status": {"phase": phase_}}
+def _pod(i: int, *, gated: bool = False, node: str | None = None, phase_: str = "Running") -> dict[str, Any]:
+    return pod(f"rank-{i}", gated=gated, node=node, phase=phase_)
 
 
 def _claims(*ranks: int) -> dict[tuple[str, str], dict[str, Any]]:
-    return {("ml", f"rank-{i}-gpu"): {"metadata": {"name": f"rank-{i}-gpu", "namespace": "ml", "uid": f"c{i}"}} for i in ranks}
+    return {("ml", f"rank-{i}-gpu"): claim(f"rank-{i}-gpu") for i in ranks}
 
 
 def _classify(group: dict[str, Any], pods: list[dict[str, Any]], claims=None, **found: Any) -> Phase:

@@ -6,26 +6,19 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from phalanx.api import keys
+from apiobjects import pod, pod_group
 from phalanx.scheduling import waits
 
 
 def _group(uid: str, *, min_count: int = 2, priority_class: str | None = None, released: bool = False, basic: bool = False) -> Any:
-    spec: dict[str, Any] = {
-        "schedulingPolicy": {"basic": {}} if basic else {"gang": {"minCount": min_count}},
-        "disruptionMode": {"single": {}} if basic else {"all": {}},
-    }
-    if priority_class:
-        spec["priorityClassName"] = priority_class
-    status: dict[str, Any] = {"conditions": [{"type": keys.INITIALLY_SCHEDULED, "status": "True" if released else "False"}]}
-    if released:
-        status["reservation"] = {"state": "Released", "placements": [], "claims": []}
-    return {"metadata": {"name": uid, "namespace": "ns", "uid": uid}, "spec": spec, "status": status}
+    reservation = "Released" if released else None
+    return pod_group(
+        uid, uid=uid, min_count=min_count, basic=basic, priority_class=priority_class, scheduled=released, reservation=reservation
+    )
 
 
 def _pods(count: int, *, gated: bool = True) -> list[dict[str, Any]]:
-    gates = [{"name": keys.SCHEDULING_GATE}] if gated else []
-    return [{"metadata": {"name": f"p{i}"}, "spec": {"schedulingGates": gates}} for i in range(count)]
+    return [pod(f"p{i}", gated=gated) for i in range(count)]
 
 
 def test_gangs_at_quorum_wait_by_priority_class_from_when_their_quorum_was_seen() -> None:
