@@ -20,6 +20,7 @@ fault test asserts the same invariants:
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -193,3 +194,31 @@ def summary(snapshot: Snapshot) -> str:
     phases = Counter("gated" if gated(p) else ("bound" if p["spec"].get("nodeName") else "pending") for p in snapshot.pods if live(p))
     devices = sum(len(held(c)) for c in snapshot.claims)
     return f"{dict(phases)} live pods, {devices}/{snapshot.devices} devices held, {len(snapshot.podgroups)} PodGroups"
+
+
+def bound(snapshot: Snapshot, job: str) -> int:
+    return sum(
+        1
+        for p in snapshot.pods
+        if p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") == job and live(p) and p["spec"].get("nodeName")
+    )
+
+
+def settle(cluster: Any, namespace: str, expect: dict[str, int], timeout: float = 240, quiet: float = 4) -> Snapshot:
+    """Wait until each Job in `expect` has that many members bound, no reservation is half done, and nothing moved for `quiet` s."""
+    deadline = time.monotonic() + timeout
+    last, since = None, time.monotonic()
+    while True:
+        snapshot = take(cluster.kubectl, namespace)
+        done = all(bound(snapshot, job) == n for job, n in expect.items()) and not any(
+            ((g.get("status") or {}).get("reservation") or {}).get("state") == "Reserving" for g in snapshot.podgroups
+        )
+        now = time.monotonic()
+        if fingerprint(snapshot) != last or not done:
+            last, since = fingerprint(snapshot), now
+        elif now - since >= quiet:
+            return snapshot
+        if now > deadline:
+            state = cluster.kubectl("get", "pods,resourceclaims,podgroups.scheduling.phalanx.dev", "-n", namespace, "-o", "wide").stdout
+            raise TimeoutError(f"not settled on {expect} in {timeout}s: {summary(snapshot)}\n{state}")
+        time.sleep(0.5)

@@ -26,7 +26,6 @@ import faultcheck
 from jobs import gpu_gang
 from phalanx.kube.lease import Timing
 from phalanx.localcluster import demo, operatorproc
-from test_fault_crash import bound, settle
 
 ROOT = Path(__file__).parents[2]
 
@@ -69,7 +68,7 @@ def test_an_outage_longer_than_the_lease_renewal_leaves_no_gang_half_done(
 def restarted_while_b_is_placed(cluster: Cluster, operator_process: operatorproc.OperatorProcess, namespace: str, *, down: float) -> None:
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("a", 4, mode="all")))
-    wait_for(lambda: bound(faultcheck.take(cluster.kubectl, namespace), "a") == 4, "gang a running", timeout=120)
+    wait_for(lambda: faultcheck.bound(faultcheck.take(cluster.kubectl, namespace), "a") == 4, "gang a running", timeout=120)
     assert expired_relists(operator_process.metrics_port) == 0, "no watch expired before the restart"
     for job in (gpu_gang("b", 2, mode="all"), gpu_gang("c", 4, mode="all")):
         cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(job))
@@ -80,7 +79,7 @@ def restarted_while_b_is_placed(cluster: Cluster, operator_process: operatorproc
     wait_for(lambda: expired_relists(operator_process.metrics_port) > 0, "a resumed watch answered 410 Gone", timeout=120)
     assert "410 Gone" in operator_process.logs(), "the operator logged the expired watch"
     cluster.kubectl("delete", "job", "a", "-n", namespace, "--wait=false")
-    snapshot = settle(cluster, namespace, {"a": 0, "b": 2, "c": 4})
+    snapshot = faultcheck.settle(cluster, namespace, {"a": 0, "b": 2, "c": 4})
     assert operator_process.process.poll() is None, "the operator lived through the restart"
     problems = faultcheck.violations(snapshot)
     assert not problems, f"after the API server restart: {problems}\n{faultcheck.summary(snapshot)}"

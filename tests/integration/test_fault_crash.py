@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,34 +80,6 @@ def priorities(cluster: Cluster) -> Iterator[None]:
     cluster.kubectl("delete", "priorityclass", LOW, URGENT, check=False)
 
 
-def bound(snapshot: faultcheck.Snapshot, job: str) -> int:
-    return sum(
-        1
-        for p in snapshot.pods
-        if p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") == job and faultcheck.live(p) and p["spec"].get("nodeName")
-    )
-
-
-def settle(cluster: Cluster, namespace: str, expect: dict[str, int], timeout: float = 240, quiet: float = 4) -> faultcheck.Snapshot:
-    """Wait until each Job in `expect` has that many members bound, no reservation is half done, and nothing moved for `quiet` s."""
-    deadline = time.monotonic() + timeout
-    last, since = None, time.monotonic()
-    while True:
-        snapshot = faultcheck.take(cluster.kubectl, namespace)
-        done = all(bound(snapshot, job) == n for job, n in expect.items()) and not any(
-            ((g.get("status") or {}).get("reservation") or {}).get("state") == "Reserving" for g in snapshot.podgroups
-        )
-        now = time.monotonic()
-        if faultcheck.fingerprint(snapshot) != last or not done:
-            last, since = faultcheck.fingerprint(snapshot), now
-        elif now - since >= quiet:
-            return snapshot
-        if now > deadline:
-            state = cluster.kubectl("get", "pods,resourceclaims,podgroups.scheduling.phalanx.dev", "-n", namespace, "-o", "wide").stdout
-            raise TimeoutError(f"not settled on {expect} in {timeout}s: {faultcheck.summary(snapshot)}\n{state}")
-        time.sleep(0.5)
-
-
 def apply(cluster: Cluster, namespace: str, job: dict) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(job))
 
@@ -126,12 +97,16 @@ def drive(cluster: Cluster, namespace: str, scenario: str) -> dict[str, int]:
         return {"gang": 4}
     if scenario == "preempt":
         apply(cluster, namespace, gpu_gang("low", 4, mode="all", priority_class=LOW))
-        wait_for(lambda: bound(faultcheck.take(cluster.kubectl, namespace), "low") == 4, "the low-priority gang running", timeout=120)
+        wait_for(
+            lambda: faultcheck.bound(faultcheck.take(cluster.kubectl, namespace), "low") == 4, "the low-priority gang running", timeout=120
+        )
         apply(cluster, namespace, gpu_gang("urgent", 4, mode="all", priority_class=URGENT))
         return {"urgent": 4, "low": 0}
     apply(cluster, namespace, gpu_gang("gang", 4, mode="single" if scenario == "late" else "all"))
     snapshot = wait_for(
-        lambda: (s := faultcheck.take(cluster.kubectl, namespace)) and bound(s, "gang") == 4 and s, "the gang running", timeout=120
+        lambda: (s := faultcheck.take(cluster.kubectl, namespace)) and faultcheck.bound(s, "gang") == 4 and s,
+        "the gang running",
+        timeout=120,
     )
     member = sorted(p["metadata"]["name"] for p in snapshot.pods if p["spec"].get("nodeName"))[0]
     cluster.kubectl("delete", "pod", member, "-n", namespace, "--wait=false")
@@ -151,6 +126,6 @@ def test_a_crash_at_any_step_leaves_nothing_leaked_or_half_released(
     assert f"crash point {point} hit" in armed.logs(), "it died at the armed point: the scenario happened"
 
     operators.append(operatorproc.start(cluster.local, ROOT))
-    snapshot = settle(cluster, namespace, expect)
+    snapshot = faultcheck.settle(cluster, namespace, expect)
     problems = faultcheck.violations(snapshot)
     assert not problems, f"after a crash at {target}: {problems}\n{faultcheck.summary(snapshot)}"

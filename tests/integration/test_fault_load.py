@@ -22,7 +22,6 @@ from conftest import WORKLOADS, Cluster, wait_for
 import faultcheck
 from jobs import gpu_gang
 from phalanx.localcluster import demo, operatorproc
-from test_fault_crash import settle
 
 ROOT = Path(__file__).parents[2]
 GANGS = 40 if int(os.environ.get("PHALANX_FAULT_RUNS", "0")) > 0 else 6
@@ -99,7 +98,7 @@ def test_a_stream_of_gangs_with_random_deletions_holds_nothing_twice_and_strands
             finishing[job] = step + 1
         time.sleep(0.5)
 
-    snapshot = settle(cluster, namespace, {})
+    snapshot = faultcheck.settle(cluster, namespace, {})
     problems = faultcheck.violations(snapshot)
     assert not problems, f"after the stream: {problems}\n{faultcheck.summary(snapshot)}"
     outcome = job_states(cluster, namespace)
