@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from phalanx.api import keys
+from phalanx.jobs.owner import JOBS
 from phalanx.kube.client import ApiError
 from phalanx.scheduling import pointers
 
@@ -44,7 +45,7 @@ def _pod(name: str, gated: bool = True) -> dict[str, Any]:
 
 def test_each_gated_member_gets_one_event_naming_its_group_and_explain() -> None:
     kube = FakeKube()
-    notes = pointers.Pointers(kube)  # type: ignore[arg-type]
+    notes = pointers.Pointers(kube, JOBS.name)  # type: ignore[arg-type]
     groups = [(_group({"gang": {"minCount": 2}}), [_pod("b-0"), _pod("b-1"), _pod("b-2", gated=False)])]
     assert asyncio.run(notes.point(groups)) == 2
     for _ in range(5):  # later cycles write nothing
@@ -58,15 +59,15 @@ def test_each_gated_member_gets_one_event_naming_its_group_and_explain() -> None
         "can be placed; why it waits: kubectl phalanx explain train-b -n ml"
     )
     # a restarted operator finds the Events there and writes none again
-    again = pointers.Pointers(kube)  # type: ignore[arg-type]
+    again = pointers.Pointers(kube, JOBS.name)  # type: ignore[arg-type]
     assert asyncio.run(again.point(groups)) == 0 and len(kube.names) == 2
 
 
 def test_basic_groups_get_none_and_a_refusal_is_raised_and_retried() -> None:
     kube = FakeKube()
-    assert asyncio.run(pointers.Pointers(kube).point([(_group({"basic": {}}), [_pod("a-0")])])) == 0  # type: ignore[arg-type]
+    assert asyncio.run(pointers.Pointers(kube, JOBS.name).point([(_group({"basic": {}}), [_pod("a-0")])])) == 0  # type: ignore[arg-type]
     refused = FakeKube(refuse=True)
-    notes = pointers.Pointers(refused)  # type: ignore[arg-type]
+    notes = pointers.Pointers(refused, JOBS.name)  # type: ignore[arg-type]
     groups = [(_group({"gang": {"minCount": 1}}), [_pod("b-0")])]
     with pytest.raises(ApiError):
         asyncio.run(notes.point(groups))

@@ -315,9 +315,9 @@ def _summary(view: PlanView) -> str:
 
 
 def _holders(
-    objects: Objects, snapshot: Snapshot, group: Group, view: PlanView, matcher: DeviceMatcher, pods_of: Any
+    objects: Objects, snapshot: Snapshot, group: Group, view: PlanView, matcher: DeviceMatcher, pods_of: Any, kind: OwnerKind
 ) -> list[holders.Holder]:
-    unit = holders.unit_of(objects.podgroups, pods_of)
+    unit = holders.unit_of(objects.podgroups, pods_of, kind.name)
     mine = {m.uid for m in group.members}
     out: list[holders.Holder] = []
     for row in view.shortages:
@@ -444,7 +444,7 @@ def explain(
             state = "Disrupted" if torn else state
             summary = _summary(plan_view)
             if fits is None:
-                found = _holders(objects, snapshot, group, plan_view, matcher, pods_of)
+                found = _holders(objects, snapshot, group, plan_view, matcher, pods_of, kind)
             if nomination is not None:
                 gone = {(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"]["uid"]) for p in objects.pods}
                 standing = tuple(v.name for v in nomination.victims if (v.namespace, v.name, v.uid) in gone)

@@ -5,7 +5,7 @@ it and at what priority, to decide whether to wait, free it, or outrank it.
 Pure, from the objects `explain` read: devices of a short DeviceClass are
 traced through the claims holding them to the pods using them, node
 resources to the placed pods requesting them, and each pod to its unit (the
-Job of its gang, else its controller, else itself).
+owner of its gang, else its controller, else itself).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api import keys
 from phalanx.planner.model import Device
 from phalanx.planner.placement import Shortage
 from phalanx.scheduling import accessors, inputs
@@ -29,18 +28,20 @@ SHOWN = 3
 class Holder:
     resource: str
     unit: str
-    """`namespace/name` of the Job (or controller, or pod) whose pods hold it."""
+    """`namespace/name` of the owner of a gang (or controller, or pod) whose pods hold it."""
     held: int
     total: int
     priority: int
     """The highest priority among the unit's pods holding it: what a preemptor must outrank."""
 
 
-def unit_of(pod_groups: Iterable[JSON], pods_of: Mapping[str, Sequence[JSON]]) -> Callable[[JSON], str]:
-    """pod -> its unit's name: the Job of its gang, else its controller, else the pod itself."""
+def unit_of(
+    pod_groups: Iterable[JSON], pods_of: Mapping[str, Sequence[JSON]], owner: Callable[[JSON], str | None]
+) -> Callable[[JSON], str]:
+    """pod -> its unit's name: the owner of its gang (`owner` names it), else its controller, else the pod itself."""
     job_of: dict[str, str] = {}
     for group in pod_groups:
-        job = (group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL) or group["metadata"]["name"]
+        job = owner(group) or group["metadata"]["name"]
         for pod in pods_of.get(group["metadata"]["uid"], ()):
             job_of[pod["metadata"]["uid"]] = f"{group['metadata']['namespace']}/{job}"
 

@@ -142,7 +142,7 @@ class SchedulingLoop:
         self.holes = Holes(kube)
         self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
         self.preemptor = Preemptor(kube, view, Holes(kube, NOMINATED))
-        self.pointers = pointers.Pointers(kube)
+        self.pointers = pointers.Pointers(kube, owner.name)
         self._pods_of: dict[str, list[dict[str, Any]]] = {}
         """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
         self._counted: set[tuple[tuple[str, str, str], str]] = set()

@@ -12,7 +12,7 @@ remembered until they go.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
@@ -29,9 +29,10 @@ def event_name(pod: Mapping[str, Any]) -> str:
     return f"{pod['metadata']['name'][:200]}.{pod['metadata']['uid']}.gang"
 
 
-def message(pod_group: Mapping[str, Any]) -> str:
+def message(pod_group: Mapping[str, Any], owner: str | None) -> str:
+    """`owner`: the name of the group's owner, which explain takes (else the PodGroup's)."""
     meta = pod_group["metadata"]
-    job = (meta.get("labels") or {}).get(keys.JOB_NAME_LABEL) or meta["name"]
+    job = owner or meta["name"]
     return (
         f"member of PodGroup {meta['namespace']}/{meta['name']} (gang, minCount {accessors.min_count(pod_group)}): held by "
         f"{keys.SCHEDULING_GATE} until the whole group can be placed; why it waits: "
@@ -40,8 +41,10 @@ def message(pod_group: Mapping[str, Any]) -> str:
 
 
 class Pointers:
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, owner: Callable[[Mapping[str, Any]], str | None]) -> None:
+        """`owner`: a group's owner's name, as its workload kind records it (`scheduling.owner`)."""
         self.kube = kube
+        self.owner = owner
         self.done: set[str] = set()
         """Uids of pods whose Event exists: not written again while they live."""
 
@@ -60,7 +63,9 @@ class Pointers:
 
     async def _point(self, pod_group: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
         ref = {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"]}
-        created = await self.kube.event_once(ref, name=event_name(pod), type_="Normal", reason=REASON, message=message(pod_group))
+        created = await self.kube.event_once(
+            ref, name=event_name(pod), type_="Normal", reason=REASON, message=message(pod_group, self.owner(pod_group))
+        )
         self.done.add(pod["metadata"]["uid"])
         return created
 
