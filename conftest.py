@@ -107,6 +107,22 @@ class Operator:
         return self.handle.logs() if self.handle else ""
 
 
+def started_operator(
+    local: LocalCluster, *, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> Iterator[operatorproc.OperatorProcess]:
+    """An operator of a fixture's own (flags or environment of its own), stopped when the fixture ends, its log
+    deleted unless PHALANX_KEEP_LOGS: `yield from started_operator(cluster.local, ...)`."""
+    handle = operatorproc.start(local, ROOT, extra_args=extra_args, env=env)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+        if os.environ.get("PHALANX_KEEP_LOGS"):
+            print(f"operator log: {handle.log}", file=sys.stderr)
+        else:
+            handle.log.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster) -> Iterator[Operator]:
     if cluster.local is None:

@@ -14,13 +14,12 @@ leave `b`'s claims allocated and its pods gated for good.
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import WORKLOADS, Cluster, wait_for
+from conftest import WORKLOADS, Cluster, started_operator, wait_for
 
 import faultcheck
 from jobs import gpu_gang
@@ -34,11 +33,7 @@ ROOT = Path(__file__).parents[2]
 def operator_process(cluster: Cluster) -> Iterator[operatorproc.OperatorProcess]:
     if cluster.local is None:
         pytest.skip("restarts the local control plane's API server")
-    handle = operatorproc.start(cluster.local, ROOT)
-    yield handle
-    handle.stop()
-    if not os.environ.get("PHALANX_KEEP_LOGS"):
-        handle.log.unlink(missing_ok=True)
+    yield from started_operator(cluster.local)
 
 
 def expired_relists(metrics_port: int) -> float:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WORKLOADS, Cluster, wait_for
+from conftest import WORKLOADS, Cluster, started_operator, wait_for
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -82,11 +82,7 @@ workload_spec = st.fixed_dictionaries(
 def fuzzed_operator(cluster: Cluster) -> Iterator[operatorproc.OperatorProcess]:
     if cluster.local is None:
         pytest.skip("reads the operator's own process and metrics")
-    handle = operatorproc.start(cluster.local, ROOT)
-    yield handle
-    handle.stop()
-    if not os.environ.get("PHALANX_KEEP_LOGS"):
-        handle.log.unlink(missing_ok=True)
+    yield from started_operator(cluster.local)
 
 
 def submit(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> str | None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import WORKLOADS, Cluster, wait_for
+from conftest import WORKLOADS, Cluster, started_operator, wait_for
 
 import faultcheck
 from jobs import gpu_gang
@@ -33,11 +33,7 @@ EXIT = "localcluster.phalanx.dev/exit"
 def loaded_operator(cluster: Cluster) -> Iterator[operatorproc.OperatorProcess]:
     if cluster.local is None:
         pytest.skip("reads the operator's own process")
-    handle = operatorproc.start(cluster.local, ROOT)
-    yield handle
-    handle.stop()
-    if not os.environ.get("PHALANX_KEEP_LOGS"):
-        handle.log.unlink(missing_ok=True)
+    yield from started_operator(cluster.local)
 
 
 def job_states(cluster: Cluster, namespace: str) -> dict[str, str]:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import ROOT, Cluster, wait_for
+from conftest import Cluster, started_operator, wait_for
 
 from jobs import IGNORE_DISRUPTIONS
 from phalanx.api import keys
@@ -62,13 +61,7 @@ def limbo(cluster: Cluster) -> Iterator[None]:
 @pytest.fixture
 def operator_with_backoff(cluster: Cluster) -> Iterator[operatorproc.OperatorProcess]:
     assert cluster.local is not None, "starts an operator of its own"
-    handle = operatorproc.start(cluster.local, ROOT, extra_args=("--ready-backoff", "2", "--ready-backoff-max", "8"))
-    try:
-        yield handle
-    finally:
-        handle.stop()
-        if not os.environ.get("PHALANX_KEEP_LOGS"):
-            handle.log.unlink(missing_ok=True)
+    yield from started_operator(cluster.local, extra_args=("--ready-backoff", "2", "--ready-backoff-max", "8"))
 
 
 def _job(name: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WORKLOADS, Cluster, wait_for
+from conftest import WORKLOADS, Cluster, started_operator, wait_for
 from kubernetes_asyncio import client, config
 
 from jobs import gpu_gang, one_gpu_pod_spec
@@ -40,11 +40,7 @@ def fast_operator(cluster: Cluster) -> Iterator[operatorproc.OperatorProcess | N
     if cluster.local is None:
         yield None
         return
-    handle = operatorproc.start(cluster.local, ROOT, extra_args=("--bind-deadline", str(DEADLINE)))
-    try:
-        yield handle
-    finally:
-        handle.stop()
+    yield from started_operator(cluster.local, extra_args=("--bind-deadline", str(DEADLINE)))
 
 
 def _pods(cluster: Cluster, namespace: str, job: str) -> list[dict]:
