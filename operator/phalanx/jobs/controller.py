@@ -41,7 +41,7 @@ async def job_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, *
         await memo.kube.event(_job_ref(job), type_="Warning", reason="InvalidGangSpec", message=str(exc))
         return
     if source is not None:
-        await reconcile(memo.kube, job, source, logger)
+        await reconcile(memo.kube, source, logger)
 
 
 async def resync(kube: Kube, logger: Any) -> int:
@@ -54,16 +54,19 @@ async def resync(kube: Kube, logger: Any) -> int:
             try:
                 source = objects.from_job(job)
                 if source is not None:
-                    await reconcile(kube, job, source, logger)
+                    await reconcile(kube, source, logger)
                     done += 1
             except (GangSpecError, ApiError) as exc:
                 logger.warning(f"resync of Job {job['metadata']['namespace']}/{job['metadata']['name']}: {exc}")
     return done
 
 
-async def reconcile(kube: Kube, job: dict[str, Any], source: objects.GangSource, logger: Any) -> None:
-    """Ensure the Workload, then the PodGroup (which names it as owner), then their minCount and status."""
-    job_ref = _job_ref(job)
+async def reconcile(kube: Kube, source: objects.GangSource, logger: Any) -> None:
+    """Ensure the Workload, then the PodGroup (which names it as owner), then their minCount and status.
+
+    For any kind of gang owner: the Job's events call it, and so do the JobSet's (`jobsets.controller`).
+    """
+    job_ref = source.reference()
     workload, created = await kube.create_custom("workloads", source.namespace, objects.workload(source).wire())
     if created:
         await kube.event(job_ref, type_="Normal", reason="WorkloadCreated", message=f"Created Workload {source.workload_name}")
@@ -97,7 +100,7 @@ async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.Ga
     (current,) = [c for c in merged if c["type"] == keys.GATED]
     await kube.apply_status("PodGroup", source.namespace, source.pod_group_name, {"conditions": [current]}, keys.JOB_CONTROLLER)
     if not source.gated:
-        logger.warning(f"gang Job {source.namespace}/{source.name} was admitted without its scheduling gate")
+        logger.warning(f"gang {source.kind} {source.namespace}/{source.name} was admitted without its scheduling gate")
         await kube.event(job_ref, type_="Warning", reason="GangNotEnforced", message=NOT_GATED_MESSAGE.format(gate=keys.SCHEDULING_GATE))
 
 
