@@ -32,6 +32,10 @@ class Jobs:
                 return ref["uid"]
         return None
 
+    def member_uids(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
+        uid = self.owner_uid(pod)
+        return (uid,) if uid else ()
+
     def name(self, pod_group: Mapping[str, Any]) -> str | None:
         return (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
 
