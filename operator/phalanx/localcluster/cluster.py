@@ -351,7 +351,7 @@ class LocalCluster:
         """JobSet's CRD, its controller, then its webhooks once it serves them (their failurePolicy is Fail)."""
         release = jobset_release()
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(release / "crd.yaml"))
-        self.kubectl("wait", "--for=condition=Established", f"crd/jobsets.{jobset.API_GROUP}", "--timeout=60s")
+        self._wait_established(f"jobsets.{jobset.API_GROUP}")
         jobset.stop(self.kubeconfig)
         _, hooks = jobset.start(release, self.cluster_dir, self.kubeconfig, tuple(processes.free_ports(2)))
         jobset.wait_ready(self.cluster_dir, self.kubeconfig)
@@ -379,6 +379,15 @@ class LocalCluster:
                 kubelet={n.name: n for n in nodes},
             )
         return nodes
+
+    def _wait_established(self, crd: str, timeout: float = 60) -> None:
+        """`kubectl wait` fails on a CRD so new it has no status yet, so this polls."""
+        deadline = time.monotonic() + timeout
+        jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+        while self.kubectl("get", "crd", crd, "-o", f"jsonpath={jsonpath}", check=False).stdout.strip() != "True":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {crd} not Established after {timeout:.0f}s")
+            time.sleep(0.2)
 
     @property
     def api_port(self) -> int:
