@@ -102,3 +102,13 @@ def test_the_gate_must_stay_and_the_mode_is_immutable() -> None:
     single["metadata"]["annotations"][keys.DISRUPTION_MODE] = "single"
     with pytest.raises(GangSpecError, match="immutable"):
         admission.validate_jobset(single, created)
+
+
+def test_a_gang_that_starts_in_order_is_refused_as_it_would_wait_for_ever() -> None:
+    js = jobset({keys.POLICY: "gang"})
+    js["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    with pytest.raises(GangSpecError) as err:
+        admission.validate_jobset(js, None)
+    assert [e.path for e in err.value.errors] == ["spec.startupPolicy.startupPolicyOrder"]
+    js["spec"]["startupPolicy"] = {"startupPolicyOrder": "AnyOrder"}
+    admission.validate_jobset(js, None)

@@ -146,6 +146,17 @@ def _check(jobset: dict[str, Any], old: dict[str, Any] | None, previous: GangInt
                 "give each pod a claim of its own (a resourceClaimTemplateName in its template), or remove it",
             )
         )
+    order = ((jobset.get("spec") or {}).get("startupPolicy") or {}).get("startupPolicyOrder")
+    if order == "InOrder" and intent.policy == "gang":
+        errors.append(
+            FieldError(
+                "spec.startupPolicy.startupPolicyOrder",
+                order,
+                "JobSet's controller makes each replicated Job only once the one before runs, but a gang runs only "
+                "once all its pods exist: the JobSet would wait for ever",
+                "use AnyOrder (the default) or remove the startupPolicy",
+            )
+        )
     names = {_pod_spec(r).get("priorityClassName") for r in replicated_jobs(jobset)}
     if len(names) > 1:
         errors.append(

@@ -511,7 +511,7 @@ def explain(
         member_rows=members,
         conditions=condition_rows,
         events=_events(objects.events, pod_group, every, now),
-        kind=kind.kind,
+        kind=(kind.ref(pod_group) or {}).get("kind", kind.kind),
     )
 
 
