@@ -218,3 +218,32 @@ def test_a_member_lost_takes_the_whole_jobset_gang_down_and_it_comes_back(cluste
     assert "GangDisrupted" in reasons or "GangTornDown" in reasons, reasons
     jobs = cluster.get("-n", namespace, "jobs", "-l", f"{jobset.JOBSET_NAME_LABEL}=train")["items"]
     assert not any(c["type"] == "Failed" and c["status"] == "True" for j in jobs for c in j["status"].get("conditions") or [])
+
+
+def test_a_jobset_restarted_by_its_own_failure_policy_is_placed_whole_again(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """A worker's container fails (not a disruption): its Job fails, JobSet's failurePolicy deletes every Job and
+    makes them again, and the new pods, gated by their templates, are placed as one gang once more."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    body = gang_jobset("train", 2, {keys.POLICY: "gang"})
+    body["spec"]["failurePolicy"] = {"maxRestarts": 1}
+    for rjob in body["spec"]["replicatedJobs"]:
+        rjob["template"]["spec"]["backoffLimit"] = 0
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(body))
+    first = wait_for(
+        lambda: len(b := [p for p in _members(cluster, namespace, "train") if p["status"].get("phase") == "Running"]) == 3 and b,
+        "the JobSet's 3 pods running",
+    )
+    worker = next(p for p in first if p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "workers")
+    cluster.kubectl("-n", namespace, "annotate", "pod", worker["metadata"]["name"], "localcluster.phalanx.dev/exit=1")
+    old = {p["metadata"]["uid"] for p in first}
+
+    def restarted() -> list[dict] | None:
+        pods = [p for p in _members(cluster, namespace, "train") if p["metadata"]["uid"] not in old]
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        return running if len(running) == 3 else None
+
+    again = wait_for(restarted, "the restarted JobSet's 3 new pods running", timeout=180)
+    assert {p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] for p in again} == {"1"}, "JobSet's own restart"
+    assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in again), "placed by Phalanx"
+    jobset_status = cluster.get("-n", namespace, "jobset", "train")["status"]
+    assert jobset_status.get("restarts") == 1
