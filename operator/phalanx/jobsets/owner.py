@@ -10,16 +10,13 @@ any late member, and take nothing from another namespace.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from phalanx.api import intent, keys
-from phalanx.jobs.owner import COMPLETION_INDEX
+from phalanx.jobs.owner import COMPLETION_INDEX, Controlling
 from phalanx.jobsets import admission
 from phalanx.jobsets.objects import JOBSET_UID_LABEL
-from phalanx.kube.client import Kube
 from phalanx.scheduling import conditions
 from phalanx.scheduling.phase import OwnerState
 
@@ -29,14 +26,10 @@ ENDING = ("Completed", "Failed")
 """JobSet's terminal conditions: its controller ends its Jobs, and their pods, itself."""
 
 
-class JobSets:
+class JobSets(Controlling):
     kind = admission.KIND
-
-    def owner_uid(self, obj: Mapping[str, Any]) -> str | None:
-        for ref in obj["metadata"].get("ownerReferences") or []:
-            if ref.get("kind") == self.kind and ref.get("controller"):
-                return ref["uid"]
-        return None
+    api_version = admission.API_VERSION
+    plural = "jobsets"
 
     def member_uids(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
         meta = pod["metadata"]
@@ -44,48 +37,16 @@ class JobSets:
         made_by_a_job = any(r.get("kind") == "Job" and r.get("controller") for r in meta.get("ownerReferences") or [])
         return (uid,) if uid and made_by_a_job else ()
 
-    def name(self, pod_group: Mapping[str, Any]) -> str | None:
-        """The owner's name is in the label every PodGroup gets (`jobs.objects`), whatever its kind."""
-        return (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
-
-    def list_path(self, namespace: str) -> str:
-        return f"/apis/{admission.API_VERSION}/namespaces/{namespace}/jobsets"
-
-    async def read(self, kube: Kube, pod_group: Mapping[str, Any]) -> JSON | None:
-        name = self.name(pod_group)
-        jobset = await kube.get(f"{self.list_path(pod_group['metadata']['namespace'])}/{name}") if name else None
-        if jobset is None or jobset["metadata"].get("deletionTimestamp") or jobset["metadata"]["uid"] != self.owner_uid(pod_group):
-            return None
-        return jobset
-
     def state(self, owner: Mapping[str, Any], released_at: str | None) -> OwnerState:
-        """As a Job's: suspended after the release means its Jobs were suspended and their pods deleted."""
-        suspended = conditions.find(owner, "Suspended")
-        if (owner.get("spec") or {}).get("suspend") or (
-            suspended and suspended.get("status") == "True" and released_at and (suspended.get("lastTransitionTime") or "") > released_at
-        ):
+        if self.suspended(owner, released_at):
             return OwnerState.SUSPENDED
         if any(conditions.true(owner, t) for t in ENDING) or (owner.get("status") or {}).get("terminalState"):
             return OwnerState.FINISHED
         return OwnerState.ACTIVE
 
-    def min_count(self, owner: Mapping[str, Any]) -> int | None:
-        with contextlib.suppress(intent.GangSpecError):
-            said = intent.from_annotations(owner["metadata"].get("annotations"))
-            if said is not None and said.policy == "gang":
-                size = admission.size(dict(owner))
-                return said.min_count_for(size.parallelism, size.completions)
-        return None
-
-    def ref(self, pod_group: Mapping[str, Any]) -> JSON | None:
-        name, uid = self.name(pod_group), self.owner_uid(pod_group)
-        if not (name and uid):
-            return None
-        return {
-            "apiVersion": admission.API_VERSION,
-            "kind": self.kind,
-            "metadata": {"name": name, "namespace": pod_group["metadata"]["namespace"], "uid": uid},
-        }
+    def size(self, owner: Mapping[str, Any]) -> tuple[int | None, int | None]:
+        size = admission.size(dict(owner))
+        return size.parallelism, size.completions
 
     def member_order(self, pod: Mapping[str, Any]) -> tuple[int, str, str]:
         """By the Job's global index in the JobSet, then by completion index within it."""
