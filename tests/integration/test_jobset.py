@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import WORKLOADS, Cluster, Operator, wait_for
 
-from jobs import IGNORE_DISRUPTIONS, gpu_gang, one_gpu_pod_spec
+from jobs import gpu_gang, gpu_jobset
 from phalanx.api import keys
 from phalanx.localcluster import demo, jobset
 
@@ -96,33 +96,6 @@ def _explain(cluster: Cluster, namespace: str, name: str) -> str:
     return proc.stdout
 
 
-def gang_jobset(name: str, workers: int, annotations: dict[str, str]) -> dict:
-    """A leader and `workers` workers, one GPU each, in two replicated Jobs that ignore disruptions (the README's rule)."""
-
-    def replicated(role: str, pods: int) -> dict:
-        return {
-            "name": role,
-            "replicas": 1,
-            "template": {
-                "spec": {
-                    "parallelism": pods,
-                    "completions": pods,
-                    "completionMode": "Indexed",
-                    "backoffLimit": 3,
-                    "podFailurePolicy": IGNORE_DISRUPTIONS,
-                    "template": {"spec": one_gpu_pod_spec()},
-                }
-            },
-        }
-
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {"replicatedJobs": [replicated("leader", 1), replicated("workers", workers)]},
-    }
-
-
 def _members(cluster: Cluster, namespace: str, name: str) -> list[dict]:
     return _pods(cluster, namespace, f"{jobset.JOBSET_NAME_LABEL}={name}")
 
@@ -139,7 +112,7 @@ def test_a_gang_jobset_is_placed_whole_only_when_all_of_it_fits(cluster: Cluster
     cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_gang("holder", 4)))
     wait_for(lambda: len([p for p in _pods(cluster, namespace, "app=holder") if p["spec"].get("nodeName")]) == 4, "the Job's 4 ranks bound")
 
-    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(gang_jobset("train", 3, {keys.POLICY: "gang"})))
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_jobset("train", 3, {keys.POLICY: "gang"})))
     group = wait_for(lambda: _pod_group(cluster, namespace, "train"), "the JobSet's PodGroup")
     assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4, "every pod of both replicated Jobs"
     assert group["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
@@ -174,7 +147,7 @@ def test_a_gang_jobset_is_placed_whole_only_when_all_of_it_fits(cluster: Cluster
 
 def test_a_gang_jobset_asking_more_than_it_runs_is_refused_naming_the_field(cluster: Cluster, operator: Operator, namespace: str) -> None:
     refused = cluster.kubectl(
-        "-n", namespace, "apply", "-f", "-", stdin=json.dumps(gang_jobset("big", 3, {keys.MIN_COUNT: "9"})), check=False
+        "-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_jobset("big", 3, {keys.MIN_COUNT: "9"})), check=False
     )
     assert refused.returncode != 0
     assert f"metadata.annotations[{keys.MIN_COUNT}]" in refused.stderr, refused.stderr
@@ -186,7 +159,7 @@ def test_a_member_lost_takes_the_whole_jobset_gang_down_and_it_comes_back(cluste
     new pods that are placed whole again (the disruption rule keeps the Jobs from failing)."""
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     cluster.kubectl(
-        "-n", namespace, "apply", "-f", "-", stdin=json.dumps(gang_jobset("train", 2, {keys.POLICY: "gang", keys.DISRUPTION_MODE: "all"}))
+        "-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_jobset("train", 2, {keys.POLICY: "gang", keys.DISRUPTION_MODE: "all"}))
     )
     first = wait_for(
         lambda: len(b := [p for p in _members(cluster, namespace, "train") if p["status"].get("phase") == "Running"]) == 3 and b,
@@ -224,7 +197,7 @@ def test_a_jobset_restarted_by_its_own_failure_policy_is_placed_whole_again(clus
     """A worker's container fails (not a disruption): its Job fails, JobSet's failurePolicy deletes every Job and
     makes them again, and the new pods, gated by their templates, are placed as one gang once more."""
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    body = gang_jobset("train", 2, {keys.POLICY: "gang"})
+    body = gpu_jobset("train", 2, {keys.POLICY: "gang"})
     body["spec"]["failurePolicy"] = {"maxRestarts": 1}
     for rjob in body["spec"]["replicatedJobs"]:
         rjob["template"]["spec"]["backoffLimit"] = 0
