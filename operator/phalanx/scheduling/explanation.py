@@ -22,7 +22,7 @@ from phalanx.planner import pods as podrules
 from phalanx.planner.devices import SelectorFailed
 from phalanx.planner.model import Device, Group, Snapshot
 from phalanx.planner.placement import Shortage
-from phalanx.scheduling import disruption, holders, inputs, queue, quorum, victims
+from phalanx.scheduling import disruption, headhold, holders, inputs, queue, quorum, victims
 
 JSON = dict[str, Any]
 
@@ -458,6 +458,7 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
                 for_group=pod_group,
                 taint_rules=objects.taint_rules,
             )
+            snapshot = headhold.elsewhere(snapshot, headhold.from_status(objects.podgroups), pod_group)
             group = inputs.group(pod_group, ready, min_count)
             plan_view, fits = _plan_view(snapshot, group, matcher)
             state = "Disrupted" if torn else ("Preempting" if nomination is not None else "Pending")
@@ -547,7 +548,8 @@ def _queue(objects: Objects, pod_group: JSON, pods_of: Mapping[str, Sequence[JSO
     if ahead is not None:
         meta = ahead["metadata"]
         text += f"; next ahead: {meta['namespace']}/{meta['name']}, priority {priority[meta['uid']]}"
-    return text
+    held = headhold.note(pod_group, headhold.from_status(objects.podgroups))
+    return f"{text}; {held}" if held else text
 
 
 def _events(events: Sequence[JSON], pod_group: JSON, pods: Sequence[JSON], now: datetime.datetime) -> tuple[EventRow, ...]:
