@@ -84,12 +84,13 @@ def hold_for(
 ) -> frozenset[DeviceId] | None:
     """The devices to hold for `group` at the head of the line: those its plan needs on the cluster as if no device
     were in use (`snapshot.held` keeps only what is held for others, e.g. a preemptor's), packed as every plan is.
-    `kept`, the hold it has, stays as long as the group still fits on those devices alone, so a hold does not move
-    with every pod that comes and goes. None when it cannot fit even on an empty cluster: holding would not help."""
+    `kept`, the hold it has, stays (what of it the plan still uses) as long as the group fits on those devices alone,
+    so a hold does not move with every pod that comes and goes, and shrinks with the gang. None when it cannot fit even on an empty cluster: holding would not help."""
     emptied = replace(snapshot, shared=frozen_map({}))
     if kept:
         others = frozenset(d.id for d in snapshot.devices) - kept
-        if isinstance(plan(replace(emptied, held=emptied.held | others), group, matcher), Fits):
-            return kept
+        on_kept = plan(replace(emptied, held=emptied.held | others), group, matcher)
+        if isinstance(on_kept, Fits):
+            return devices_of(on_kept)
     result = plan(emptied, group, matcher)
     return devices_of(result) if isinstance(result, Fits) else None
