@@ -68,7 +68,7 @@ def _world() -> tuple[Snapshot, list[dict], list[Group], dict[str, int]]:
 
 
 def measure(runs: int = 20) -> dict[str, float]:
-    """Median milliseconds of each part of one cycle's queue work, and of the first cycle that plans every group."""
+    """Median CPU milliseconds (this process; the machine may be busy) of each part of one cycle's queue work, and of the first cycle that plans every group."""
     full, podgroups, groups, priority = _world()
     matcher = DeviceMatcher()
     by_uid = {pg["metadata"]["uid"]: g for pg, g in zip(podgroups, groups, strict=True)}
