@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -144,6 +147,15 @@ def test_a_big_gang_behind_a_stream_of_one_gpu_pods_gets_its_devices_while_the_r
     print(f"gang bound after {ended} pods of the stream ended; {backfill} backfilled {device}")
 
 
+def _explain(cluster: Cluster, namespace: str, job: str) -> str:
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "phalanx"), "explain", job, "-n", namespace], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def _job_pods(cluster: Cluster, namespace: str, job: str = "big") -> list[dict[str, Any]]:
     return cluster.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")["items"]
 
@@ -155,6 +167,16 @@ def test_the_hold_survives_a_restart_unchanged_and_is_gone_when_the_gang_is_dele
     hold = wait_for(lambda: _hold(cluster, namespace), "a hold for the gang at the head of the line")
     before = {d: r["metadata"]["uid"] for d, r in _rules(cluster).items()}
     assert set(before) == set(hold["devices"])
+    _apply(cluster, namespace, gpu_gang("next", 2, mode="all"))
+    wait_for(lambda: ((_pod_group(cluster, namespace, "next") or {}).get("status") or {}).get("conditions"), "the gang behind planned")
+    head = _pod_group(cluster, namespace, "big")
+    assert head is not None
+    said = _explain(cluster, namespace, "big")
+    assert (
+        f"Queue:       position 1 of 2 waiting (priority, then age); 4 device(s) held for it as they free, since {hold['heldAt']}" in said
+    ), said
+    said = _explain(cluster, namespace, "next")
+    assert f"4 device(s) held for {namespace}/{head['metadata']['name']}, the head of the line" in said, said
 
     own_operator[-1].kill()
     victim, freed = next((p, d) for p, d in _devices_of(cluster, namespace).items() if d in before)
