@@ -307,6 +307,12 @@ async def recovery_run(way: Way, size: int, timeout: float) -> dict[str, float |
             new = [p for uid, p in by_uid.items() if uid not in first]
             if new:
                 seen.setdefault("first_created", now)
+            if len(new) >= size:
+                seen.setdefault("all_created", now)
+                if all((p.get("status") or {}).get("resourceClaimStatuses") for p in new):
+                    seen.setdefault("all_claimed", now)
+                if not any(p["spec"].get("schedulingGates") for p in new):
+                    seen.setdefault("all_lifted", now)
             if len(new) >= len(stopped) and stopped and all(p["spec"].get("nodeName") for p in new):
                 seen.setdefault("all_bound", now)
             for uid in first:
@@ -330,9 +336,16 @@ async def recovery_run(way: Way, size: int, timeout: float) -> dict[str, float |
         await way.drained()
 
 
-RECOVERY_TIMELINE = ("last_stopped_to_first_created", "last_stopped_to_all_bound")
-"""Where a recovery's time goes, from the last member stopped: the Job's first new pod seen (its back-off over), and
-every stopped one replaced and bound (bound before the last one stopped reads negative)."""
+RECOVERY_TIMELINE = (
+    "last_stopped_to_first_created",
+    "last_stopped_to_all_created",
+    "last_stopped_to_all_claimed",
+    "last_stopped_to_all_lifted",
+    "last_stopped_to_all_bound",
+)
+"""Where a recovery's time goes, from the last member stopped: the Job's first new pod seen (its back-off over), every
+new pod created, every one with its claim (the resourceclaim controller's), every gate lifted (Phalanx's release), and
+every stopped one replaced and bound (a point reached before the last one stopped reads negative)."""
 
 RECOVERY_TARGET = 15.0
 """Issue 22: a torn-down gang runs again within this many seconds of its last member stopping."""

@@ -156,12 +156,16 @@ def _podgroup(uid: str, hold: dict | None = None, since: str | None = None, anno
 def test_what_is_held_counts_as_held_for_every_group_but_the_holder() -> None:
     record = {"devices": [f"{GPU}/worker-1/gpu-0"], "heldAt": "2026-01-01T00:10:00Z", "waitingSince": "2026-01-01T00:05:00Z"}
     holder, other = _podgroup("holder", record), _podgroup("other")
-    held = headhold.from_status([other, holder])
-    assert held is not None and held.uid == "holder"
+    rank = {"holder": 100, "other": 100, "urgent": 10000}
+    priority = lambda g: rank[g["metadata"]["uid"]]  # noqa: E731
+    held = headhold.from_status([other, holder], priority)
+    assert held is not None and held.uid == "holder" and held.priority == 100
     snapshot = cluster()
-    assert (GPU, "worker-1", "gpu-0") in headhold.elsewhere(snapshot, held, other).held
-    assert (GPU, "worker-1", "gpu-0") in headhold.elsewhere(snapshot, held, None).held
-    assert headhold.elsewhere(snapshot, held, holder).held == snapshot.held
+    assert (GPU, "worker-1", "gpu-0") in headhold.elsewhere(snapshot, held, other, priority).held
+    assert (GPU, "worker-1", "gpu-0") in headhold.elsewhere(snapshot, held, None, priority).held
+    assert headhold.elsewhere(snapshot, held, holder, priority).held == snapshot.held
+    urgent = _podgroup("urgent")
+    assert headhold.elsewhere(snapshot, held, urgent, priority).held == snapshot.held, "a higher priority must not preempt for held room"
     assert headhold.note(other, held) == "1 device(s) held for ml/holder, the head of the line"
     assert "held for it as they free, since 2026-01-01T00:10:00Z" in (headhold.note(holder, held) or "")
 

@@ -11,6 +11,7 @@ the API, writes, or looks at the clock (`now` is passed in).
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -458,7 +459,8 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
                 for_group=pod_group,
                 taint_rules=objects.taint_rules,
             )
-            snapshot = headhold.elsewhere(snapshot, headhold.from_status(objects.podgroups), pod_group)
+            rank = functools.partial(inputs.priority, priority_class=priorities.get)
+            snapshot = headhold.elsewhere(snapshot, headhold.from_status(objects.podgroups, rank), pod_group, rank)
             group = inputs.group(pod_group, ready, min_count)
             plan_view, fits = _plan_view(snapshot, group, matcher)
             state = "Disrupted" if torn else ("Preempting" if nomination is not None else "Pending")
@@ -548,7 +550,7 @@ def _queue(objects: Objects, pod_group: JSON, pods_of: Mapping[str, Sequence[JSO
     if ahead is not None:
         meta = ahead["metadata"]
         text += f"; next ahead: {meta['namespace']}/{meta['name']}, priority {priority[meta['uid']]}"
-    held = headhold.note(pod_group, headhold.from_status(objects.podgroups))
+    held = headhold.note(pod_group, headhold.from_status(objects.podgroups, lambda g: priority[g["metadata"]["uid"]]))
     return f"{text}; {held}" if held else text
 
 

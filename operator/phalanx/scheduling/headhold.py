@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,6 +46,9 @@ from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.queue import Ahead
 
 logger = logging.getLogger(__name__)
+
+Priority = Callable[[Mapping[str, Any]], int]
+"""A PodGroup's priority, as the queue orders it."""
 
 HEAD = "head"
 """Purpose of a DeviceTaintRule: a device held for the gang at the head of the line."""
@@ -63,6 +66,7 @@ class Held:
     devices: frozenset[DeviceId]
     held_at: str
     waiting_since: str
+    priority: int
 
     def record(self) -> schema.Hold:
         return schema.Hold(devices=sorted("/".join(d) for d in self.devices), held_at=self.held_at, waiting_since=self.waiting_since)
@@ -94,19 +98,23 @@ def devices(record: schema.Hold) -> frozenset[DeviceId]:
     return frozenset(tuple(d.split("/", 2)) for d in record.devices)  # type: ignore[misc]
 
 
-def from_status(podgroups: Iterable[Mapping[str, Any]]) -> Held | None:
+def from_status(podgroups: Iterable[Mapping[str, Any]], priority: Priority) -> Held | None:
     """The hold the PodGroups record (the earliest, should a crash have left two), for readers without the loop: explain."""
     found = sorted(((r, g) for g in podgroups if (r := recorded(g)) is not None), key=lambda rg: rg[0].held_at)
     if not found:
         return None
     record, g = found[0]
     meta = g["metadata"]
-    return Held(meta["uid"], meta["namespace"], meta["name"], devices(record), record.held_at, record.waiting_since)
+    return Held(meta["uid"], meta["namespace"], meta["name"], devices(record), record.held_at, record.waiting_since, priority(g))
 
 
-def elsewhere(snapshot: Snapshot, held: Held | None, for_group: Mapping[str, Any] | None) -> Snapshot:
-    """`snapshot` as a group other than the holder is planned on: the held devices count as held."""
-    if held is None or not held.devices or (for_group is not None and for_group["metadata"]["uid"] == held.uid):
+def elsewhere(snapshot: Snapshot, held: Held | None, for_group: Mapping[str, Any] | None, priority: Priority) -> Snapshot:
+    """`snapshot` as a group other than the holder is planned on: the held devices count as held. Not for a group of
+    higher priority (it is ahead of the holder, which holds until the next cycle sees it at the head): it must not
+    preempt for room the hold keeps free."""
+    if held is None or not held.devices:
+        return snapshot
+    if for_group is not None and (for_group["metadata"]["uid"] == held.uid or priority(for_group) > held.priority):
         return snapshot
     return replace(snapshot, held=snapshot.held | held.devices)
 
@@ -141,8 +149,8 @@ class HeadHold:
         self._planned: tuple[Hashable, frozenset[DeviceId] | None] | None = None
         """(what the last plan read, its answer): the head's hold is planned again only when either changes."""
 
-    def elsewhere(self, snapshot: Snapshot, for_group: Mapping[str, Any] | None) -> Snapshot:
-        return elsewhere(snapshot, self.current, for_group)
+    def elsewhere(self, snapshot: Snapshot, for_group: Mapping[str, Any] | None, priority: Priority) -> Snapshot:
+        return elsewhere(snapshot, self.current, for_group, priority)
 
     async def update(
         self, line: Sequence[Ahead], podgroups: Sequence[Mapping[str, Any]], snapshot: Snapshot, revision: Hashable, matcher: DeviceMatcher
@@ -186,7 +194,11 @@ class HeadHold:
                 return None  # preempting: its nomination holds its own devices
             after = hold_after(pod_group, self.default_after)
             since = waiting_since(pod_group)
-            mine = self.current if self.current is not None and self.current.uid == meta["uid"] else from_status([pod_group])
+            mine = (
+                self.current
+                if self.current is not None and self.current.uid == meta["uid"]
+                else from_status([pod_group], lambda _, p=ahead.priority: p)
+            )
             kept = mine.devices if mine is not None else frozenset()
             found = await self._plan(ahead, podgroups, snapshot, revision, kept, matcher)
             if found is None:
@@ -194,7 +206,7 @@ class HeadHold:
             if after <= 0 or _seconds_since(since) < after:
                 return None
             held_at = mine.held_at if mine is not None and mine.devices else conditions.now()
-            return Held(meta["uid"], meta["namespace"], meta["name"], found, held_at, since)
+            return Held(meta["uid"], meta["namespace"], meta["name"], found, held_at, since, ahead.priority)
         return None
 
     async def _plan(

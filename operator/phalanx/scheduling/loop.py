@@ -641,7 +641,9 @@ class SchedulingLoop:
             built = inputs.build(*(i.items() for i in sources), pinned=self._pins(), awaiting=awaiting)
             self._base = (key, built)
             self.shortfalls.observe(shortfall.capacity(inputs.nominated_elsewhere(built, view.podgroups.items(), None), self._policy()))
-        return self.headhold.elsewhere(inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group), for_group)
+        return self.headhold.elsewhere(
+            inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group), for_group, self._priority
+        )
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
