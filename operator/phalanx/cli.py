@@ -12,7 +12,7 @@ from typing import Any
 
 from phalanx import explain, scrape
 from phalanx.api import crdgen
-from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
+from phalanx.localcluster import ClusterSpec, LocalCluster, demo, jobset, operatorproc
 from phalanx.localcluster.cluster import MAX_DRIVER_WORKERS
 
 # operator/phalanx/cli.py -> the checkout, which holds crds/ and manifests/ (an editable install, as ./task makes).
@@ -404,9 +404,10 @@ def stop_cluster(cluster: LocalCluster) -> None:
         _say(f"cluster {name} is not up; nothing else to stop")
         return
     plugins = len(cluster.driver_processes())
+    jobset_controller = ", JobSet's controller" if jobset.running(cluster.kubeconfig) else ""
     cluster.down()
     _say(
-        f"stopped cluster {name}: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
+        f"stopped cluster {name}: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok{jobset_controller}"
         f"{f', {plugins} dra-example-driver plugin(s)' if plugins else ''}; deleted {cluster.cluster_dir}"
     )
 
