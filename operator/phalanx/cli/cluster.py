@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from phalanx.cli.common import DEFAULT_REPO, NotUp, add_name, say, task_hint
-from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
+from phalanx.localcluster import ClusterSpec, LocalCluster, jobset, operatorproc
 from phalanx.localcluster.cluster import MAX_DRIVER_WORKERS
 
 
@@ -157,9 +157,10 @@ def stop_cluster(cluster: LocalCluster) -> None:
         say(f"cluster {name} is not up; nothing else to stop")
         return
     plugins = len(cluster.driver_processes())
+    jobset_controller = ", JobSet's controller" if jobset.running(cluster.kubeconfig) else ""
     cluster.down()
     say(
-        f"stopped cluster {name}: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
+        f"stopped cluster {name}: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok{jobset_controller}"
         f"{f', {plugins} dra-example-driver plugin(s)' if plugins else ''}; deleted {cluster.cluster_dir}"
     )
 

@@ -103,6 +103,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     run.add_argument("--ready-backoff-max", type=float, default=3600.0, help="the most that back-off grows to, in seconds (default 3600)")
     run.add_argument(
+        "--hold-after",
+        type=float,
+        default=300.0,
+        help="seconds a gang waits at the head of the line before the devices its plan needs are held for it as they free "
+        "(default 300); 0: never; a Job's scheduling.phalanx.dev/hold-after annotation overrides it",
+    )
+    run.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="Kopf liveness endpoint (default http://0.0.0.0:8080/healthz)"
     )
     run.set_defaults(func=_run)
@@ -136,6 +143,7 @@ def _run(args: argparse.Namespace) -> int:
                 ready_deadline=args.ready_deadline,
                 ready_backoff=args.ready_backoff,
                 ready_backoff_max=args.ready_backoff_max,
+                hold_after=args.hold_after,
             )
         )
     except preflight.PreflightError as exc:
