@@ -12,10 +12,11 @@ The reservation cycle, each step idempotent:
    fresh read is a `Conflict` and aborts the release;
 3. wait until our own watch shows the writes (it then shows every claim
    write before ours) and, when some pod may be mid-allocation in
-   kube-scheduler (`inflight`), wait for that write to land and read every
-   claim afresh: a device also held by another claim (nothing upstream
-   coordinates two allocators, kubernetes#128980) aborts. Our reservation
-   yields: nobody else is evicted for it;
+   kube-scheduler (`inflight`), wait for that write to land (on evidence
+   for the pods it is binding, see `_settle`) and read every claim afresh:
+   a device also held by another claim (nothing upstream coordinates two
+   allocators, kubernetes#128980) aborts. Our reservation yields: nobody
+   else is evicted for it;
 4. release every member, concurrently: one patch per pod pins it to its
    node (required node affinity + annotation) and lifts Phalanx's gate
    (state Released). One write per member, not a pin and then a lift: the
@@ -254,7 +255,7 @@ class Releaser:
             steps.done("observe")
             contenders = inflight.allocating(self.view.pods.items(), self.view.claims.get, extended_resources(self.view.classes.items()))
             if contenders and self.settle:
-                await asyncio.sleep(self.settle)  # kube-scheduler's in-flight allocations reach the API server
+                await self._settle()
                 self._verify(namespace, reservation, await self.kube.list_claims())
             else:
                 # the watch delivers claim writes in resourceVersion order: showing ours, it shows every earlier one
@@ -475,6 +476,23 @@ class Releaser:
 
         if not await self.view.claims.wait_until(seen, self.observe_timeout):
             raise ReleaseAborted("our claim allocations did not show up in the watch in time")
+
+    async def _settle(self) -> None:
+        """Until kube-scheduler's in-flight allocations are in the API: `settle` for a scheduling cycle under way (it
+        shows nothing until its binding cycle starts), then, on evidence, for every pod it is binding (nominated, its
+        claims not yet written), however long its PreBind takes, up to `observe_timeout`. Still binding then, the
+        release yields: its devices may be the ones that pod is about to be written."""
+        await asyncio.sleep(self.settle)
+        extended = extended_resources(self.view.classes.items())
+
+        def binding() -> list[str]:
+            return inflight.binding(self.view.pods.items(), self.view.claims.get, extended)
+
+        if not await self.view.pods.wait_until(lambda: not binding(), self.observe_timeout):
+            raise ReleaseAborted(
+                f"kube-scheduler was still binding {', '.join(binding())} {self.observe_timeout:.0f}s later, its devices not "
+                "yet written: ours yields and is planned again once they are"
+            )
 
     def _pinned(self, namespace: str, reservation: schema.Reservation, refused: list[tuple[str, ApiError]]) -> bool:
         """The watch shows every member released as pinned: the next plan counts them on their nodes."""
