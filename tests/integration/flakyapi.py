@@ -36,15 +36,21 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 
 class FlakyLifts:
     """Answers the first `times` gate lifts of each pod of an Indexed Job whose index is in `indexes` with `code`,
-    `delay` seconds after deciding to (an overloaded server is slow to say so, too)."""
+    `delay` seconds after deciding to (an overloaded server is slow to say so, too), or as soon as `until` is set.
+    `code` None: those lifts are let through once held, a write still in flight that far."""
 
-    def __init__(self, code: int, times: int, indexes: set[str], *, delay: float = 0.0) -> None:
+    def __init__(
+        self, code: int | None, times: int, indexes: set[str], *, delay: float = 0.0, until: threading.Event | None = None
+    ) -> None:
         self.code = code
         self.times = times
         self.indexes = indexes
         self.delay = delay
+        self.until = until
         self.answered: Counter[str] = Counter()
-        """Pod name -> transient answers sent so far."""
+        """Pod name -> lifts held so far."""
+        self.held_answered = 0
+        """How many of those have had their answer."""
         self.lock = threading.Lock()
 
     def review(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -57,13 +63,21 @@ class FlakyLifts:
                 self.answered[name] += 1
         if not refuse:
             return {"uid": request["uid"], "allowed": True}
-        time.sleep(self.delay)
+        if self.until is not None:
+            self.until.wait(self.delay)
+        else:
+            time.sleep(self.delay)
+        with self.lock:
+            self.held_answered += 1
+        if self.code is None:
+            return {"uid": request["uid"], "allowed": True}
         return {"uid": request["uid"], "allowed": False, "status": {"code": self.code, "message": "injected transient answer"}}
 
 
 @contextmanager
-def flaky_lifts(cluster: Cluster, namespace: str, flaky: FlakyLifts) -> Iterator[FlakyLifts]:
-    """Serve `flaky` on loopback and register it for pod updates in `namespace`; removed on exit."""
+def flaky_lifts(cluster: Cluster, namespace: str, flaky: FlakyLifts, *, timeout: int = 5) -> Iterator[FlakyLifts]:
+    """Serve `flaky` on loopback and register it for pod updates in `namespace` (the API server waits `timeout`
+    seconds for an answer, 30 at most); removed on exit."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -101,7 +115,7 @@ def flaky_lifts(cluster: Cluster, namespace: str, flaky: FlakyLifts) -> Iterator
                     "failurePolicy": "Fail",
                     "sideEffects": "None",
                     "admissionReviewVersions": ["v1"],
-                    "timeoutSeconds": 5,
+                    "timeoutSeconds": timeout,
                 }
             ],
         }
