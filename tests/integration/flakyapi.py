@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -78,11 +78,22 @@ class FlakyLifts:
 def flaky_lifts(cluster: Cluster, namespace: str, flaky: FlakyLifts, *, timeout: int = 5) -> Iterator[FlakyLifts]:
     """Serve `flaky` on loopback and register it for pod updates in `namespace` (the API server waits `timeout`
     seconds for an answer, 30 at most); removed on exit."""
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}
+    with validating_webhook(cluster, namespace, flaky.review, rule, name="flaky", timeout=timeout):
+        yield flaky
+
+
+@contextmanager
+def validating_webhook(
+    cluster: Cluster, namespace: str, review: Callable[[dict[str, Any]], dict[str, Any]], rule: dict[str, Any], *, name: str, timeout: int
+) -> Iterator[None]:
+    """Serve `review` (an AdmissionReview request -> its response) over TLS on loopback, registered as a validating
+    webhook for `rule` in `namespace` (the API server waits `timeout` s for an answer, 30 at most); removed on exit."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            answer = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": flaky.review(body["request"])})
+            answer = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": review(body["request"])})
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
@@ -98,19 +109,19 @@ def flaky_lifts(cluster: Cluster, namespace: str, flaky: FlakyLifts, *, timeout:
         context.load_cert_chain(cert.cert_file, cert.key_file)
         server.socket = context.wrap_socket(server.socket, server_side=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        name = f"flaky-{namespace}"
+        config_name = f"{name}-{namespace}"
         config = {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": name},
+            "metadata": {"name": config_name},
             "webhooks": [
                 {
-                    "name": "flaky.test.phalanx.dev",
+                    "name": f"{name}.test.phalanx.dev",
                     "clientConfig": {
                         "url": f"https://127.0.0.1:{server.server_port}/",
                         "caBundle": base64.b64encode(cert.ca_pem).decode(),
                     },
-                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}],
+                    "rules": [rule],
                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                     "failurePolicy": "Fail",
                     "sideEffects": "None",
@@ -121,7 +132,7 @@ def flaky_lifts(cluster: Cluster, namespace: str, flaky: FlakyLifts, *, timeout:
         }
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(config))
         try:
-            yield flaky
+            yield
         finally:
-            cluster.kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
+            cluster.kubectl("delete", "validatingwebhookconfiguration", config_name, "--ignore-not-found")
             server.shutdown()

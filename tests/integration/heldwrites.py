@@ -11,20 +11,14 @@ the claim unallocated until the write passes admission.
 
 from __future__ import annotations
 
-import base64
-import json
-import ssl
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 from conftest import Cluster
 
-from phalanx.kube import tls
+import flakyapi
 
 OPERATOR = "system:serviceaccount:phalanx-system:"
 TIMEOUT = 30
@@ -67,53 +61,9 @@ class HeldWrites:
 @contextmanager
 def held_claim_writes(cluster: Cluster, namespace: str, held: HeldWrites) -> Iterator[HeldWrites]:
     """Serve `held` on loopback for claim updates in `namespace`; removed on exit (a write still held is let go)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            answer = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": held.review(body["request"])})
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(answer.encode())
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    with tempfile.TemporaryDirectory() as tmp:
-        cert = tls.generate(Path(tmp), ["127.0.0.1"])
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert.cert_file, cert.key_file)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        name = f"held-{namespace}"
-        config = {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": name},
-            "webhooks": [
-                {
-                    "name": "held.test.phalanx.dev",
-                    "clientConfig": {
-                        "url": f"https://127.0.0.1:{server.server_port}/",
-                        "caBundle": base64.b64encode(cert.ca_pem).decode(),
-                    },
-                    "rules": [
-                        {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["resourceclaims"]}
-                    ],
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                    "failurePolicy": "Fail",
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "timeoutSeconds": TIMEOUT,
-                }
-            ],
-        }
-        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(config))
+    rule = {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["resourceclaims"]}
+    with flakyapi.validating_webhook(cluster, namespace, held.review, rule, name="held", timeout=TIMEOUT):
         try:
             yield held
         finally:
             held.let_go()
-            cluster.kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
-            server.shutdown()

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from conftest import WORKLOADS, Cluster, wait_for
 
 import faultcheck
+import test_fault_crash
 from jobs import gpu_gang, one_gpu_pod_spec, priority_classes
 from phalanx.api import keys
 from phalanx.crashpoints import ENV
@@ -28,18 +26,8 @@ from phalanx.localcluster import demo, operatorproc
 from phalanx.scheduling import holes
 
 ROOT = Path(__file__).parents[2]
-
-
-@pytest.fixture
-def operators(cluster: Cluster) -> Iterator[list[operatorproc.OperatorProcess]]:
-    if cluster.local is None:
-        pytest.skip("starts operator processes of its own")
-    started: list[operatorproc.OperatorProcess] = []
-    yield started
-    for handle in started:
-        handle.stop()
-        if not os.environ.get("PHALANX_KEEP_LOGS"):
-            handle.log.unlink(missing_ok=True)
+operators = test_fault_crash.operators
+"""The crash suite's fixture: operator processes a test starts, stopped at its end."""
 
 
 def _apply(cluster: Cluster, namespace: str, *objects: dict[str, Any]) -> None:
