@@ -21,7 +21,9 @@ from kubernetes_asyncio import client
 from phalanx import preflight
 from phalanx.api.intent import Mode
 from phalanx.jobs import controller, webhook_config, webhooks
-from phalanx.jobs.owner import JOBS
+from phalanx.jobsets import controller as jobset_controller
+from phalanx.jobsets import webhooks as jobset_webhooks
+from phalanx.kinds import KINDS
 from phalanx.kube import lease, servingcert
 from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
@@ -29,7 +31,7 @@ from phalanx.kube.webhookserver import WebhookServer
 from phalanx.readiness import Readiness
 from phalanx.scheduling.loop import SchedulingLoop
 
-__all__ = ["controller", "webhooks"]  # imported for their Kopf handlers, registered on import
+__all__ = ["controller", "jobset_controller", "jobset_webhooks", "webhooks"]  # imported for their Kopf handlers, registered on import
 
 PLANNER_GIL_TURN = 0.0005
 """Seconds a thread may hold the GIL before another is let in (Python's default is 0.005)."""
@@ -62,6 +64,7 @@ class OperatorConfig:
     ready_deadline: float = 0.0
     ready_backoff: float = 60.0
     ready_backoff_max: float = 3600.0
+    hold_after: float = 300.0
     metrics_port: int | None = 8000
     metrics_listen: str = "0.0.0.0"
     readiness: str | None = "http://0.0.0.0:8081/readyz"
@@ -155,16 +158,18 @@ async def _lead(memo: kopf.Memo, logger: Any) -> None:
     loop = SchedulingLoop(
         memo.kube,
         memo.view,
-        JOBS,
+        KINDS,
         settle=cfg.race_settle,
         bind_deadline=cfg.bind_deadline,
         ready_deadline=cfg.ready_deadline,
         ready_backoff=(cfg.ready_backoff, cfg.ready_backoff_max),
+        hold_after=cfg.hold_after,
     )
     loop.leading = lambda: memo.elector.leading
 
     async def resync() -> None:
-        logger.info(f"leading: {await controller.resync(memo.kube, logger)} gang Job(s) reconciled")
+        jobs = await controller.resync(memo.kube, logger)
+        logger.info(f"leading: {jobs} gang Job(s), {await jobset_controller.resync(memo.kube, logger)} gang JobSet(s) reconciled")
 
     await asyncio.gather(loop.run(), resync())
 
