@@ -44,6 +44,7 @@ Workloads:
               median of --runs runs. Target (issue 22): under 15 s.
 
 Usage: python benchmarks/three_way.py [--quick] [--sizes 4,32,128,512] [--recovery-sizes 4,32,128] [--runs 3]
+       python benchmarks/three_way.py --scale 1000 [--scale-pods 10000,50000,100000] [--scale-gangs 1000] (see scale.py)
 """
 
 from __future__ import annotations
@@ -673,7 +674,17 @@ def main() -> int:
     parser.add_argument("--workloads", help="which to run, comma separated (default latency,throughput,footprint,recovery)")
     parser.add_argument("--name", default="bench", help="cluster name prefix (two clusters: NAME-phalanx, NAME-intree)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose CRDs and RBAC to install (default: this one)")
+    parser.add_argument(
+        "--scale", type=int, metavar="NODES", help="the scale tier instead (benchmarks/scale.py): NODES kwok workers, e.g. 1000 or 5000"
+    )
+    parser.add_argument("--scale-pods", help="scale tier: footprint levels, comma separated (default 10000,50000,100000)")
+    parser.add_argument("--scale-gangs", type=int, help="scale tier: gangs of 3 in the burst and waiting (default 1000)")
+    parser.add_argument("--scale-budget", type=float, help="scale tier: seconds of pod creation for the footprint, in all (default 1800)")
     args = parser.parse_args()
+    if args.scale:
+        import scale  # benchmarks/ is the script's directory, not a package
+
+        return scale.run(args)
     plan = QUICK if args.quick else FULL
     if args.sizes:
         plan = Plan(**{**plan.__dict__, "sizes": [int(s) for s in args.sizes.split(",")]})
