@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import datetime
 import json
+import signal
 import sys
 import time
 import urllib.request
@@ -315,9 +316,12 @@ async def measure(
     plan: ScalePlan, phalanx: LocalCluster, upstream: LocalCluster, operator: operatorproc.OperatorProcess, out: dict[str, Any]
 ) -> None:
     p = await tw._open("phalanx", phalanx, operator)
-    tree = await tw._open("in-tree", upstream, None)
-    vanilla = tw.Way("vanilla", upstream, tree.api, tree.pods)
-    ways = {"vanilla": vanilla, "phalanx": p, "in-tree": tree}
+    opened = [p]
+    ways = {"phalanx": p}
+    if upstream is not None:
+        tree = await tw._open("in-tree", upstream, None)
+        opened.append(tree)
+        ways |= {"vanilla": tw.Way("vanilla", upstream, tree.api, tree.pods), "in-tree": tree}
     workers = [f"worker-{i}" for i in range(1, plan.nodes + 1)]
     try:
         if "latency" in plan.workloads:
@@ -340,7 +344,7 @@ async def measure(
         if "footprint" in plan.workloads:
             out["footprint"] = await footprint_levels(p, plan.levels, plan.budget, workers)
     finally:
-        for w in (p, tree):
+        for w in opened:
             await w.pods.stop()
             await w.api.close()
 
@@ -428,12 +432,16 @@ def run(args: Any) -> int:
         plan = ScalePlan(**{**plan.__dict__, "budget": args.scale_budget})
     spec = {"workers": START_WORKERS, "gpus_per_worker": tw.GPUS_PER_WORKER, "driver": "fakegpu"}
     phalanx = LocalCluster(ClusterSpec(name=f"{args.name}-phalanx", **spec))
-    upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec))
+    # the in-tree cluster (and vanilla) only for the workloads run three ways
+    three = {"latency", "burst"} & set(plan.workloads)
+    upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec)) if three else None
+    clusters = [c for c in (phalanx, upstream) if c is not None]
     operator = None
     started = time.monotonic()
     raw: dict[str, Any] = {"latency": {}, "burst": {}, "waiting": [], "footprint": [], "grow_seconds": {}}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clusters and the operator are stopped on the way out
     try:
-        for cluster in (phalanx, upstream):
+        for cluster in clusters:
             tw._up(cluster)
             raw["grow_seconds"][cluster.spec.name] = asyncio.run(grow(cluster, plan.nodes, tw.GPUS_PER_WORKER))
             say(f"{cluster.spec.name}: {plan.nodes} workers in {raw['grow_seconds'][cluster.spec.name]:.0f} s")
@@ -444,7 +452,7 @@ def run(args: Any) -> int:
     finally:
         if operator is not None:
             operator.stop()
-        for cluster in (phalanx, upstream):
+        for cluster in clusters:
             cluster.down()
         text = tables(plan, raw)
         print(text)
