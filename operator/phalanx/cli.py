@@ -88,6 +88,7 @@ def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
         action="store_true",
         help="also enable the in-tree gang feature (GenericWorkload, WorkloadWithJob, DRAWorkloadResourceClaims)",
     )
+    up.add_argument("--jobset", action="store_true", help="also run JobSet's controller (built from the Go module proxy) with its CRD")
     up.add_argument("--no-operator", action="store_true", help="do not start the operator (the CRDs are not installed either)")
     up.add_argument("--repo", type=Path, default=DEFAULT_REPO, help=f"checkout holding crds/ and manifests/ (default {DEFAULT_REPO})")
     up.set_defaults(func=_cluster_up)
@@ -333,6 +334,7 @@ def _cluster_up(args: argparse.Namespace) -> int:
         workers=args.workers,
         gpus_per_worker=args.gpus_per_worker,
         real_nodes=args.real_nodes,
+        jobset=args.jobset,
         upstream_gang=args.upstream_gang,
         driver=None if args.driver == "auto" else args.driver,
     )

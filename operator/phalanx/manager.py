@@ -21,6 +21,7 @@ from kubernetes_asyncio import client
 from phalanx import memory, preflight
 from phalanx.api.intent import Mode
 from phalanx.jobs import controller, webhook_config, webhooks
+from phalanx.jobs.owner import JOBS
 from phalanx.kube import lease, servingcert
 from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
@@ -154,6 +155,7 @@ async def _lead(memo: kopf.Memo, logger: Any) -> None:
     loop = SchedulingLoop(
         memo.kube,
         memo.view,
+        JOBS,
         settle=cfg.race_settle,
         bind_deadline=cfg.bind_deadline,
         ready_deadline=cfg.ready_deadline,

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from phalanx.api import keys
+from phalanx.jobs.owner import JOBS
 from phalanx.scheduling import explanation
 
 NOW = datetime.datetime(2026, 8, 26, 12, 0, tzinfo=datetime.UTC)
@@ -96,7 +97,7 @@ def _objects() -> explanation.Objects:
 
 def test_a_pending_gang_shows_what_is_short_where_and_the_victims_preemption_would_take() -> None:
     objects = _objects()
-    result = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "urgent"), NOW)
+    result = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "urgent", JOBS), NOW, JOBS)
     assert result.state == "Pending" and result.plan is not None and result.plan.fit == 0
     assert [(s.resource, s.needed, s.free) for s in result.plan.shortages] == [("gpu", 1, 0)]
     assert [(n.name, n.devices_free, n.devices, n.excluded_by) for n in result.plan.nodes] == [("n1", 0, 1, None)]
@@ -108,16 +109,16 @@ def test_a_pending_gang_shows_what_is_short_where_and_the_victims_preemption_wou
 
 def test_no_victims_below_the_gangs_priority_says_so() -> None:
     objects = _objects()
-    urgent = explanation.find_pod_group(objects, "ml", "urgent")
+    urgent = explanation.find_pod_group(objects, "ml", "urgent", JOBS)
     urgent = {**urgent, "spec": {**urgent["spec"], "priority": 5}}
-    result = explanation.explain(objects, urgent, NOW)
+    result = explanation.explain(objects, urgent, NOW, JOBS)
     assert result.preemption is not None and result.preemption.reason is not None
     assert result.preemption.reason.startswith("no lower-priority victims: 1 running, the lowest at priority 10"), result.preemption
 
 
 def test_an_unknown_job_names_the_fix() -> None:
     try:
-        explanation.find_pod_group(_objects(), "ml", "nope")
+        explanation.find_pod_group(_objects(), "ml", "nope", JOBS)
     except explanation.NotFoundError as exc:
         assert "no PodGroup for Job 'nope' in namespace 'ml'" in str(exc) and "-n" in str(exc)
     else:
@@ -135,10 +136,10 @@ def test_a_waiting_gang_says_where_it_stands_in_the_queue() -> None:
         claims=(*base.claims, _claim("older-0-gpu", None)),
         podgroups=(*base.podgroups, older),
     )
-    behind = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "older"), NOW)
+    behind = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "older", JOBS), NOW, JOBS)
     assert behind.queue == "position 2 of 2 waiting (priority, then age); next ahead: ml/urgent-pg, priority 1000"
     assert "Queue:       position 2 of 2 waiting (priority, then age); next ahead: ml/urgent-pg, priority 1000" in explanation.text(behind)
-    head = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "urgent"), NOW)
+    head = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "urgent", JOBS), NOW, JOBS)
     assert head.queue == "position 1 of 2 waiting (priority, then age)"
-    running = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "low"), NOW)
+    running = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "low", JOBS), NOW, JOBS)
     assert running.queue is None

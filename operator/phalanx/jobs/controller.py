@@ -107,7 +107,7 @@ def gating_condition(gated: bool, pod_group: dict[str, Any]) -> dict[str, Any]:
     generation = pod_group["metadata"].get("generation")
     if not gated:
         return conditions.condition(keys.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(gate=keys.SCHEDULING_GATE), generation)
-    scheduled = next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c.get("type") == keys.INITIALLY_SCHEDULED), {})
+    scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED) or {}
     if scheduled.get("status") == "True" or scheduled.get("reason") == "Released":
         message = f"the whole group was placed and {keys.SCHEDULING_GATE} lifted from its members; later members are released as they fit"
         return conditions.condition(keys.GATED, False, "GatesLifted", message, generation)

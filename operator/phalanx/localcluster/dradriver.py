@@ -7,21 +7,18 @@ plugin's sockets are where that node's kubelet looks for them, and its CDI
 specs where that node's containerd reads them, so NodePrepareResources runs
 and the containers see their devices.
 
-Processes are found through /proc by the cluster's kubeconfig in their
-environment, not by pid files, so `stop` works from any later process
-(`phalanx cluster down`) and never touches another cluster's plugins.
+Processes are found by the cluster's kubeconfig in their environment
+(`processes`), so `stop` works from any later process.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
+
+from phalanx.localcluster import processes
 
 DRIVER = "gpu.example.com"
 DEVICE_CLASS = "gpu.example.com"
@@ -104,32 +101,13 @@ def start(
     pids = {}
     for node, env in envs.items():
         Path(env["KUBELET_REGISTRAR_DIRECTORY_PATH"]).mkdir(parents=True, exist_ok=True)
-        node_dir(cluster_dir, node).mkdir(parents=True, exist_ok=True)
-        log = node_dir(cluster_dir, node) / "plugin.log"
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [str(binary)], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        pids[node] = proc.pid
+        pids[node] = processes.start([str(binary)], kubeconfig, node_dir(cluster_dir, node) / "plugin.log", env)
     return pids
 
 
 def running(kubeconfig: Path) -> dict[str, int]:
-    """Live plugin processes of the cluster with this kubeconfig, by node name (a zombie has no cmdline, so it is not live)."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
-            if not argv0.endswith(BINARY.encode()):
-                continue
-            env = dict(item.split("=", 1) for item in (entry / "environ").read_text().split("\0") if "=" in item)
-        except OSError:
-            continue
-        if env.get("KUBECONFIG") == str(kubeconfig):
-            found[env.get("NODE_NAME", "")] = int(entry.name)
-    return found
+    """Live plugin processes of the cluster with this kubeconfig, by node name."""
+    return {env.get("NODE_NAME", ""): pid for pid, env in processes.find(BINARY, kubeconfig).items()}
 
 
 def rss_kib(pid: int) -> int:
@@ -148,31 +126,4 @@ def stop(kubeconfig: Path, timeout: float = 10) -> None:
 
     The published slices stay: the caller deletes them while the API server is up.
     """
-    signalled = set(running(kubeconfig).values())
-    for pid in signalled:
-        _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while left := running(kubeconfig):
-        _reap(signalled)
-        if time.monotonic() > deadline:
-            for pid in left.values():
-                _signal_group(pid, signal.SIGKILL)
-            deadline = time.monotonic() + timeout
-        time.sleep(0.1)
-    _reap(signalled)
-
-
-def _reap(pids: set[int]) -> None:
-    """Collect the exit status of plugins this process started, so none lingers as a zombie; others' are not ours to reap."""
-    for pid in list(pids):
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                pids.discard(pid)
-        except ChildProcessError:
-            pids.discard(pid)
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    """Each plugin leads its own process group (start_new_session), so the group id is its pid."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, sig)
+    processes.stop(BINARY, kubeconfig, timeout)

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from phalanx import scrape
 from phalanx.localcluster.cluster import LocalCluster
+from phalanx.localcluster.processes import free_ports
 
 NAMESPACE = "phalanx-system"
 WEBHOOK_CONFIGURATION = "jobs.scheduling.phalanx.dev"
@@ -34,18 +34,6 @@ _PROBE_JOB = {
     "metadata": {"name": "readiness-probe", "annotations": {"scheduling.phalanx.dev/min-count": "1"}},
     "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}},
 }
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free ports: all sockets stay bound until every port is chosen, so the kernel cannot hand one out twice."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @dataclass

@@ -48,10 +48,10 @@ from phalanx.planner.model import (
     DeviceRequest,
     MatchAttribute,
     Snapshot,
-    Taint,
     Toleration,
     frozen_map,
 )
+from phalanx.planner.taints import tolerates
 
 MAX_RESULTS = 32
 """AllocationResultsMaxSize: the most devices one claim's allocation may hold."""
@@ -108,17 +108,6 @@ class Result:
     @property
     def device_id(self) -> DeviceId:
         return (self.driver, self.pool, self.device)
-
-
-def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
-    for t in tolerations:
-        if t.effect and t.effect != taint.effect:
-            continue
-        if t.key and t.key != taint.key:
-            continue
-        if t.operator == "Exists" or (t.operator in ("", "Equal") and t.value == taint.value):
-            return True
-    return False
 
 
 def tainted(device: Device, tolerations: Iterable[Toleration]) -> bool:

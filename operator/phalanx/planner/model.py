@@ -33,7 +33,8 @@ class Taint:
 @dataclass(frozen=True)
 class Toleration:
     key: str = ""
-    operator: Literal["Equal", "Exists"] = "Equal"
+    operator: Literal["", "Equal", "Exists"] = "Equal"
+    """As the pod says it: empty is `Equal` (`taints.tolerates`)."""
     value: str = ""
     effect: str = ""
     seconds: int | None = None

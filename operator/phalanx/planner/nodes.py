@@ -3,22 +3,24 @@ NodeName/NodeAffinity filters, as pure predicates. Resources and devices come la
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from phalanx.planner.model import Member, Node, Requirement, SelectorTerm, Taint, Toleration
+from phalanx.planner.model import Member, Node, Requirement, SelectorTerm, Taint
+from phalanx.planner.taints import tolerates
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
 
-def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
-    for t in tolerations:
-        if t.effect and t.effect != taint.effect:
-            continue
-        if t.operator == "Exists" and (not t.key or t.key == taint.key):
-            return True
-        if t.operator == "Equal" and t.key == taint.key and t.value == taint.value:
-            return True
-    return False
+def selector_terms(selector: Mapping[str, Any] | None) -> tuple[SelectorTerm, ...]:
+    """A node selector's wire form (`nodeSelectorTerms` of matchExpressions and matchFields) as terms."""
+    return tuple(
+        SelectorTerm(
+            tuple(Requirement(e["key"], e["operator"], tuple(e.get("values") or ())) for e in t.get("matchExpressions") or [])
+            + tuple(Requirement(e["key"], e["operator"], tuple(e.get("values") or ()), field=True) for e in t.get("matchFields") or [])
+        )
+        for t in (selector or {}).get("nodeSelectorTerms") or []
+    )
 
 
 def holds(actual: str | None, req: Requirement) -> bool:

@@ -30,7 +30,7 @@ from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
 from phalanx.planner.allocator import MAX_RESULTS, AllocationError, Ledger, Result, SearchTooLarge, Undo, allocate_all, pool_order
 from phalanx.planner.devices import DeviceMatcher, SelectorFailed, SelectorsTooSlow, refusals
-from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, Requirement, SelectorTerm, Snapshot
+from phalanx.planner.model import Claim, ClaimKey, Device, Group, Member, Node, SelectorTerm, Snapshot
 
 DEFAULT_BUDGET = 20_000
 MAX_RESERVED_FOR = 256
@@ -466,14 +466,7 @@ def _reaches(plan: ClaimPlan, node: Node) -> bool:
     """A planned allocation with a nodeSelector (network-attached devices) is usable on the nodes it selects."""
     if plan.pinned or plan.node_selector is None:
         return True
-    terms = tuple(
-        SelectorTerm(
-            tuple(Requirement(r["key"], r["operator"], tuple(r.get("values") or ())) for r in t.get("matchExpressions") or ())
-            + tuple(Requirement(r["key"], r["operator"], tuple(r.get("values") or ()), field=True) for r in t.get("matchFields") or ())
-        )
-        for t in plan.node_selector["nodeSelectorTerms"]
-    )
-    return nodefilter.matches_terms(node, terms)
+    return nodefilter.matches_terms(node, nodefilter.selector_terms(plan.node_selector))
 
 
 def _unmodelled(snapshot: Snapshot, group: Group) -> tuple[str, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from typing import Any
 
 from phalanx.api.keys import INITIALLY_SCHEDULED
@@ -23,6 +24,15 @@ def condition(type_: str, status: bool, reason: str, message: str, generation: i
     if generation is not None:
         out["observedGeneration"] = generation
     return out
+
+
+def find(obj: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
+    """The object's `status.conditions` entry of this type (PodGroup, Job, pod alike), or None."""
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
+
+
+def true(obj: Mapping[str, Any], type_: str) -> bool:
+    return (find(obj, type_) or {}).get("status") == "True"
 
 
 def merged(existing: list[dict[str, Any]], new: dict[str, Any], *, readmit: bool = False) -> list[dict[str, Any]] | None:

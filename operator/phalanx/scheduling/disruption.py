@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import keys, schema
+from phalanx.scheduling import conditions
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,12 @@ PREEMPTED = "PreemptedByGang"
 def _disruption_reason(pod: Mapping[str, Any]) -> str | None:
     """Phalanx's preemption mark says who preempted (its message); any other mark, its reason. (The API server's
     own mark, which a victim gets before Phalanx's lands, is covered by the nomination: see `losses`.)"""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == keys.DISRUPTION_TARGET and cond.get("status") == "True":
-            if cond.get("reason") == PREEMPTED and cond.get("message"):
-                return str(cond["message"])
-            return cond.get("reason") or "disrupted"
-    return None
+    cond = conditions.find(pod, keys.DISRUPTION_TARGET)
+    if cond is None or cond.get("status") != "True":
+        return None
+    if cond.get("reason") == PREEMPTED and cond.get("message"):
+        return str(cond["message"])
+    return cond.get("reason") or "disrupted"
 
 
 def preempted_by(preemptor: str, priority: int) -> str:

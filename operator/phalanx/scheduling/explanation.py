@@ -22,7 +22,9 @@ from phalanx.planner import pods as podrules
 from phalanx.planner.devices import SelectorFailed
 from phalanx.planner.model import Device, Group, Snapshot
 from phalanx.planner.placement import Shortage
-from phalanx.scheduling import disruption, holders, inputs, queue, quorum, victims
+from phalanx.planner.taints import tolerates
+from phalanx.scheduling import conditions, disruption, holders, inputs, phase, queue, quorum, victims
+from phalanx.scheduling.owner import OwnerKind
 
 JSON = dict[str, Any]
 
@@ -41,8 +43,8 @@ class Objects:
     budgets: Sequence[JSON] = ()
     taint_rules: Sequence[JSON] = ()
     events: Sequence[JSON] = ()
-    jobs: Sequence[JSON] = ()
-    """The namespace's Jobs: after a teardown, the Job's status says whether its back-off holds the new pods."""
+    owners: Sequence[JSON] = ()
+    """The namespace's owners of the group's kind: after a teardown, the owner's status says what it owes."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,10 @@ class HolderRow:
 @dataclass(frozen=True)
 class Explanation:
     namespace: str
+    kind: str
+    """The owner's kind."""
     job: str
+    """The owner's name."""
     pod_group: str
     state: str
     """Waiting (quorum not there), Pending, Preempting, Releasing, Running, Disrupted."""
@@ -175,34 +180,23 @@ class NotFoundError(LookupError):
     """No PodGroup for the Job the user named."""
 
 
-def find_pod_group(objects: Objects, namespace: str, job: str) -> JSON:
-    """The PodGroup of Job `job` (by the Job-name label Phalanx sets), or the PodGroup named `job`."""
+def find_pod_group(objects: Objects, namespace: str, job: str, kind: OwnerKind) -> JSON:
+    """The PodGroup of owner `job` of this kind (by the name the group records), or the PodGroup named `job`."""
     mine = [g for g in objects.podgroups if g["metadata"]["namespace"] == namespace]
-    found = [g for g in mine if (g["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL) == job]
+    found = [g for g in mine if kind.name(g) == job]
     found = found or [g for g in mine if g["metadata"]["name"] == job]
     if not found:
         raise NotFoundError(
-            f"no PodGroup for Job {job!r} in namespace {namespace!r}: is it a gang Job "
+            f"no PodGroup for {kind.kind} {job!r} in namespace {namespace!r}: is it a gang {kind.kind} "
             f"(spec.scheduling or the {keys.MIN_COUNT} annotation), and is the namespace right (-n)?"
         )
     return max(found, key=lambda g: g["metadata"].get("creationTimestamp", ""))
-
-
-def _member_order(pod: Mapping[str, Any]) -> tuple[int, str, str]:
-    """By completion index, then oldest first: a replacement follows the member it replaces."""
-    index = (pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", "")
-    meta = pod["metadata"]
-    return (int(index) if index.isdigit() else 1 << 30, meta.get("creationTimestamp", ""), meta["name"])
 
 
 def _condition_order(condition: Mapping[str, Any]) -> tuple[int, str]:
     """A gang's life in order (gated, scheduled, disrupted), whoever wrote its condition first."""
     known = (keys.GATED, keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
     return (known.index(condition["type"]) if condition["type"] in known else len(known), condition["type"])
-
-
-def _condition(pod_group: Mapping[str, Any], type_: str) -> JSON | None:
-    return next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
 
 
 def _state(pod: Mapping[str, Any]) -> str:
@@ -278,9 +272,7 @@ def _nodes(snapshot: Snapshot, group: Group, matcher: DeviceMatcher) -> tuple[tu
     for node in sorted(snapshot.nodes, key=lambda n: n.name):
         reason = nodefilter.blocking_reason(first, node)
         if reason == "node(s) had untolerated taint(s)":  # which one: said once, here, not in every message
-            untolerated = [
-                t for t in node.taints if t.effect in ("NoSchedule", "NoExecute") and not nodefilter.tolerates(first.tolerations, t)
-            ]
+            untolerated = [t for t in node.taints if t.effect in ("NoSchedule", "NoExecute") and not tolerates(first.tolerations, t)]
             reason = "untolerated taint " + ", ".join(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in untolerated)
         if reason is None and rules.static:
             reason = rules.fixed(first, node)
@@ -364,62 +356,53 @@ def _to_run(
     return tuple(out)
 
 
-def _job_pods(job: JSON | None, pod_group: JSON, live: int, now: datetime.datetime) -> str | None:
-    """After a teardown, the pods the Job owes and when its controller's back-off lets them come: 10 s x 2^(n-1),
-    capped at 10 min (v1.37.2), n the pods failed since its last success, podFailurePolicy-ignored ones included: at
-    least the members lost (`status.lost`) or those the Job counts as failed, not the members Phalanx took down with
-    them (it takes them out of the Job's count), counted from the teardown. An estimate: the controller keeps n in
-    memory, not in its status."""
-    if job is None:
-        return None
-    wanted = int(job["spec"].get("parallelism") or 1)
-    status = job.get("status") or {}
-    if live >= wanted or any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in status.get("conditions") or []):
-        return None
-    scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED) or {}
-    owed = wanted - live
-    said = f"{live} of {wanted} pods exist ({status.get('active') or 0} active, {status.get('failed') or 0} failed as the Job counts)"
-    if scheduled.get("reason") not in ("GangDisrupted", "GangTornDown") or not scheduled.get("lastTransitionTime"):
-        return f"{said}; the Job controller creates the other {owed}"
-    lost = len((pod_group.get("status") or {}).get("lost") or [])
-    failures = lost if status.get("succeeded") else max(lost, int(status.get("failed") or 0))
-    if not failures:
-        return f"{said}; the Job controller creates the other {owed}"
-    delay = min(600, 10 * 2 ** (failures - 1))
-    then = datetime.datetime.fromisoformat(scheduled["lastTransitionTime"].replace("Z", "+00:00"))
-    left = int((then + datetime.timedelta(seconds=delay) - now).total_seconds())
-    due = f"due in about {left}s" if left > 0 else "due now"
-    return (
-        f"{said}; the Job controller's back-off holds the other {owed}: about {delay}s after the teardown "
-        f"(10s x 2^(n-1), n >= {failures} pods failed since its last success), {due}"
-    )
-
-
 def _victim_rows(preemption: Preemption) -> tuple[VictimRow, ...]:
     return tuple(VictimRow(v.key, v.priority, tuple(p.name for p in v.pods)) for v in preemption.victims)
 
 
-def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: DeviceMatcher | None = None) -> Explanation:
+_STATES = {
+    phase.Phase.RESUMING: "Releasing",
+    phase.Phase.EACH: "Running",
+    phase.Phase.SUSPENDED: "Releasing",
+    phase.Phase.FINISHED: "Releasing",
+    phase.Phase.GOING: "Running",
+    phase.Phase.LOST: "Disrupted",
+    phase.Phase.BELOW_MIN: "Running",
+    phase.Phase.RUNNING: "Running",
+    phase.Phase.AWAITING_BIND: "Releasing",
+    phase.Phase.IDLE: "Waiting",
+    phase.Phase.QUORUM: "Waiting",
+    phase.Phase.PLANNABLE: "Pending",
+    phase.Phase.PREEMPTING: "Preempting",
+}
+"""What explain calls each phase of the loop's (a scheduled group with a loss, or a DisruptionTarget, reads Disrupted)."""
+
+
+def explain(
+    objects: Objects, pod_group: JSON, now: datetime.datetime, kind: OwnerKind, matcher: DeviceMatcher | None = None
+) -> Explanation:
+    """`kind`: the workload kind of the group's owner (its members, its status)."""
     matcher = matcher or DeviceMatcher()
     namespace, name = pod_group["metadata"]["namespace"], pod_group["metadata"]["name"]
-    job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL, "")
+    job = kind.name(pod_group) or ""
     uid = pod_group["metadata"]["uid"]
-    pods_of = inputs.pods_by_group(objects.podgroups, objects.pods)
-    every = sorted(pods_of.get(uid, []), key=_member_order)
+    pods_of = inputs.pods_by_group(objects.podgroups, objects.pods, kind.owner_uid)
+    every = sorted(pods_of.get(uid, []), key=kind.member_order)
     live = [p for p in every if not inputs.terminal(p) and not p["metadata"].get("deletionTimestamp")]
     claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in objects.claims}
     priorities = {p["metadata"]["name"]: p for p in objects.priorities}
-    gang = pod_group["spec"]["schedulingPolicy"].get("gang") is not None
-    min_count = inputs.min_count(pod_group)
     bound = [p for p in live if p["spec"].get("nodeName")]
-    mode = next(iter(pod_group["spec"].get("disruptionMode") or {}), "single")
     reservation = inputs.reservation(pod_group)
     nomination = inputs.nomination(pod_group)
-    scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
-    disrupted = _condition(pod_group, keys.DISRUPTION_TARGET)
+    scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)
+    disrupted = conditions.find(pod_group, keys.DISRUPTION_TARGET)
     node_names = {n["metadata"]["name"] for n in objects.nodes}
     released = reservation is not None and reservation.state == "Released"
     losses = disruption.losses(reservation, every, node_names, known=disruption.recorded(pod_group)) if released else []  # type: ignore[arg-type]
+    facts = phase.read(pod_group, live, lambda ns, n: claims.get((ns, n)), lost=bool(losses))
+    now_in = phase.classify(facts)
+    min_count = facts.min_count
+    mode = "all" if facts.all_mode else "single"
     priority = inputs.priority(pod_group, priorities.get)
     held = quorum.held_devices(pod_group, every, lambda ns, n: claims.get((ns, n)))
 
@@ -428,25 +411,23 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
     found: list[holders.Holder] = []
     to_run: tuple[str, ...] = ()
     job_pods: str | None = None
-    is_scheduled = scheduled is not None and scheduled["status"] == "True"
-    if is_scheduled and (losses or (disrupted is not None and disrupted["status"] == "True")):
+    state = _STATES[now_in]
+    if facts.scheduled and (losses or (disrupted is not None and disrupted["status"] == "True")):
         state = "Disrupted"
         summary = (disrupted or {}).get("message") or f"lost {', '.join(str(loss) for loss in losses)}"
-    elif is_scheduled or not gang:
-        state = "Running"
+    elif state == "Running":
         summary = f"{len(bound)} of {len(live)} members bound to {len({p['spec']['nodeName'] for p in bound})} node(s)"
-    elif reservation is not None:
-        state = "Releasing"
-        summary = (scheduled or {}).get("message") or f"reservation {reservation.state}"
+    elif state == "Releasing":
+        summary = (scheduled or {}).get("message") or f"reservation {reservation.state if reservation else None}"
     else:
         waiting = [p for p in live if inputs.gated(p)]
         ready = [p for p in waiting if inputs.claims_ready(p, lambda ns, n: claims.get((ns, n)))]
         torn = scheduled is not None and scheduled["reason"] in ("GangDisrupted", "GangTornDown")
-        if len(ready) < min_count:
+        if now_in in (phase.Phase.IDLE, phase.Phase.QUORUM):
             state = "Disrupted" if torn else "Waiting"
             summary = f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims"
-            owner = next((j for j in objects.jobs if j["metadata"]["uid"] == inputs.owner_uid(pod_group, "Job")), None)
-            job_pods = _job_pods(owner, pod_group, len(live), now) if torn else None
+            owner = next((j for j in objects.owners if j["metadata"]["uid"] == kind.owner_uid(pod_group)), None)
+            job_pods = kind.pods_owed(owner, pod_group, len(live), now) if torn else None
         else:
             snapshot = inputs.snapshot(
                 objects.nodes,
@@ -460,7 +441,7 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
             )
             group = inputs.group(pod_group, ready, min_count)
             plan_view, fits = _plan_view(snapshot, group, matcher)
-            state = "Disrupted" if torn else ("Preempting" if nomination is not None else "Pending")
+            state = "Disrupted" if torn else state
             summary = _summary(plan_view)
             if fits is None:
                 found = _holders(objects, snapshot, group, plan_view, matcher, pods_of)
@@ -504,7 +485,7 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
         for p in every
         if p in live or p["metadata"]["uid"] in {loss.uid for loss in losses}
     )
-    conditions = tuple(
+    condition_rows = tuple(
         ConditionRow(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
         for c in sorted((pod_group.get("status") or {}).get("conditions") or [], key=_condition_order)
     )
@@ -528,8 +509,9 @@ def explain(objects: Objects, pod_group: JSON, now: datetime.datetime, matcher: 
         job_pods=job_pods,
         queue=in_line,
         member_rows=members,
-        conditions=conditions,
+        conditions=condition_rows,
         events=_events(objects.events, pod_group, every, now),
+        kind=kind.kind,
     )
 
 
@@ -583,7 +565,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "
 def text(e: Explanation) -> str:
     """At a glance: state and why first, then where (nodes), what preemption would take, members, conditions, events."""
     lines = [
-        f"Job {e.namespace}/{e.job}  PodGroup {e.pod_group}",
+        f"{e.kind} {e.namespace}/{e.job}  PodGroup {e.pod_group}",
         f"State:       {e.state}: {e.summary}",
         f"Gang:        minCount {e.min_count}, {e.members} members, {e.bound} bound; priority {e.priority}; disruptionMode {e.disruption_mode}",
         f"Held below minCount: {e.devices_below_min_count} device(s)",
@@ -593,7 +575,7 @@ def text(e: Explanation) -> str:
     if e.to_run:
         lines.append(f"To run:      {', or '.join(e.to_run)}")
     if e.job_pods:
-        lines.append(f"Job:         {e.job_pods}")
+        lines.append(f"{e.kind + ':':<13}{e.job_pods}")
     if e.queue:
         lines.append(f"Queue:       {e.queue}")
     if e.plan is not None:

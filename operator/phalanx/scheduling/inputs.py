@@ -36,13 +36,13 @@ from phalanx.planner.model import (
     PodTerm,
     Requirement,
     Selector,
-    SelectorTerm,
     Snapshot,
     Spread,
     Taint,
     Toleration,
     frozen_map,
 )
+from phalanx.planner.nodes import selector_terms
 
 
 def terminal(pod: Mapping[str, Any]) -> bool:
@@ -153,16 +153,6 @@ def pod_requests(pod: Mapping[str, Any]) -> Counter[str]:
     return total
 
 
-def _requirements(term: Mapping[str, Any]) -> SelectorTerm:
-    reqs = [Requirement(e["key"], e["operator"], tuple(e.get("values") or ())) for e in term.get("matchExpressions") or []]
-    reqs += [Requirement(e["key"], e["operator"], tuple(e.get("values") or ()), field=True) for e in term.get("matchFields") or []]
-    return SelectorTerm(tuple(reqs))
-
-
-def node_selector_terms(selector: Mapping[str, Any] | None) -> tuple[SelectorTerm, ...]:
-    return tuple(_requirements(t) for t in (selector or {}).get("nodeSelectorTerms") or [])
-
-
 def node(obj: Mapping[str, Any], requested: Mapping[str, int]) -> Node:
     spec = obj.get("spec") or {}
     allocatable = (obj.get("status") or {}).get("allocatable") or {}
@@ -213,7 +203,7 @@ def incomplete_pools(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
         if (driver, pool) in complete:
             continue
         for spec in specs:
-            selector = node_selector_terms(spec.get("nodeSelector")) if spec.get("nodeSelector") else None
+            selector = selector_terms(spec.get("nodeSelector")) if spec.get("nodeSelector") else None
             out.append(
                 Device(
                     driver,
@@ -271,7 +261,7 @@ def devices(slices: Iterable[Mapping[str, Any]], taint_rules: Iterable[Mapping[s
             per_device = bool(spec.get("perDeviceNodeSelection"))
             for d in spec.get("devices") or []:
                 where = d if per_device else spec
-                selector = node_selector_terms(where.get("nodeSelector")) if where.get("nodeSelector") else None
+                selector = selector_terms(where.get("nodeSelector")) if where.get("nodeSelector") else None
                 attributes = {(k if "/" in k else f"{driver}/{k}"): _attribute(v) for k, v in (d.get("attributes") or {}).items()}
                 capacity = {
                     (k if "/" in k else f"{driver}/{k}"): quantity.amount("", v["value"]) for k, v in (d.get("capacity") or {}).items()
@@ -461,17 +451,25 @@ def claim(obj: Mapping[str, Any]) -> Claim:
 
 def claim_names(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The ResourceClaims a pod uses, or None while the resourceclaim controller has not created them all."""
-    statuses = {s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
     names = []
     for ref in pod["spec"].get("resourceClaims") or []:
-        if ref.get("resourceClaimName"):
-            names.append(ref["resourceClaimName"])
-        elif ref.get("resourceClaimTemplateName"):
-            generated = statuses.get(ref["name"])
-            if not generated:
-                return None
-            names.append(generated)
+        name = claim_name(pod, ref)
+        if name is None and ref.get("resourceClaimTemplateName"):
+            return None
+        if name is not None:
+            names.append(name)
     return tuple(names)
+
+
+def claim_name(pod: Mapping[str, Any], ref: Mapping[str, Any]) -> str | None:
+    """The ResourceClaim one `spec.resourceClaims` entry names: its own, or the one made from its template, as the
+    pod's `status.resourceClaimStatuses` records (None until it is made)."""
+    if ref.get("resourceClaimName"):
+        return ref["resourceClaimName"]
+    if not ref.get("resourceClaimTemplateName"):
+        return None
+    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    return next((s.get("resourceClaimName") for s in statuses if s["name"] == ref["name"]), None) or None
 
 
 def label_selector(selector: Mapping[str, Any] | None) -> Selector | None:
@@ -562,7 +560,7 @@ def member(pod: Mapping[str, Any], claims: tuple[str, ...]) -> Member:
         requests=frozen_map(pod_requests(pod)),
         tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or []),
         node_selector=frozen_map(spec.get("nodeSelector")),
-        affinity=node_selector_terms(affinity),
+        affinity=selector_terms(affinity),
         claims=claims,
         labels=frozen_map(pod["metadata"].get("labels")),
         pod_affinity=pod_terms(pod, "podAffinity"),
@@ -623,14 +621,6 @@ def build(
 # (one list of each kind), so what explain says is what the loop decides.
 
 
-def owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
-    """The uid of the object's controller of this kind."""
-    for ref in obj["metadata"].get("ownerReferences") or []:
-        if ref.get("kind") == kind and ref.get("controller"):
-            return ref["uid"]
-    return None
-
-
 def min_count(pod_group: Mapping[str, Any]) -> int:
     gang_policy = pod_group["spec"]["schedulingPolicy"].get("gang")
     return int(gang_policy["minCount"]) if gang_policy else 1
@@ -659,17 +649,19 @@ def nominated_devices(record: schema.Nomination) -> list[DeviceId]:
     return [tuple(d.split("/", 2)) for d in record.devices]  # type: ignore[misc]
 
 
-def pods_by_group(podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """PodGroup uid -> every pod of its Job, terminal and terminating ones included (losses are found among them).
+def pods_by_group(
+    podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], owner_uid: Callable[[Mapping[str, Any]], str | None]
+) -> dict[str, list[dict[str, Any]]]:
+    """PodGroup uid -> every pod of its owner, terminal and terminating ones included (losses are found among them).
 
-    A Job's members are the pods it controls, in its own namespace: a label (which anyone creating a pod may
-    copy) makes no pod a member."""
+    `owner_uid`: the uid of an object's owner, as the workload kind finds it (`scheduling.owner`); a pod and a
+    group are together when they have one owner, in one namespace."""
     every: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:
-        job_uid = owner_uid(pod, "Job")
-        if job_uid:
-            every[(pod["metadata"]["namespace"], job_uid)].append(pod)  # type: ignore[arg-type]
-    return {g["metadata"]["uid"]: every.get((g["metadata"]["namespace"], owner_uid(g, "Job") or ""), []) for g in podgroups}
+        uid = owner_uid(pod)
+        if uid:
+            every[(pod["metadata"]["namespace"], uid)].append(pod)  # type: ignore[arg-type]
+    return {g["metadata"]["uid"]: every.get((g["metadata"]["namespace"], owner_uid(g) or ""), []) for g in podgroups}
 
 
 def claims_ready(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[str, Any] | None]) -> bool:

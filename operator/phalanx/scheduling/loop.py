@@ -49,8 +49,10 @@ from phalanx.scheduling import (
     disruption,
     groupclaims,
     inputs,
+    memory,
     metrics,
     pacing,
+    phase,
     podsready,
     pointers,
     queue,
@@ -64,6 +66,7 @@ from phalanx.scheduling import (
 from phalanx.scheduling.holes import NOMINATED, Holes
 from phalanx.scheduling.nomination import PREEMPTED, Preemptor
 from phalanx.scheduling.nomination import intruders as nomination_intruders
+from phalanx.scheduling.owner import OwnerKind
 from phalanx.scheduling.reserve import GatesRefused, NotLeading, ReleaseAborted, Releaser, Steps, planned_devices
 
 logger = logging.getLogger(__name__)
@@ -78,13 +81,6 @@ READY_TIMEOUT = "PodsReadyTimeout"
 COUNTS_EVERY = 1.0
 """Seconds between two writes of a group's member counts: a gang of hundreds binding would otherwise write its
 status once per cycle, on the API server kube-scheduler is binding through."""
-
-
-def _condition(pod_group: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
-    for cond in (pod_group.get("status") or {}).get("conditions") or []:
-        if cond["type"] == type_:
-            return cond
-    return None
 
 
 def _ns(obj: Mapping[str, Any]) -> str:
@@ -104,23 +100,6 @@ def _since(timestamp: str | None) -> float:
     return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
 
 
-def _suspended_since(job: Mapping[str, Any], reservation: schema.Reservation) -> bool:
-    """Whether the Job was suspended after this incarnation was released (and maybe resumed since): the Job
-    controller deleted its pods, and whatever it creates next is a new gang, not late members."""
-    if (job.get("spec") or {}).get("suspend"):
-        return True
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Suspended" and reservation.released_at and (cond.get("lastTransitionTime") or "") > reservation.released_at:
-            return True
-    return False
-
-
-def _finished(job: Mapping[str, Any]) -> bool:
-    """The Job is done or on its way (its successPolicy met, its failure decided): it ends its own pods."""
-    ending = {"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"}
-    return any(c.get("type") in ending and c.get("status") == "True" for c in (job.get("status") or {}).get("conditions") or [])
-
-
 def _live(pod: Mapping[str, Any]) -> bool:
     return not inputs.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
 
@@ -138,6 +117,7 @@ class SchedulingLoop:
         self,
         kube: Kube,
         view: ClusterView,
+        owner: OwnerKind,
         *,
         period: float = 5.0,
         settle: float = 0.2,
@@ -147,16 +127,16 @@ class SchedulingLoop:
     ) -> None:
         self.kube = kube
         self.view = view
+        self.owner = owner
+        """The workload kind whose groups this loop schedules: their members, their owner, its state."""
         self.period = period
         self.bind_deadline = bind_deadline
         self.ready_deadline = ready_deadline
         """Seconds a released gang has to get every member Ready (0: no deadline); a Job's annotation overrides it."""
         self.ready_backoff = ready_backoff
         """(base, cap) seconds of the back-off before a gang torn down at its ready deadline is admitted again."""
-        self._readiness: dict[str, schema.Readiness] = {}
-        """PodGroup uid -> the `status.readiness` this loop last wrote: the watch may not show it yet."""
-        self._due: dict[str, float] = {}
-        """PodGroup uid -> when (monotonic) its ready deadline or back-off ends: the loop wakes for it."""
+        self.memory = memory.Memory()
+        """What the loop remembers of each group between cycles."""
         self.matcher = DeviceMatcher()
         self.holes = Holes(kube)
         self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
@@ -164,32 +144,14 @@ class SchedulingLoop:
         self.pointers = pointers.Pointers(kube)
         self._pods_of: dict[str, list[dict[str, Any]]] = {}
         """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
-        self._mine: dict[str, dict[str, dict[str, Any]]] = {}
-        """PodGroup uid -> the conditions this loop last wrote: the watch may not show them yet."""
-        self._backoff: dict[str, tuple[float, float]] = {}
-        """PodGroup uid -> (not before, last delay): a group whose reconcile failed waits before it is tried again."""
         self._counted: set[tuple[tuple[str, str, str], str]] = set()
         """(device, claim uid) of double allocations already counted: a conflict takes cycles to end, it counts once."""
         self._evicting: dict[str, float] = {}
         """Pod uid -> not before: an eviction already sent is not sent again until then."""
-        self._quorum_at: dict[str, float] = {}
-        """PodGroup uid -> when this loop first saw its quorum waiting (monotonic), until the group is released."""
-        self._owners: dict[str, tuple[frozenset[str], dict[str, Any] | None]] = {}
-        """PodGroup uid -> (its lost members, its Job as read when they were lost)."""
         self._base: tuple[tuple[Any, ...], Snapshot] | None = None
         """(view revision and pins, snapshot): built once per state of the view, not once per group or member."""
         self.shortfalls = shortfall.Shortfalls()
         """Groups found short, planned again only when capacity they could use is freed or they change."""
-        self._counts_at: dict[str, float] = {}
-        """PodGroup uid -> when this loop last wrote its member counts (monotonic)."""
-        self._counts_due: set[str] = set()
-        """PodGroups whose counts changed since that write: written once COUNTS_EVERY has passed."""
-        self._intended: dict[str, tuple[frozenset[str], int | None]] = {}
-        """PodGroup uid -> (the members waiting to join it, the minCount its Job said when they were first seen)."""
-        self._victims_gone_at: dict[str, float] = {}
-        """PodGroup uid -> when this loop first saw every victim of its preemption gone (monotonic)."""
-        self._lost_written: dict[str, list[dict[str, str]]] = {}
-        """PodGroup uid -> the `status.lost` this loop last wrote: the watch may not show it yet."""
         self._preempted: dict[str, str] = {}
         """Pod uid -> the cause of its loss, for the victims of every preemption under way (from the nominations)."""
         self.line = queue.Line()
@@ -220,18 +182,19 @@ class SchedulingLoop:
 
     def _next_wake(self) -> float:
         now = time.monotonic()
-        due = [until - now for until, _ in self._backoff.values()]
-        due += [at + COUNTS_EVERY - now for uid, at in self._counts_at.items() if uid in self._counts_due]
+        remembered = [m for _, m in self.memory.items()]
+        due = [m.backoff[0] - now for m in remembered if m.backoff is not None]
+        due += [m.counts_at + COUNTS_EVERY - now for m in remembered if m.counts_due]
         if self._again:
             due.append(0.0)
-        due += [at - now for at in self._due.values()]
+        due += [m.due - now for m in remembered if m.due is not None]
         return max(0.05, min([self.period, *due]))
 
     async def cycle(self) -> None:
         self.releaser.forget({p["metadata"]["uid"] for p in self.view.pods.items()})
-        self._pods_of = inputs.pods_by_group(self.view.podgroups.items(), self.view.pods.items())
+        self._pods_of = inputs.pods_by_group(self.view.podgroups.items(), self.view.pods.items(), self.owner.owner_uid)
         groups = [(g, sorted(filter(_live, self._pods_of[g["metadata"]["uid"]]), key=_name)) for g in self.view.podgroups.items()]
-        groups = [(g, pods) for g, pods in groups if inputs.owner_uid(g, "Job") and not g["metadata"].get("deletionTimestamp")]
+        groups = [(g, pods) for g, pods in groups if self.owner.owner_uid(g) and not g["metadata"].get("deletionTimestamp")]
         self._forget({g["metadata"]["uid"] for g, _ in groups})
         try:
             for rules in (self.holes, self.preemptor.nominated):
@@ -247,7 +210,7 @@ class SchedulingLoop:
             logger.exception("double-allocation repair failed; retrying next cycle")
         self._preempted = {v.uid: self._preempted_by(g) for g, _ in groups if (n := inputs.nomination(g)) is not None for v in n.victims}
         metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
-        waits.publish(waits.current(groups, self._quorum_at, time.monotonic()))  # every cycle: fresh on a quiet cluster
+        waits.publish(waits.current(groups, self._quorum_since(), time.monotonic()))  # every cycle: fresh on a quiet cluster
         if self.leading():
             try:
                 await self.pointers.point(groups)
@@ -262,11 +225,12 @@ class SchedulingLoop:
             if not self.leading():
                 return
             uid = pod_group["metadata"]["uid"]
-            if self._backoff.get(uid, (0.0, 0.0))[0] > time.monotonic():
+            remembered = self.memory.get(uid)
+            if remembered is not None and remembered.backoff is not None and remembered.backoff[0] > time.monotonic():
                 continue
             try:
                 if await self._reconcile(pod_group, pods):
-                    self._backoff.pop(uid, None)
+                    self.memory.of(uid).backoff = None
                 else:
                     self._back_off(pod_group)
             except asyncio.CancelledError:
@@ -285,27 +249,11 @@ class SchedulingLoop:
 
     def _forget(self, live: set[str]) -> None:
         """What the loop remembers of PodGroups that are gone goes with them."""
-        for uid in [u for u in self._mine if u not in live]:
-            del self._mine[uid]
-        for uid in [u for u in self._backoff if u not in live]:
-            del self._backoff[uid]
-        for uid in [u for u in self._quorum_at if u not in live]:
-            del self._quorum_at[uid]
-        for uid in [u for u in self._owners if u not in live]:
-            del self._owners[uid]
-        for uid in [u for u in self._counts_at if u not in live]:
-            del self._counts_at[uid]
-        for uid in [u for u in self._victims_gone_at if u not in live]:
-            del self._victims_gone_at[uid]
-        for uid in [u for u in self._lost_written if u not in live]:
-            del self._lost_written[uid]
-        for uid in [u for u in self._intended if u not in live]:
-            del self._intended[uid]
-        for uid in [u for u in self._readiness if u not in live]:
-            del self._readiness[uid]
+        self.memory.keep_only(live)
         now = time.monotonic()
-        self._due = {u: at for u, at in self._due.items() if u in live and at > now}
-        self._counts_due &= live
+        for _, remembered in self.memory.items():
+            if remembered.due is not None and remembered.due <= now:
+                remembered.due = None
         claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
         self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
         pods = {p["metadata"]["uid"] for p in self.view.pods.items()}
@@ -316,10 +264,13 @@ class SchedulingLoop:
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
         """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
-        uid = pod_group["metadata"]["uid"]
-        delay = min(60.0, 2 * self._backoff.get(uid, (0.0, 0.25))[1])
-        self._backoff[uid] = (time.monotonic() + delay, delay)
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
+        delay = min(60.0, 2 * (remembered.backoff or (0.0, 0.25))[1])
+        remembered.backoff = (time.monotonic() + delay, delay)
         return delay
+
+    def _quorum_since(self) -> dict[str, float]:
+        return {uid: m.quorum_at for uid, m in self.memory.items() if m.quorum_at is not None}
 
     def _priority(self, pod_group: Mapping[str, Any]) -> int:
         return inputs.priority(pod_group, lambda name: self.view.priorities.get("", name))
@@ -351,55 +302,63 @@ class SchedulingLoop:
     async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         """False when an attempt was undone: the group then backs off before the next one."""
         reservation = inputs.reservation(pod_group)
-        if reservation is not None and reservation.state == "Reserving":
-            return await self._resume(pod_group, reservation, pods)
-        bound = [p for p in pods if p["spec"].get("nodeName")]
-        waiting = [p for p in pods if inputs.gated(p)]
-        await self._counters(pod_group, len(pods), len(bound))
-        if pod_group["spec"]["schedulingPolicy"].get("basic") is not None:
-            await self._release_each(pod_group, waiting)
-            return True
-        scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
-        min_count = inputs.min_count(pod_group)
+        uid = pod_group["metadata"]["uid"]
+        gang = pod_group["spec"]["schedulingPolicy"].get("gang") is not None
+        released = reservation is not None and reservation.state == "Released"
         lost: list[disruption.Loss] = []
-        owner: dict[str, Any] | None = None
-        if reservation is not None and reservation.state == "Released":
+        if gang and released:
             lost = disruption.losses(
-                reservation,
-                self._pods_of.get(pod_group["metadata"]["uid"], []),
+                reservation,  # type: ignore[arg-type]
+                self._pods_of.get(uid, []),
                 self._node_names(),
                 self.view.finished,
                 known=disruption.recorded(pod_group),
                 preempted=self._preempted,
             )
-            owner = await self._job(pod_group, lost) if lost else None
-            if owner is not None and _suspended_since(owner, reservation):
-                why = "the Job was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
-                return await self._tear_down(pod_group, pods, reservation, why, reason=SUSPENDED)
-            if owner is not None and _finished(owner):
-                return True  # its successPolicy or failure ended the rest: the Job's own doing, nothing to take down
-            if owner is not None:
-                await self._record_lost(pod_group, lost)
-            if not lost and pod_group["spec"]["schedulingPolicy"].get("gang") is not None:
-                timed_out = await self._ready_by_deadline(pod_group, pods, reservation, min_count)
-                if timed_out is not None:
-                    return timed_out
-        if scheduled is not None and scheduled["status"] == "True":
-            if reservation is not None:
-                if lost and "all" in (pod_group["spec"].get("disruptionMode") or {}):
-                    return await self._disrupt(pod_group, pods, lost, owner)
-                done = disruption.finished(reservation, self._pods_of.get(pod_group["metadata"]["uid"], []), self.view.finished)
-                await self._below_min_count(pod_group, bound, lost, min_count, done)
-                # minCount may have been raised since the release: the members it adds go together, as a gang
-                released = sum(1 for p in pods if not inputs.gated(p))
-                wanted = await self._min_count_now(pod_group, waiting, min_count)
-                await self._release_each(pod_group, waiting, max(1, wanted - released - done))
-                return True
+        owner = await self._owner(pod_group, lost) if lost else None
+        owner_state = phase.OwnerState.ACTIVE
+        if lost:
+            owner_state = phase.OwnerState.GONE if owner is None else self.owner.state(owner, reservation.released_at)  # type: ignore[union-attr]
+        scheduled = conditions.true(pod_group, keys.INITIALLY_SCHEDULED)
+        done = disruption.finished(reservation, self._pods_of.get(uid, []), self.view.finished) if scheduled and reservation else 0
+        facts = phase.read(pod_group, pods, self.view.claims.get, lost=bool(lost), owner=owner_state, done=done)
+        now = phase.classify(facts)
+        if now is phase.Phase.RESUMING:
+            return await self._resume(pod_group, reservation, pods)  # type: ignore[arg-type]
+        bound = [p for p in pods if p["spec"].get("nodeName")]
+        waiting = [p for p in pods if inputs.gated(p)]
+        await self._counters(pod_group, len(pods), len(bound))
+        if now is phase.Phase.EACH and not gang:
             await self._release_each(pod_group, waiting)
             return True
-        if reservation is not None and reservation.state == "Released":
-            return await self._await_binding(pod_group, pods, bound, reservation, min_count)
-        if not waiting:
+        if now is phase.Phase.SUSPENDED:
+            why = f"the {self.owner.kind} was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
+            return await self._tear_down(pod_group, pods, reservation, why, reason=SUSPENDED)
+        if now is phase.Phase.FINISHED:
+            return True  # its successPolicy or failure ended the rest: the owner's own doing, nothing to take down
+        if lost and owner_state is not phase.OwnerState.GONE:
+            await self._record_lost(pod_group, lost)
+        if released and not lost:
+            timed_out = await self._ready_by_deadline(pod_group, pods, reservation, facts.min_count)  # type: ignore[arg-type]
+            if timed_out is not None:
+                return timed_out
+        if now is phase.Phase.LOST:
+            return await self._disrupt(pod_group, pods, lost)
+        if now is phase.Phase.GOING:
+            return True  # the owner is going: its pods are deleted with it, and nothing is lost
+        if now in (phase.Phase.RUNNING, phase.Phase.BELOW_MIN):
+            await self._below_min_count(pod_group, bound, lost, facts.min_count, done)
+            # minCount may have been raised since the release: the members it adds go together, as a gang
+            released_members = sum(1 for p in pods if not inputs.gated(p))
+            wanted = await self._min_count_now(pod_group, waiting, facts.min_count)
+            await self._release_each(pod_group, waiting, max(1, wanted - released_members - done))
+            return True
+        if now is phase.Phase.EACH:
+            await self._release_each(pod_group, waiting)
+            return True
+        if now is phase.Phase.AWAITING_BIND:
+            return await self._await_binding(pod_group, pods, bound, reservation, facts.min_count)  # type: ignore[arg-type]
+        if now is phase.Phase.IDLE:
             return True
         if pod_group["spec"].get("resourceClaims"):
             missing = await groupclaims.ensure(self.kube, pod_group, self.view.claims.get)
@@ -410,17 +369,19 @@ class SchedulingLoop:
         if held:
             return True
         ready = [p for p in waiting if self._claims_ready(p)]
-        if len(ready) < min_count:
+        if now is phase.Phase.QUORUM:
             # while the others arrive the claims get their finalizer, so the release writes only allocations; and no
             # running count in the message: status.members counts, and one status write per arriving member is enough
-            why = f"waiting for quorum: minCount {min_count} members created with their claims"
+            why = f"waiting for quorum: minCount {facts.min_count} members created with their claims"
             await all_answered([self.releaser.protect(ready), self._set(pod_group, False, "Pending", why)])
             return True
-        self._quorum_at.setdefault(pod_group["metadata"]["uid"], time.monotonic())
-        return await self._attempt(pod_group, ready, min_count)
+        remembered = self.memory.of(uid)
+        remembered.quorum_at = remembered.quorum_at if remembered.quorum_at is not None else time.monotonic()
+        return await self._attempt(pod_group, ready, facts.min_count)
 
     def _ready_record(self, pod_group: Mapping[str, Any]) -> schema.Readiness:
-        mine = self._readiness.get(pod_group["metadata"]["uid"])
+        remembered = self.memory.get(pod_group["metadata"]["uid"])
+        mine = remembered.readiness if remembered is not None else None
         if mine is not None:
             return mine
         raw = (pod_group.get("status") or {}).get("readiness")
@@ -430,7 +391,7 @@ class SchedulingLoop:
         await self.kube.merge_patch(
             custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"readiness": record.wire()}}
         )
-        self._readiness[pod_group["metadata"]["uid"]] = record
+        self.memory.of(pod_group["metadata"]["uid"]).readiness = record
 
     def _deadline_of(self, pod_group: Mapping[str, Any]) -> float:
         """The Job's ready-deadline annotation (copied onto its PodGroup), else the operator's flag; 0: none."""
@@ -456,12 +417,12 @@ class SchedulingLoop:
         missing = podsready.first_not_ready(members)
         uid = pod_group["metadata"]["uid"]
         if missing is None and len(members) >= min_count:
-            self._due.pop(uid, None)
+            self.memory.of(uid).due = None
             await self._write_readiness(pod_group, record.model_copy(update={"attempts": 0, "ready_at": conditions.now()}))
             return None
         left = deadline - _since(reservation.released_at)
         if left > 0:
-            self._due[uid] = time.monotonic() + left
+            self.memory.of(uid).due = time.monotonic() + left
             return None
         member, why = missing if missing is not None else ("-", f"only {len(members)} of minCount {min_count} members exist")
         if record.timed_out_at is None or record.timed_out_at < released_at:  # counted once per release
@@ -492,7 +453,7 @@ class SchedulingLoop:
         left = -_since(record.not_before)
         if left <= 0:
             return False
-        self._due[pod_group["metadata"]["uid"]] = time.monotonic() + left
+        self.memory.of(pod_group["metadata"]["uid"]).due = time.monotonic() + left
         why = (
             f"back-off after {record.attempts} ready deadline timeout(s) in a row (member {record.member}: {record.reason}); "
             f"admitted again at {record.not_before}"
@@ -525,24 +486,16 @@ class SchedulingLoop:
     def _node_names(self) -> set[str]:
         return {n["metadata"]["name"] for n in self.view.nodes.items()}
 
-    async def _job(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> dict[str, Any] | None:
-        """The group's Job, read afresh when its lost members change (a lost member stays lost: no read every cycle);
+    async def _owner(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> dict[str, Any] | None:
+        """The group's owner, read afresh when its lost members change (a lost member stays lost: no read every cycle);
         None when it is gone or being deleted."""
         uid = pod_group["metadata"]["uid"]
         key = frozenset(loss.uid for loss in lost)
-        known = self._owners.get(uid)
-        if known is not None and known[0] == key:
-            return known[1]
-        owner = await self._read_job(pod_group)
-        self._owners[uid] = (key, owner)
-        return owner
-
-    async def _read_job(self, pod_group: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The group's Job as the API server has it now; None when it is gone, replaced or being deleted."""
-        job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
-        owner = await self.kube.get(f"/apis/batch/v1/namespaces/{_ns(pod_group)}/jobs/{job}") if job else None
-        if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != inputs.owner_uid(pod_group, "Job"):
-            return None
+        remembered = self.memory.of(uid)
+        if remembered.owner is not None and remembered.owner[0] == key:
+            return remembered.owner[1]
+        owner = await self.owner.read(self.kube, pod_group)
+        remembered.owner = (key, owner)
         return owner
 
     async def _min_count_now(self, pod_group: Mapping[str, Any], waiting: list[dict[str, Any]], recorded: int) -> int:
@@ -553,25 +506,15 @@ class SchedulingLoop:
             return recorded
         uid = pod_group["metadata"]["uid"]
         key = frozenset(p["metadata"]["uid"] for p in waiting)
-        known = self._intended.get(uid)
+        remembered = self.memory.of(uid)
+        known = remembered.intended
         if known is None or known[0] != key:
-            job = await self._read_job(pod_group)
-            wanted = None
-            with contextlib.suppress(intent.GangSpecError):
-                said = intent.from_annotations(job["metadata"].get("annotations")) if job is not None else None
-                if said is not None and said.policy == "gang":
-                    wanted = said.min_count_for(job["spec"].get("parallelism"), job["spec"].get("completions"))
-            known = self._intended[uid] = (key, wanted)
+            owner = await self.owner.read(self.kube, pod_group)
+            known = remembered.intended = (key, self.owner.min_count(owner) if owner is not None else None)
         return max(recorded, known[1] or 0)
 
-    async def _disrupt(
-        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], lost: list[disruption.Loss], owner: dict[str, Any] | None
-    ) -> bool:
-        """disruptionMode all: one member lost takes the whole group down, so no member holds devices without quorum.
-
-        Not when the Job itself is going (`owner` None): its pods are deleted with it, and nothing is lost."""
-        if owner is None:
-            return True
+    async def _disrupt(self, pod_group: dict[str, Any], pods: list[dict[str, Any]], lost: list[disruption.Loss]) -> bool:
+        """disruptionMode all: one member lost takes the whole group down, so no member holds devices without quorum."""
         why = f"member {', '.join(str(loss) for loss in lost)} lost; disruptionMode all takes the whole group down"
         if not await self._tear_down(pod_group, pods, None, why, reason=DISRUPTED, lost={loss.uid for loss in lost}):
             return False  # the condition says what the teardown waits for
@@ -584,7 +527,9 @@ class SchedulingLoop:
     ) -> None:
         """disruptionMode single: nothing else is touched; the status says how far below minCount the group runs.
         Members that finished their work (`done`) count with those that run: the gang is short of nobody."""
-        said = _condition(pod_group, keys.DISRUPTION_TARGET) or self._mine.get(pod_group["metadata"]["uid"], {}).get(keys.DISRUPTION_TARGET)
+        said = conditions.find(pod_group, keys.DISRUPTION_TARGET) or self.memory.of(pod_group["metadata"]["uid"]).conditions.get(
+            keys.DISRUPTION_TARGET
+        )
         finished = f", {done} finished" if done else ""
         if len(bound) + done >= min_count:
             if said is not None and said["status"] == "True":
@@ -691,7 +636,9 @@ class SchedulingLoop:
             return False
         metrics.SCHEDULE_ATTEMPTS.labels(result="scheduled", profile=metrics.PROFILE).inc()
         metrics.ATTEMPT_DURATION.labels(result="scheduled", profile=metrics.PROFILE).observe(time.monotonic() - started)
-        metrics.QUORUM_TO_RELEASE.observe(time.monotonic() - self._quorum_at.pop(pod_group["metadata"]["uid"], started))
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
+        quorum_at, remembered.quorum_at = remembered.quorum_at, None
+        metrics.QUORUM_TO_RELEASE.observe(time.monotonic() - (started if quorum_at is None else quorum_at))
         metrics.RESERVATIONS.inc()
         metrics.RESERVED_DEVICES.inc(sum(len(c.results) for c in reservation.claims))
         nodes = sorted({p.node for p in reservation.placements})
@@ -735,17 +682,17 @@ class SchedulingLoop:
 
     def _preempted_by(self, pod_group: Mapping[str, Any]) -> str:
         """What the victims of this group's preemption are told, and what their losses say: its Job and priority."""
-        job = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL) or _name(pod_group)
-        return disruption.preempted_by(f"{_ns(pod_group)}/{job}", self._priority(pod_group))
+        return disruption.preempted_by(f"{_ns(pod_group)}/{self.owner.name(pod_group) or _name(pod_group)}", self._priority(pod_group))
 
     async def _record_lost(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> None:
         """`status.lost`: the losses with the cause first seen, written when they change, kept after a teardown."""
         record = disruption.record(lost)
         uid = pod_group["metadata"]["uid"]
-        if not lost or record == (pod_group.get("status") or {}).get("lost") or record == self._lost_written.get(uid):
+        remembered = self.memory.of(uid)
+        if not lost or record == (pod_group.get("status") or {}).get("lost") or record == remembered.lost_written:
             return
         await self.kube.merge_patch(custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"lost": record}})
-        self._lost_written[uid] = record
+        remembered.lost_written = record
 
     async def _preempt(self, pod_group: dict[str, Any], preemption: Preemption) -> None:
         names = ", ".join(v.key for v in preemption.victims)
@@ -771,7 +718,7 @@ class SchedulingLoop:
         await self._evict_intruders(pod_group, nomination)
         remaining = self.preemptor.remaining(nomination)
         if remaining:
-            self._victims_gone_at.pop(uid, None)
+            self.memory.of(uid).victims_gone_at = None
             refused = await self.preemptor.evict(nomination, why)
             stuck = [
                 _name(p) for p in remaining if _since(p["metadata"].get("deletionTimestamp") or "9999-12-31T00:00:00Z") > self.bind_deadline
@@ -789,7 +736,10 @@ class SchedulingLoop:
                 pod_group, False, "Preempting", f"waiting for {len(remaining)} of {len(nomination.victims)} victims to go{note}"
             )
             return not refused
-        gone_at = self._victims_gone_at.setdefault(uid, time.monotonic())
+        remembered = self.memory.of(uid)
+        if remembered.victims_gone_at is None:
+            remembered.victims_gone_at = time.monotonic()
+        gone_at = remembered.victims_gone_at
         if time.monotonic() - gone_at < self.bind_deadline:
             await self._set(pod_group, False, "Preempting", f"victims gone, waiting for their devices to be released: {short}")
             return True
@@ -810,7 +760,7 @@ class SchedulingLoop:
 
     async def _give_up(self, pod_group: dict[str, Any], nomination: schema.Nomination, cause: str) -> bool:
         """The preemption ends without its room: the devices it held go back to everyone, and the status says why."""
-        self._victims_gone_at.pop(pod_group["metadata"]["uid"], None)
+        self.memory.of(pod_group["metadata"]["uid"]).victims_gone_at = None
         await self.preemptor.finish(pod_group, nomination)
         metrics.PREEMPTION_ATTEMPTS.labels(result="GaveUp").inc()
         await self._set(pod_group, False, "Unschedulable", f"preemption given up, its held devices released: {cause}", warn=True)
@@ -920,7 +870,7 @@ class SchedulingLoop:
             crash_point("teardown.after-deallocate")
         if standing:
             waits = f"{why}; waiting for the eviction of {', '.join(standing)}, refused for now and tried again"
-            scheduled = _condition(pod_group, keys.INITIALLY_SCHEDULED)
+            scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)
             if scheduled is not None and scheduled["status"] == "True":
                 # that condition is terminal once True: a running gang's teardown is told where its loss is
                 await self._condition(pod_group, keys.DISRUPTION_TARGET, True, reason, waits, warn=True)
@@ -985,15 +935,16 @@ class SchedulingLoop:
     async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int) -> None:
         uid = pod_group["metadata"]["uid"]
         current = pod_group.get("status") or {}
+        remembered = self.memory.of(uid)
         if current.get("members") == members and current.get("bound") == bound:
-            self._counts_due.discard(uid)
+            remembered.counts_due = False
             return
         now = time.monotonic()
-        if now - self._counts_at.get(uid, -math.inf) < COUNTS_EVERY:
-            self._counts_due.add(uid)  # the loop wakes for it when due
+        if now - remembered.counts_at < COUNTS_EVERY:
+            remembered.counts_due = True  # the loop wakes for it when due
             return
-        self._counts_at[uid] = now
-        self._counts_due.discard(uid)
+        remembered.counts_at = now
+        remembered.counts_due = False
         await self.kube.merge_patch(
             custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"members": members, "bound": bound}}
         )
@@ -1008,7 +959,7 @@ class SchedulingLoop:
     ) -> None:
         """Set one of the loop's conditions; every condition this loop owns goes in the same apply, or the others would be dropped."""
         uid = pod_group["metadata"]["uid"]
-        mine = self._mine.setdefault(uid, {})
+        mine = self.memory.of(uid).conditions
         existing = [mine.get(c["type"], c) for c in (pod_group.get("status") or {}).get("conditions") or []]
         existing += [c for t, c in mine.items() if t not in {e["type"] for e in existing}]
         new = conditions.condition(type_, ok, reason, message, pod_group["metadata"].get("generation"))
@@ -1024,9 +975,7 @@ class SchedulingLoop:
 
     async def _event(self, pod_group: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         refs = [{"apiVersion": schema.API_VERSION, "kind": "PodGroup", "metadata": pod_group["metadata"]}]
-        job_name = (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
-        job_uid = inputs.owner_uid(pod_group, "Job")
-        if job_name and job_uid:
-            job = {"name": job_name, "namespace": pod_group["metadata"]["namespace"], "uid": job_uid}
-            refs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": job})
+        owner = self.owner.ref(pod_group)
+        if owner is not None:
+            refs.append(owner)
         await all_answered(self.kube.event(ref, type_=type_, reason=reason, message=message) for ref in refs)

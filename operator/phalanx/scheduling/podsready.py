@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from phalanx.scheduling import conditions
+
 
 def ready(pod: Mapping[str, Any]) -> bool:
     """Ready (condition True), or done: a member that Succeeded has nothing left to get ready for."""
     if (pod.get("status") or {}).get("phase") == "Succeeded":
         return True
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or [])
+    return conditions.true(pod, "Ready")
 
 
 def why_not(pod: Mapping[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """Devices held by gangs below quorum: the number gang scheduling exists to keep at 0.
 
-A gang (a PodGroup with a gang policy, owned by a Job, not being deleted) is
+A gang (a PodGroup with a gang policy, of an owner the loop schedules, not being deleted) is
 *incomplete* when fewer than minCount of its live members (not terminal, not
 terminating) are bound to a node or released onto one by Phalanx (pinned,
 gate lifted). Its *held devices* are the distinct devices allocated (not
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
-from phalanx.scheduling import inputs
+from phalanx.scheduling import conditions, inputs
 
 
 def _live(pod: Mapping[str, Any]) -> bool:
@@ -30,14 +30,13 @@ def _live(pod: Mapping[str, Any]) -> bool:
 
 
 def mid_release(pod_group: Mapping[str, Any]) -> bool:
-    scheduled = next((c for c in (pod_group.get("status") or {}).get("conditions") or [] if c["type"] == keys.INITIALLY_SCHEDULED), None)
-    return inputs.reservation(pod_group) is not None and (scheduled is None or scheduled["status"] != "True")
+    return inputs.reservation(pod_group) is not None and not conditions.true(pod_group, keys.INITIALLY_SCHEDULED)
 
 
 def held_devices(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], claim: Any) -> int:
     """Devices a gang below quorum holds (0 when it is not below quorum, is not a gang, or is mid-release).
 
-    `pods`: every pod of its Job; `claim(namespace, name)` looks a ResourceClaim up."""
+    `pods`: every pod of its owner; `claim(namespace, name)` looks a ResourceClaim up."""
     if pod_group["spec"]["schedulingPolicy"].get("gang") is None or pod_group["metadata"].get("deletionTimestamp"):
         return 0
     live = [p for p in pods if _live(p)]
@@ -53,4 +52,5 @@ def held_devices(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
 
 
 def incomplete_group_devices(podgroups: Iterable[Mapping[str, Any]], pods_of: Mapping[str, Iterable[Mapping[str, Any]]], claim: Any) -> int:
-    return sum(held_devices(g, pods_of.get(g["metadata"]["uid"], []), claim) for g in podgroups if inputs.owner_uid(g, "Job") is not None)
+    """Over `podgroups`, the groups the loop schedules (their owners of its kind)."""
+    return sum(held_devices(g, pods_of.get(g["metadata"]["uid"], []), claim) for g in podgroups)

@@ -49,7 +49,7 @@ from phalanx.planner.allocator import Result
 from phalanx.planner.model import DeviceId, Toleration
 from phalanx.scheduling import conditions, inflight, metrics
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.inputs import allocated_ids, claim_names, dedicated_ids, extended_resources, gated, shares
+from phalanx.scheduling.inputs import allocated_ids, claim_name, claim_names, dedicated_ids, extended_resources, gated, shares
 
 logger = logging.getLogger(__name__)
 
@@ -393,9 +393,8 @@ class Releaser:
             pod = self.view.pods.get(namespace, placement.name)
             if pod is None:
                 continue
-            statuses = {s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
             for ref in pod["spec"].get("resourceClaims") or []:
-                name = ref.get("resourceClaimName") or statuses.get(ref["name"])
+                name = claim_name(pod, ref)
                 if name in claimed:
                     users.setdefault(name, []).append({"resource": "pods", "name": placement.name, "uid": placement.uid})
         return users

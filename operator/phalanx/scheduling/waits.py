@@ -12,15 +12,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
-from phalanx.scheduling import inputs, metrics
+from phalanx.scheduling import conditions, inputs, metrics
 
 Wait = tuple[int, float]
 """(gangs waiting, seconds the oldest of them has waited)."""
 
 
 def _scheduled(pod_group: Mapping[str, Any]) -> bool:
-    conditions = (pod_group.get("status") or {}).get("conditions") or []
-    return any(c["type"] == keys.INITIALLY_SCHEDULED and c["status"] == "True" for c in conditions)
+    return conditions.true(pod_group, keys.INITIALLY_SCHEDULED)
 
 
 def current(

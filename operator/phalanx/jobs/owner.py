@@ -1,0 +1,114 @@
+"""batch/v1 Jobs behind the owner seam (`scheduling.owner.OwnerKind`): how the loop and explain see a gang's Job.
+
+A Job's members are the pods it controls, in its own namespace: a label
+(which anyone creating a pod may copy) makes no pod a member. Its PodGroup
+is controlled by it too, and names it by the job-name label Phalanx sets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from phalanx.api import intent, keys
+from phalanx.kube.client import Kube
+from phalanx.scheduling import conditions
+from phalanx.scheduling.phase import OwnerState
+
+JSON = dict[str, Any]
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+ENDING = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
+"""Conditions of a Job done or on its way (its successPolicy met, its failure decided): it ends its own pods."""
+
+
+class Jobs:
+    kind = "Job"
+
+    def owner_uid(self, obj: Mapping[str, Any]) -> str | None:
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == self.kind and ref.get("controller"):
+                return ref["uid"]
+        return None
+
+    def name(self, pod_group: Mapping[str, Any]) -> str | None:
+        return (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
+
+    def list_path(self, namespace: str) -> str:
+        return f"/apis/batch/v1/namespaces/{namespace}/jobs"
+
+    async def read(self, kube: Kube, pod_group: Mapping[str, Any]) -> JSON | None:
+        name = self.name(pod_group)
+        job = await kube.get(f"{self.list_path(pod_group['metadata']['namespace'])}/{name}") if name else None
+        if job is None or job["metadata"].get("deletionTimestamp") or job["metadata"]["uid"] != self.owner_uid(pod_group):
+            return None
+        return job
+
+    def state(self, owner: Mapping[str, Any], released_at: str | None) -> OwnerState:
+        """Suspended after this incarnation was released (and maybe resumed since): the Job controller deleted its
+        pods, and whatever it creates next is a new gang, not late members."""
+        suspended = conditions.find(owner, "Suspended")
+        if (owner.get("spec") or {}).get("suspend") or (
+            suspended and released_at and (suspended.get("lastTransitionTime") or "") > released_at
+        ):
+            return OwnerState.SUSPENDED
+        if any(conditions.true(owner, t) for t in ENDING):
+            return OwnerState.FINISHED
+        return OwnerState.ACTIVE
+
+    def min_count(self, owner: Mapping[str, Any]) -> int | None:
+        with contextlib.suppress(intent.GangSpecError):
+            said = intent.from_annotations(owner["metadata"].get("annotations"))
+            if said is not None and said.policy == "gang":
+                return said.min_count_for(owner["spec"].get("parallelism"), owner["spec"].get("completions"))
+        return None
+
+    def ref(self, pod_group: Mapping[str, Any]) -> JSON | None:
+        name, uid = self.name(pod_group), self.owner_uid(pod_group)
+        if not (name and uid):
+            return None
+        return {
+            "apiVersion": "batch/v1",
+            "kind": self.kind,
+            "metadata": {"name": name, "namespace": pod_group["metadata"]["namespace"], "uid": uid},
+        }
+
+    def member_order(self, pod: Mapping[str, Any]) -> tuple[int, str, str]:
+        """By completion index, then oldest first."""
+        index = (pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX, "")
+        meta = pod["metadata"]
+        return (int(index) if index.isdigit() else 1 << 30, meta.get("creationTimestamp", ""), meta["name"])
+
+    def pods_owed(self, owner: JSON | None, pod_group: JSON, live: int, now: datetime.datetime) -> str | None:
+        """After a teardown, the pods the Job owes and when its controller's back-off lets them come: 10 s x 2^(n-1),
+        capped at 10 min (v1.37.2), n the pods failed since its last success, podFailurePolicy-ignored ones included: at
+        least the members lost (`status.lost`) or those the Job counts as failed, not the members Phalanx took down with
+        them (it takes them out of the Job's count), counted from the teardown. An estimate: the controller keeps n in
+        memory, not in its status."""
+        if owner is None:
+            return None
+        wanted = int(owner["spec"].get("parallelism") or 1)
+        status = owner.get("status") or {}
+        if live >= wanted or conditions.true(owner, "Complete") or conditions.true(owner, "Failed"):
+            return None
+        scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED) or {}
+        owed = wanted - live
+        said = f"{live} of {wanted} pods exist ({status.get('active') or 0} active, {status.get('failed') or 0} failed as the Job counts)"
+        if scheduled.get("reason") not in ("GangDisrupted", "GangTornDown") or not scheduled.get("lastTransitionTime"):
+            return f"{said}; the Job controller creates the other {owed}"
+        lost = len((pod_group.get("status") or {}).get("lost") or [])
+        failures = lost if status.get("succeeded") else max(lost, int(status.get("failed") or 0))
+        if not failures:
+            return f"{said}; the Job controller creates the other {owed}"
+        delay = min(600, 10 * 2 ** (failures - 1))
+        then = datetime.datetime.fromisoformat(scheduled["lastTransitionTime"].replace("Z", "+00:00"))
+        left = int((then + datetime.timedelta(seconds=delay) - now).total_seconds())
+        due = f"due in about {left}s" if left > 0 else "due now"
+        return (
+            f"{said}; the Job controller's back-off holds the other {owed}: about {delay}s after the teardown "
+            f"(10s x 2^(n-1), n >= {failures} pods failed since its last success), {due}"
+        )
+
+
+JOBS = Jobs()

@@ -1,0 +1,118 @@
+"""The loop's decisions, from API-shaped objects and no cluster: one ladder, read by the loop and by explain."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from phalanx.api import keys
+from phalanx.jobs.owner import JOBS
+from phalanx.scheduling import disruption, explanation, inputs, phase
+from phalanx.scheduling.phase import OwnerState, Phase
+
+OWNED = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-uid", "controller": True}]
+NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
+
+
+def _group(
+    *, min_count: int = 2, basic: bool = False, mode: str = "all", reservation: str | None = None, scheduled: bool = False, **status: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = dict(status)
+    if scheduled:
+        body["conditions"] = [{"type": keys.INITIALLY_SCHEDULED, "status": "True", "reason": "Scheduled", "message": ""}]
+    if reservation is not None:
+        placements = [{"name": f"rank-{i}", "uid": f"rank-{i}-uid", "node": "n1"} for i in range(min_count)]
+        body["reservation"] = {"state": reservation, "releasedAt": "2026-12-01T00:00:00Z", "placements": placements, "claims": []}
+    return {
+        "metadata": {
+            "name": "train",
+            "namespace": "ml",
+            "uid": "g-uid",
+            "labels": {keys.JOB_NAME_LABEL: "train"},
+            "ownerReferences": OWNED,
+        },
+        "spec": {"schedulingPolicy": {"basic": {}} if basic else {"gang": {"minCount": min_count}}, "disruptionMode": {mode: {}}},
+        "status": body,
+    }
+
+
+def _pod(i: int, *, gated: bool = False, node: str | None = None, phase_: str = "Running", claim: bool = True) -> dict[str, Any]:
+    spec: dict[str, Any] = {"resourceClaims": [{"name": "gpu", "resourceClaimName": f"rank-{i}-gpu"}]}
+    if gated:
+        spec["schedulingGates"] = [{"name": keys.SCHEDULING_GATE}]
+    if node:
+        spec["nodeName"] = node
+    meta = {"name": f"rank-{i}", "namespace": "ml", "uid": f"rank-{i}-uid", "ownerReferences": OWNED}
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase_}}
+
+
+def _claims(*ranks: int) -> dict[tuple[str, str], dict[str, Any]]:
+    return {("ml", f"rank-{i}-gpu"): {"metadata": {"name": f"rank-{i}-gpu", "namespace": "ml", "uid": f"c{i}"}} for i in ranks}
+
+
+def _classify(group: dict[str, Any], pods: list[dict[str, Any]], claims=None, **found: Any) -> Phase:
+    claims = claims if claims is not None else _claims(*range(len(pods)))
+    live = [p for p in pods if p["status"]["phase"] not in ("Succeeded", "Failed")]
+    return phase.classify(phase.read(group, live, lambda ns, n: claims.get((ns, n)), **found))
+
+
+GATED = [_pod(0, gated=True), _pod(1, gated=True)]
+BOUND = [_pod(0, node="n1"), _pod(1, node="n1")]
+
+
+@pytest.mark.parametrize(
+    ("group", "pods", "found", "expected"),
+    [
+        (_group(reservation="Reserving"), GATED, {}, Phase.RESUMING),
+        (_group(reservation="Reserving", scheduled=True), BOUND, {"lost": True}, Phase.RESUMING),
+        (_group(basic=True, mode="single"), GATED, {}, Phase.EACH),
+        (_group(scheduled=True), BOUND, {}, Phase.EACH),
+        (_group(reservation="Released", scheduled=True), BOUND, {"lost": True, "owner": OwnerState.SUSPENDED}, Phase.SUSPENDED),
+        (_group(reservation="Released"), GATED, {"lost": True, "owner": OwnerState.SUSPENDED}, Phase.SUSPENDED),
+        (_group(reservation="Released", scheduled=True), BOUND, {"lost": True, "owner": OwnerState.FINISHED}, Phase.FINISHED),
+        (_group(reservation="Released", scheduled=True), BOUND[:1], {"lost": True}, Phase.LOST),
+        (_group(reservation="Released", scheduled=True), BOUND[:1], {"lost": True, "owner": OwnerState.GONE}, Phase.GOING),
+        (_group(reservation="Released", scheduled=True, mode="single"), BOUND[:1], {"lost": True}, Phase.BELOW_MIN),
+        (_group(reservation="Released", scheduled=True, mode="single"), BOUND[:1], {"lost": True, "done": 1}, Phase.RUNNING),
+        (_group(reservation="Released", scheduled=True), BOUND, {}, Phase.RUNNING),
+        (_group(reservation="Released"), [_pod(0), _pod(1)], {"lost": True}, Phase.AWAITING_BIND),
+        (_group(), [_pod(0, phase_="Failed")], {}, Phase.IDLE),
+        (_group(), GATED[:1], {}, Phase.QUORUM),
+        (_group(), GATED, {"claims": _claims(0)}, Phase.QUORUM),
+        (_group(), GATED, {}, Phase.PLANNABLE),
+        (_group(nomination={"nominatedAt": "2026-12-01T00:00:00Z"}), GATED, {}, Phase.PREEMPTING),
+    ],
+)
+def test_the_ladder(group: dict[str, Any], pods: list[dict[str, Any]], found: dict[str, Any], expected: Phase) -> None:
+    claims = found.pop("claims", None)
+    assert _classify(group, pods, claims, **found) is expected
+
+
+def test_a_podgroup_without_a_disruption_mode_is_refused_not_read_as_single() -> None:
+    """The operator always writes one (a gang's default is `all`): a PodGroup without it is not one the loop made."""
+    group = _group()
+    del group["spec"]["disruptionMode"]
+    with pytest.raises(ValueError, match="disruptionMode"):
+        _classify(group, GATED)
+
+
+def _explained(group: dict[str, Any], pods: list[dict[str, Any]], claims: dict[tuple[str, str], dict[str, Any]]) -> explanation.Explanation:
+    objects = explanation.Objects(pods=pods, claims=list(claims.values()), podgroups=[group], nodes=[{"metadata": {"name": "n1"}}])
+    return explanation.explain(objects, group, NOW, JOBS)
+
+
+def test_explain_names_the_phase_the_loop_acts_on() -> None:
+    released = _group(reservation="Released", scheduled=True)
+    lost = [_pod(0, node="n1"), _pod(1, node="n1", phase_="Failed")]
+    assert disruption.losses(inputs.reservation(released), lost, {"n1"}), "the failed member is a loss"
+    cases = [
+        (_group(), GATED[:1], "Waiting"),
+        (_group(reservation="Released"), [_pod(0), _pod(1)], "Releasing"),
+        (_group(reservation="Released", scheduled=True), BOUND, "Running"),
+        (released, lost, "Disrupted"),
+    ]
+    for group, pods, state in cases:
+        assert _explained(group, pods, _claims(0, 1)).state == state, state
+    assert _explained(_group(mode="all"), GATED, {}).disruption_mode == "all"
