@@ -18,7 +18,7 @@ import kopf
 import prometheus_client
 from kubernetes_asyncio import client
 
-from phalanx import memory, preflight
+from phalanx import memorylimit, preflight
 from phalanx.api.intent import Mode
 from phalanx.jobs import controller, webhook_config, webhooks
 from phalanx.jobs.owner import JOBS
@@ -29,7 +29,7 @@ from phalanx.kube.webhookserver import WebhookServer
 from phalanx.readiness import Readiness
 from phalanx.scheduling.loop import SchedulingLoop
 
-__all__ = ["controller", "memory", "webhooks"]  # imported for their Kopf handlers and metrics, registered on import
+__all__ = ["controller", "memorylimit", "webhooks"]  # imported for their Kopf handlers and metrics, registered on import
 
 PLANNER_GIL_TURN = 0.0005
 """Seconds a thread may hold the GIL before another is let in (Python's default is 0.005)."""

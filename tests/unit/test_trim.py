@@ -6,6 +6,7 @@ import copy
 import json
 
 from phalanx.api import keys
+from phalanx.jobs.owner import JOBS
 from phalanx.kube import trim
 from phalanx.scheduling import disruption, inputs, podsready, repair, victims
 from test_inputs import POD
@@ -184,3 +185,11 @@ def test_trimmed_pods_share_their_keys_and_short_strings() -> None:
     assert next(iter(a["metadata"])) is next(iter(b["metadata"]))
     assert a["status"]["phase"] is b["status"]["phase"]
     assert a == trim.pod(copy.deepcopy(KWOK_RUNNING))
+
+
+def test_every_workload_kind_whose_pods_may_be_members_keeps_them_whole() -> None:
+    """A new owner adapter (JobSet, LeaderWorkerSet) must be named in trim, or its members would lose their tolerations."""
+    assert {JOBS.kind} <= trim.MEMBER_CONTROLLERS
+    gated = copy.deepcopy(KWOK_RUNNING)
+    gated["spec"]["schedulingGates"] = [{"name": keys.SCHEDULING_GATE}]
+    assert trim.pod(gated)["spec"]["tolerations"] == KWOK_RUNNING["spec"]["tolerations"]

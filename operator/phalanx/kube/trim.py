@@ -52,8 +52,11 @@ CONDITION_FIELDS = ("type", "status", "reason", "message")
 CONDITION_TYPES = ("Ready", keys.DISRUPTION_TARGET)
 """The pod conditions anything reads: readiness (ready deadline, disruption budgets) and the disruption mark."""
 MEMBER_ONLY = ("tolerations", "nodeSelector", "topologySpreadConstraints", "preemptionPolicy")
-"""What only a gang member's plan reads (`inputs.member`, `victims`): a pod no Job controls is never a member. Of
-its affinity, only podAntiAffinity is read (`inputs.existing`: other pods' plans must respect it)."""
+"""What only a gang member's plan reads (`inputs.member`, `victims`). Of the affinity of a pod that is no member,
+only podAntiAffinity is read (`inputs.existing`: other pods' plans must respect it)."""
+MEMBER_CONTROLLERS = frozenset({"Job"})
+"""The kinds whose pods may be gang members (`scheduling/owner.py` adapters; a test checks each is here): a pod
+controlled by none of them, and not held by the gang gate, is kept without MEMBER_ONLY."""
 INTERN_UP_TO = 64
 """Strings up to this long are interned: keys, phases, node and label values, ...; a longer one is rarely repeated."""
 
@@ -88,12 +91,20 @@ def _container(container: JSON) -> JSON:
     return {k: container[k] for k in CONTAINER_FIELDS if k in container}
 
 
+def _may_be_member(obj: JSON) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    gates = (obj.get("spec") or {}).get("schedulingGates") or []
+    return any(r.get("kind") in MEMBER_CONTROLLERS and r.get("controller") for r in refs) or any(
+        g.get("name") == keys.SCHEDULING_GATE for g in gates
+    )
+
+
 def pod(obj: JSON) -> JSON:
     _common(obj)
     spec = obj.get("spec") or {}
     for unread in POD_SPEC_UNREAD:
         spec.pop(unread, None)
-    if not any(r.get("kind") == "Job" and r.get("controller") for r in (obj.get("metadata") or {}).get("ownerReferences") or []):
+    if not _may_be_member(obj):
         for unread in MEMBER_ONLY:
             spec.pop(unread, None)
         anti = (spec.pop("affinity", None) or {}).get("podAntiAffinity")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
-from phalanx import memory
+from phalanx import memorylimit as memory
 
 
 def _statm(tmp_path: Path, pages: int) -> Path:
