@@ -214,14 +214,7 @@ async def change_cost(way: tw.Way, waiting: int, changes: int, workers: list[str
     idle = await window(span)
     c0 = _cpu(pid)
     for i in range(changes):
-        body = {
-            "metadata": {"name": f"change-{i}", "labels": {"app": "change"}},
-            "spec": {
-                "nodeName": workers[i % len(workers)],
-                "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "1m"}}}],
-            },
-        }
-        await core.create_namespaced_pod("ballast", body)
+        await core.create_namespaced_pod("ballast", tw.bound_pod(f"change-{i}", workers[i % len(workers)], {"app": "change"}))
         await asyncio.sleep(1.0)
     await asyncio.sleep(span - changes * 1.0)
     added = _cpu(pid) - c0
@@ -294,13 +287,7 @@ async def create_ballast(core: client.CoreV1Api, indices: range, workers: list[s
         for i in queue:
             if time.monotonic() > until:
                 return
-            body = {
-                "metadata": {"name": f"ballast-{i}", "labels": {"app": "ballast", "shard": f"s{i % 20}"}},
-                "spec": {
-                    "nodeName": workers[i % len(workers)],
-                    "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "1m"}}}],
-                },
-            }
+            body = tw.bound_pod(f"ballast-{i}", workers[i % len(workers)], {"app": "ballast", "shard": f"s{i % 20}"})
             await core.create_namespaced_pod("ballast", body)
             created += 1
 

@@ -391,6 +391,14 @@ def _proc_stat(pid: int) -> tuple[float, float]:
     return rss_kib / 1024, (int(fields[11]) + int(fields[12])) / ticks
 
 
+def bound_pod(name: str, node: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A pod bound directly to `node` (no scheduler, no claims): kwok runs it."""
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "1m"}}}]},
+    }
+
+
 async def footprint(way: Way, pods: int, idle: float) -> dict[str, float]:
     """The operator's memory and CPU: idle, while `pods` pods are created (bound directly to workers), idle again."""
     assert way.operator is not None
@@ -406,14 +414,7 @@ async def footprint(way: Way, pods: int, idle: float) -> dict[str, float]:
 
     async def creator() -> None:
         for i in queue:
-            body = {
-                "metadata": {"name": f"ballast-{i}", "labels": {"app": "ballast"}},
-                "spec": {
-                    "nodeName": workers[i % len(workers)],
-                    "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "1m"}}}],
-                },
-            }
-            await core.create_namespaced_pod("ballast", body)
+            await core.create_namespaced_pod("ballast", bound_pod(f"ballast-{i}", workers[i % len(workers)], {"app": "ballast"}))
 
     await asyncio.gather(*(creator() for _ in range(16)))
     creating = time.monotonic() - created
