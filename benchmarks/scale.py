@@ -373,12 +373,12 @@ def tables(plan: ScalePlan, raw: dict[str, Any]) -> str:
         lines += [
             "",
             f"waiting gangs (Phalanx): operator CPU per change, mean of {plan.changes}, idle CPU subtracted",
-            "| gangs waiting | idle CPU | per pod added (bound, started) | per pod deleted (capacity freed) |",
-            "|---|---|---|---|",
+            "| gangs waiting | of them seen Unschedulable | idle CPU | per pod added (bound, started) | per pod deleted (capacity freed) |",
+            "|---|---|---|---|---|",
         ]
         for row in raw["waiting"]:
             lines.append(
-                f"| {row['waiting']:,} | {row['idle_cpu_percent']:.1f}% | {row['cpu_per_pod_added_ms']:.0f} ms "
+                f"| {row['waiting']:,} | {row['unschedulable_seen']:,} | {row['idle_cpu_percent']:.1f}% | {row['cpu_per_pod_added_ms']:.0f} ms "
                 f"| {row['cpu_per_pod_deleted_ms']:.0f} ms |"
             )
         if len(raw["waiting"]) == 2:
