@@ -244,7 +244,13 @@ async def footprint_levels(way: tw.Way, levels: list[int], budget: float, worker
     assert way.operator is not None
     pid = way.operator.process.pid
     core = client.CoreV1Api(way.api)
-    out: list[dict[str, Any]] = []
+    rss, c0 = tw._proc_stat(pid)
+    await asyncio.sleep(idle)
+    rss, c1 = tw._proc_stat(pid)
+    out: list[dict[str, Any]] = [
+        {"pods": 0, "target": 0, "create_seconds": 0.0, "cpu_while_creating_percent": 0.0, "rss_mib": rss}
+        | {"rss_settling_mib": rss, "cpu_idle_percent": 100 * (c1 - c0) / idle, "hwm_mib": _hwm(pid)}
+    ]
     have = 0
     spent = 0.0
     for level in levels:
