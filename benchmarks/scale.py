@@ -447,15 +447,22 @@ def run(args: Any) -> int:
             operator.stop()
         for cluster in clusters:
             cluster.down()
-        text = tables(plan, raw)
-        print(text)
-        tw.RESULTS.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        path = tw.RESULTS / f"scale-{plan.nodes}-{stamp}.json"
-        doc = {"plan": plan.__dict__, "seconds": time.monotonic() - started, "load": _load(), "raw": raw}
-        path.write_text(json.dumps(doc, indent=1, default=str))
-        print(f"\nwritten to {path.relative_to(tw.ROOT)} ({time.monotonic() - started:.0f} s in all; load average {_load()})")
+        report(plan, raw, started)
     return 0
+
+
+def report(plan: ScalePlan, raw: dict[str, Any], started: float) -> None:
+    """The tables, and the JSON beside them; nothing when nothing was measured."""
+    if not any(raw[k] for k in ("latency", "burst", "waiting", "footprint")):
+        return
+    text = tables(plan, raw)
+    print(text)
+    tw.RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = tw.RESULTS / f"scale-{plan.nodes}-{stamp}.json"
+    doc = {"plan": plan.__dict__, "seconds": time.monotonic() - started, "load": _load(), "raw": raw}
+    path.write_text(json.dumps(doc, indent=1, default=str))
+    print(f"\nwritten to {path.relative_to(tw.ROOT)} ({time.monotonic() - started:.0f} s in all; load average {_load()})")
 
 
 def _load() -> str:
