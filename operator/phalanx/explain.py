@@ -17,9 +17,9 @@ import sys
 from kubernetes_asyncio import client, config
 
 from phalanx.api.keys import GROUP, VERSION
-from phalanx.jobs.owner import JOBS
+from phalanx.kinds import KINDS
 from phalanx.kube.client import ApiError, Kube, NotFound
-from phalanx.scheduling import explanation
+from phalanx.scheduling import explanation, owner
 
 PATHS = {
     "nodes": "/api/v1/nodes",
@@ -50,9 +50,9 @@ async def read(kube: Kube, namespace: str) -> explanation.Objects:
     kinds = list(PATHS)
     bodies = await asyncio.gather(*(_list(kube, k) for k in kinds))
     events = await kube.request("GET", f"/api/v1/namespaces/{namespace}/events")
-    owners = await kube.request("GET", JOBS.list_path(namespace))
+    owners = await owner.list_owners(kube, KINDS, namespace)
     lists = {k: tuple(b.get("items") or ()) for k, b in zip(kinds, bodies, strict=True)}
-    return explanation.Objects(**lists, events=tuple(events.get("items") or ()), owners=tuple(owners.get("items") or ()))
+    return explanation.Objects(**lists, events=tuple(events.get("items") or ()), owners=tuple(owners))
 
 
 async def _explain(namespace: str | None, job: str, context: str | None) -> explanation.Explanation:
@@ -61,8 +61,8 @@ async def _explain(namespace: str | None, job: str, context: str | None) -> expl
     namespace = namespace or (loader.current_context or {}).get("context", {}).get("namespace") or "default"
     async with client.ApiClient(configuration) as api:
         objects = await read(Kube(api), namespace)
-    pod_group = explanation.find_pod_group(objects, namespace, job, JOBS)
-    return explanation.explain(objects, pod_group, datetime.datetime.now(datetime.UTC), JOBS)
+    pod_group = explanation.find_pod_group(objects, namespace, job, KINDS)
+    return explanation.explain(objects, pod_group, datetime.datetime.now(datetime.UTC), KINDS)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -21,7 +21,9 @@ from kubernetes_asyncio import client
 from phalanx import memorylimit, preflight
 from phalanx.api.intent import Mode
 from phalanx.jobs import controller, webhook_config, webhooks
-from phalanx.jobs.owner import JOBS
+from phalanx.jobsets import controller as jobset_controller
+from phalanx.jobsets import webhooks as jobset_webhooks
+from phalanx.kinds import KINDS
 from phalanx.kube import lease, servingcert
 from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
@@ -29,7 +31,13 @@ from phalanx.kube.webhookserver import WebhookServer
 from phalanx.readiness import Readiness
 from phalanx.scheduling.loop import SchedulingLoop
 
-__all__ = ["controller", "memorylimit", "webhooks"]  # imported for their Kopf handlers and metrics, registered on import
+__all__ = [
+    "controller",
+    "jobset_controller",
+    "jobset_webhooks",
+    "memorylimit",
+    "webhooks",
+]  # imported for their Kopf handlers and metrics, registered on import
 
 PLANNER_GIL_TURN = 0.0005
 """Seconds a thread may hold the GIL before another is let in (Python's default is 0.005)."""
@@ -155,7 +163,7 @@ async def _lead(memo: kopf.Memo, logger: Any) -> None:
     loop = SchedulingLoop(
         memo.kube,
         memo.view,
-        JOBS,
+        KINDS,
         settle=cfg.race_settle,
         bind_deadline=cfg.bind_deadline,
         ready_deadline=cfg.ready_deadline,
@@ -164,7 +172,8 @@ async def _lead(memo: kopf.Memo, logger: Any) -> None:
     loop.leading = lambda: memo.elector.leading
 
     async def resync() -> None:
-        logger.info(f"leading: {await controller.resync(memo.kube, logger)} gang Job(s) reconciled")
+        jobs = await controller.resync(memo.kube, logger)
+        logger.info(f"leading: {jobs} gang Job(s), {await jobset_controller.resync(memo.kube, logger)} gang JobSet(s) reconciled")
 
     await asyncio.gather(loop.run(), resync())
 

@@ -124,6 +124,33 @@ def gpu_gang(
     }
 
 
+def gpu_jobset(name: str, workers: int, annotations: dict[str, str]) -> dict:
+    """A leader and `workers` workers, one GPU each, in two replicated Jobs that ignore disruptions (the README's rule)."""
+
+    def replicated(role: str, pods: int) -> dict:
+        return {
+            "name": role,
+            "replicas": 1,
+            "template": {
+                "spec": {
+                    "parallelism": pods,
+                    "completions": pods,
+                    "completionMode": "Indexed",
+                    "backoffLimit": 3,
+                    "podFailurePolicy": IGNORE_DISRUPTIONS,
+                    "template": {"spec": one_gpu_pod_spec()},
+                }
+            },
+        }
+
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"replicatedJobs": [replicated("leader", 1), replicated("workers", workers)]},
+    }
+
+
 @contextmanager
 def priority_classes(kubectl: Callable[..., Any], namespace: str) -> Iterator[tuple[str, str]]:
     """Two PriorityClasses of the test's own, (low 100, urgent 10000), deleted afterwards."""

@@ -1,18 +1,28 @@
-"""JobSet's own controller runs beside the local control plane, as a cluster with JobSet installed has it.
+"""JobSets: JobSet's own controller beside the local control plane, and gangs of JobSets.
 
-The release is built from the Go module proxy; these tests prove that it is
-the real controller (it makes the JobSet's Jobs and they run) and that its
-webhooks see JobSets and JobSet pods only.
+The controller is the release built from the Go module proxy; the first tests
+prove that it is the real one (it makes the JobSet's Jobs and they run) and
+that its webhooks see JobSets and JobSet pods only. Then a JobSet that asks
+for a gang: one group over every pod of every Job it makes, placed whole or
+not at all.
+
+Slices: the session cluster's, from dra-example-driver's plugin (3 workers x 2 GPUs).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from conftest import Cluster, wait_for
+from conftest import WORKLOADS, Cluster, Operator, wait_for
 
-from phalanx.localcluster import jobset
+from jobs import gpu_gang, gpu_jobset
+from phalanx.api import keys
+from phalanx.localcluster import demo, jobset
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("PHALANX_E2E_KUBECONFIG")), reason="JobSet's controller runs in the local cluster only")
 
@@ -76,3 +86,137 @@ def test_its_webhooks_see_jobsets_and_their_pods_only(cluster: Cluster, namespac
         local.start_jobset()
     assert len(jobset.running(local.kubeconfig)) == 1
     cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=jobset_manifest("accepted", workers=1))
+
+
+def _explain(cluster: Cluster, namespace: str, name: str) -> str:
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), PATH=path)
+    proc = subprocess.run([cluster.kubectl_binary, "phalanx", "explain", name, "-n", namespace], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _members(cluster: Cluster, namespace: str, name: str) -> list[dict]:
+    return _pods(cluster, namespace, f"{jobset.JOBSET_NAME_LABEL}={name}")
+
+
+def _pod_group(cluster: Cluster, namespace: str, name: str) -> dict | None:
+    groups = cluster.get("-n", namespace, "podgroups", "-l", f"{keys.JOB_NAME_LABEL}={name}")["items"]
+    return groups[0] if groups else None
+
+
+def test_a_gang_jobset_is_placed_whole_only_when_all_of_it_fits(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """4 of the 6 GPUs go to a gang Job; a JobSet of 1 + 3 that needs 4 waits with no pod bound (one by one, two
+    would have started), then runs whole once the Job is gone."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_gang("holder", 4)))
+    wait_for(lambda: len([p for p in _pods(cluster, namespace, "app=holder") if p["spec"].get("nodeName")]) == 4, "the Job's 4 ranks bound")
+
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_jobset("train", 3, {keys.POLICY: "gang"})))
+    group = wait_for(lambda: _pod_group(cluster, namespace, "train"), "the JobSet's PodGroup")
+    assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4, "every pod of both replicated Jobs"
+    assert group["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
+    workload = cluster.get("-n", namespace, "workload", group["spec"]["workloadRef"]["workloadName"])
+    assert workload["spec"]["controllerRef"] == {"apiGroup": "jobset.x-k8s.io", "kind": "JobSet", "name": "train"}
+    waiting = wait_for(lambda: len(m := _members(cluster, namespace, "train")) == 4 and m, "the JobSet's 4 pods, gated")
+    assert all(keys.SCHEDULING_GATE in [g["name"] for g in p["spec"].get("schedulingGates") or []] for p in waiting)
+    wait_for(
+        lambda: any(
+            c["type"] == keys.INITIALLY_SCHEDULED and c["status"] == "False"
+            for c in (_pod_group(cluster, namespace, "train") or {}).get("status", {}).get("conditions") or []
+        ),
+        "the group reported as waiting",
+    )
+    assert not any(p["spec"].get("nodeName") for p in _members(cluster, namespace, "train")), "no part of the gang was placed"
+
+    cluster.kubectl("-n", namespace, "delete", "job", "holder", "--wait=false")
+    bound = wait_for(
+        lambda: len(b := [p for p in _members(cluster, namespace, "train") if p["spec"].get("nodeName")]) == 4 and b,
+        "the whole JobSet bound",
+        timeout=120,
+    )
+    roles = sorted(p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] for p in bound)
+    assert roles == ["leader", "workers", "workers", "workers"]
+    assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in bound), "Phalanx placed each"
+    explained = _explain(cluster, namespace, "train")
+    assert explained.splitlines()[0].startswith(f"JobSet {namespace}/train  PodGroup "), explained
+    assert "4 members, 4 bound" in explained, explained
+    created = cluster.get("-n", namespace, "events", "--field-selector", "involvedObject.kind=JobSet,involvedObject.name=train")["items"]
+    assert {"WorkloadCreated", "PodGroupCreated"} <= {e["reason"] for e in created}, "the JobSet is told what was made for it"
+
+
+def test_a_gang_jobset_asking_more_than_it_runs_is_refused_naming_the_field(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    refused = cluster.kubectl(
+        "-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_jobset("big", 3, {keys.MIN_COUNT: "9"})), check=False
+    )
+    assert refused.returncode != 0
+    assert f"metadata.annotations[{keys.MIN_COUNT}]" in refused.stderr, refused.stderr
+    assert "replicas x parallelism" in refused.stderr
+
+
+def test_a_member_lost_takes_the_whole_jobset_gang_down_and_it_comes_back(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """disruptionMode all over a JobSet: one worker evicted, every member of both Jobs goes, and the Jobs make
+    new pods that are placed whole again (the disruption rule keeps the Jobs from failing)."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl(
+        "-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_jobset("train", 2, {keys.POLICY: "gang", keys.DISRUPTION_MODE: "all"}))
+    )
+    first = wait_for(
+        lambda: len(b := [p for p in _members(cluster, namespace, "train") if p["status"].get("phase") == "Running"]) == 3 and b,
+        "the JobSet's 3 pods running",
+    )
+    victim = next(p for p in first if p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "workers")
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim["metadata"]["name"], "namespace": namespace}}
+    cluster.kubectl(
+        "create",
+        "--raw",
+        f"/api/v1/namespaces/{namespace}/pods/{victim['metadata']['name']}/eviction",
+        "-f",
+        "-",
+        stdin=json.dumps(eviction),
+    )
+    old = {p["metadata"]["uid"] for p in first}
+
+    def back_whole() -> list[dict] | None:
+        running = [
+            p
+            for p in _members(cluster, namespace, "train")
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
+        return running if len(running) == 3 and not old & {p["metadata"]["uid"] for p in running} else None
+
+    again = wait_for(back_whole, "every member replaced and the gang running again", timeout=180)
+    assert len(again) == 3
+    reasons = [e["reason"] for e in cluster.get("-n", namespace, "events", "--field-selector", "involvedObject.kind=PodGroup")["items"]]
+    assert "GangDisrupted" in reasons or "GangTornDown" in reasons, reasons
+    jobs = cluster.get("-n", namespace, "jobs", "-l", f"{jobset.JOBSET_NAME_LABEL}=train")["items"]
+    assert not any(c["type"] == "Failed" and c["status"] == "True" for j in jobs for c in j["status"].get("conditions") or [])
+
+
+def test_a_jobset_restarted_by_its_own_failure_policy_is_placed_whole_again(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """A worker's container fails (not a disruption): its Job fails, JobSet's failurePolicy deletes every Job and
+    makes them again, and the new pods, gated by their templates, are placed as one gang once more."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    body = gpu_jobset("train", 2, {keys.POLICY: "gang"})
+    body["spec"]["failurePolicy"] = {"maxRestarts": 1}
+    for rjob in body["spec"]["replicatedJobs"]:
+        rjob["template"]["spec"]["backoffLimit"] = 0
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(body))
+    first = wait_for(
+        lambda: len(b := [p for p in _members(cluster, namespace, "train") if p["status"].get("phase") == "Running"]) == 3 and b,
+        "the JobSet's 3 pods running",
+    )
+    worker = next(p for p in first if p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "workers")
+    cluster.kubectl("-n", namespace, "annotate", "pod", worker["metadata"]["name"], "localcluster.phalanx.dev/exit=1")
+    old = {p["metadata"]["uid"] for p in first}
+
+    def restarted() -> list[dict] | None:
+        pods = [p for p in _members(cluster, namespace, "train") if p["metadata"]["uid"] not in old]
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        return running if len(running) == 3 else None
+
+    again = wait_for(restarted, "the restarted JobSet's 3 new pods running", timeout=180)
+    assert {p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] for p in again} == {"1"}, "JobSet's own restart"
+    assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in again), "placed by Phalanx"
+    jobset_status = cluster.get("-n", namespace, "jobset", "train")["status"]
+    assert jobset_status.get("restarts") == 1

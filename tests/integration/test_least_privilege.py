@@ -57,6 +57,8 @@ CAN_I = [
     ("get", "pods", [], False),
     ("get", "secrets", [], False),
     ("patch", "jobs.batch", [], False),
+    ("watch", "jobsets.jobset.x-k8s.io", [], True),
+    ("patch", "jobsets.jobset.x-k8s.io", [], False),
     ("patch", "podgroups.scheduling.phalanx.dev", ["--subresource=status"], True),
     ("delete", "devicetaintrules.resource.k8s.io", [], True),
     ("patch", "devicetaintrules.resource.k8s.io", [], False),

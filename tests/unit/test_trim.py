@@ -6,7 +6,8 @@ import copy
 import json
 
 from phalanx.api import keys
-from phalanx.jobs.owner import JOBS
+from phalanx.jobsets.objects import JOBSET_UID_LABEL
+from phalanx.kinds import KINDS
 from phalanx.kube import trim
 from phalanx.scheduling import disruption, inputs, podsready, repair, victims
 from test_inputs import POD
@@ -188,8 +189,16 @@ def test_trimmed_pods_share_their_keys_and_short_strings() -> None:
 
 
 def test_every_workload_kind_whose_pods_may_be_members_keeps_them_whole() -> None:
-    """A new owner adapter (JobSet, LeaderWorkerSet) must be named in trim, or its members would lose their tolerations."""
-    assert {JOBS.kind} <= trim.MEMBER_CONTROLLERS
+    """A member of each workload kind keeps its tolerations: a new adapter whose members another kind controls must
+    be named in trim's MEMBER_CONTROLLERS, or its members would be planned without them."""
+    member = copy.deepcopy(KWOK_RUNNING)  # a JobSet's member: a pod its Job controls, with the JobSet's uid label
+    member["metadata"]["labels"][JOBSET_UID_LABEL] = "js-uid"
+    member["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j-uid", "controller": True}]
+    assert {k.kind for k in KINDS.kinds} == {"Job", "JobSet"}, "a new kind: give this test a member of it"
+    for adapter in KINDS.kinds:
+        pod = member
+        assert adapter.member_uids(pod), adapter.kind
+        assert trim.pod(copy.deepcopy(pod))["spec"]["tolerations"] == KWOK_RUNNING["spec"]["tolerations"], adapter.kind
     gated = copy.deepcopy(KWOK_RUNNING)
     gated["spec"]["schedulingGates"] = [{"name": keys.SCHEDULING_GATE}]
     assert trim.pod(gated)["spec"]["tolerations"] == KWOK_RUNNING["spec"]["tolerations"]

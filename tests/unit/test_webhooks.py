@@ -17,11 +17,26 @@ from phalanx.jobs import webhook_config
 
 def test_local_endpoint_is_a_url_per_handler() -> None:
     configs = webhook_config.configurations(webhook_config.Endpoint(url="https://127.0.0.1:9443"), b"CA", "phalanx-system")
-    (mutating, pods) = configs["MutatingWebhookConfiguration"]["webhooks"]
-    (validating,) = configs["ValidatingWebhookConfiguration"]["webhooks"]
+    (mutating, pods, jobsets) = configs["MutatingWebhookConfiguration"]["webhooks"]
+    (validating, validating_jobsets) = configs["ValidatingWebhookConfiguration"]["webhooks"]
     assert mutating["clientConfig"] == {"caBundle": base64.b64encode(b"CA").decode(), "url": "https://127.0.0.1:9443/job-gang-mutate"}
     assert pods["clientConfig"]["url"] == "https://127.0.0.1:9443/pod-group-claims"
     assert validating["clientConfig"]["url"] == "https://127.0.0.1:9443/job-gang-validate"
+    assert jobsets["clientConfig"]["url"] == "https://127.0.0.1:9443/jobset-gang-mutate"
+    assert validating_jobsets["clientConfig"]["url"] == "https://127.0.0.1:9443/jobset-gang-validate"
+    assert (
+        jobsets["rules"]
+        == validating_jobsets["rules"]
+        == [
+            {
+                "apiGroups": ["jobset.x-k8s.io"],
+                "apiVersions": ["v1alpha2"],
+                "resources": ["jobsets"],
+                "operations": ["CREATE", "UPDATE"],
+                "scope": "Namespaced",
+            }
+        ]
+    )
 
 
 def test_in_cluster_endpoint_is_a_service() -> None:
@@ -34,7 +49,7 @@ def test_in_cluster_endpoint_is_a_service() -> None:
 
 def test_blast_radius_is_gang_jobs_outside_system_namespaces() -> None:
     configs = webhook_config.configurations(webhook_config.Endpoint(url="https://x"), b"CA", "phalanx-system")
-    (_, pods) = configs["MutatingWebhookConfiguration"]["webhooks"]
+    (_, pods, _) = configs["MutatingWebhookConfiguration"]["webhooks"]
     assert pods["rules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"], "scope": "Namespaced"}
     ]
@@ -178,7 +193,33 @@ def test_match_condition_sends_only_gang_changes(operation: str, new: dict, old:
     assert verdict is sent
 
 
+def _jobset(annotations: dict[str, str], gates: list[dict[str, str]]) -> dict:
+    rjob = {"name": "w", "replicas": 1, "template": {"spec": {"template": {"spec": {"schedulingGates": gates}}}}}
+    return {"metadata": {"name": "train", "annotations": annotations}, "spec": {"replicatedJobs": [rjob, copy.deepcopy(rjob)]}}
+
+
+GANG = {"scheduling.phalanx.dev/policy": "gang"}
 GATE = [{"name": "scheduling.phalanx.dev/gang"}]
+
+
+@pytest.mark.parametrize(
+    ("operation", "new", "old", "sent"),
+    [
+        pytest.param("CREATE", _jobset(GANG, []), None, True, id="create-gang"),
+        pytest.param("CREATE", _jobset({"team": "a"}, []), None, False, id="create-plain"),
+        pytest.param("UPDATE", _jobset({**GANG, "team": "b"}, GATE), _jobset({**GANG, "team": "a"}, GATE), False, id="other-annotation"),
+        pytest.param("UPDATE", _jobset({**GANG, "scheduling.phalanx.dev/min-count": "2"}, GATE), _jobset(GANG, GATE), True, id="min-count"),
+        pytest.param("UPDATE", _jobset(GANG, []), _jobset(GANG, GATE), True, id="gate-removed"),
+        pytest.param("UPDATE", _jobset({"team": "a"}, []), _jobset({"team": "a"}, GATE), False, id="plain-gate-removed"),
+    ],
+)
+def test_only_gang_jobset_changes_reach_the_jobset_webhooks(operation: str, new: dict, old: dict | None, sent: bool) -> None:
+    verdict = cel.compile(webhook_config.JOBSET_MATCH_CONDITION).execute(
+        {"request": {"operation": operation}, "object": new, "oldObject": old}
+    )
+    assert verdict is sent
+
+
 CLAIMS = {"scheduling.phalanx.dev/resource-claims": "[]"}
 
 
@@ -215,4 +256,6 @@ def test_in_cluster_the_operator_patches_only_the_ca_bundle() -> None:
         {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
         {"op": "test", "path": "/webhooks/1/name", "value": "pods-group-claims.scheduling.phalanx.dev"},
         {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
+        {"op": "test", "path": "/webhooks/2/name", "value": "jobsets-mutate.scheduling.phalanx.dev"},
+        {"op": "add", "path": "/webhooks/2/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
     ]

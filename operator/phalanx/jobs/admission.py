@@ -53,7 +53,7 @@ def mutate_job(job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_
     the field as written. `field_dropped` says whether this API server drops
     `spec.scheduling` (None: cannot tell), only to word the warning.
     """
-    with _together(_unknown_keys(job, old)):
+    with _together(unknown_key_errors(job, old)):
         return _mutate(job, old, gang_default_mode, field_dropped)
 
 
@@ -89,7 +89,7 @@ def _mutate(job: dict[str, Any], old: dict[str, Any] | None, gang_default_mode: 
 
 def validate_job(job: dict[str, Any], old: dict[str, Any] | None) -> None:
     """Raise `GangSpecError` when the Job's gang intent breaks a rule (in the portable spelling: all that is left here)."""
-    with _together(_unknown_keys(job, old)):
+    with _together(unknown_key_errors(job, old)):
         _validate(job, old)
 
 
@@ -143,7 +143,7 @@ def _together(errors: list[FieldError]) -> Iterator[None]:
         raise GangSpecError(errors)
 
 
-def _unknown_keys(job: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+def unknown_key_errors(job: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
     """Keys under our prefix Phalanx does not read, and a ready deadline it cannot read."""
     annotations = (job.get("metadata") or {}).get("annotations")
     errors = unknown_keys(annotations, ((old or {}).get("metadata") or {}).get("annotations"))

@@ -18,9 +18,9 @@ from phalanx.kube.client import ApiError, Kube, custom_path
 from phalanx.scheduling import conditions
 
 NOT_GATED_MESSAGE = (
-    "the Job's pod template lacks the scheduling gate {gate}: it was admitted without Phalanx's webhook "
+    "the {kind}'s pod template lacks the scheduling gate {gate}: it was admitted without Phalanx's webhook "
     "(webhook not installed, namespace excluded, or bypassed), so its pods are scheduled one by one and may "
-    "deadlock; delete and recreate the Job to get gang scheduling"
+    "deadlock; delete and recreate the {kind} to get gang scheduling"
 )
 
 
@@ -41,7 +41,7 @@ async def job_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, *
         await memo.kube.event(_job_ref(job), type_="Warning", reason="InvalidGangSpec", message=str(exc))
         return
     if source is not None:
-        await reconcile(memo.kube, job, source, logger)
+        await reconcile(memo.kube, source, logger)
 
 
 async def resync(kube: Kube, logger: Any) -> int:
@@ -54,16 +54,19 @@ async def resync(kube: Kube, logger: Any) -> int:
             try:
                 source = objects.from_job(job)
                 if source is not None:
-                    await reconcile(kube, job, source, logger)
+                    await reconcile(kube, source, logger)
                     done += 1
             except (GangSpecError, ApiError) as exc:
                 logger.warning(f"resync of Job {job['metadata']['namespace']}/{job['metadata']['name']}: {exc}")
     return done
 
 
-async def reconcile(kube: Kube, job: dict[str, Any], source: objects.GangSource, logger: Any) -> None:
-    """Ensure the Workload, then the PodGroup (which names it as owner), then their minCount and status."""
-    job_ref = _job_ref(job)
+async def reconcile(kube: Kube, source: objects.GangSource, logger: Any) -> None:
+    """Ensure the Workload, then the PodGroup (which names it as owner), then their minCount and status.
+
+    For any kind of gang owner: the Job's events call it, and so do the JobSet's (`jobsets.controller`).
+    """
+    job_ref = source.reference()
     workload, created = await kube.create_custom("workloads", source.namespace, objects.workload(source).wire())
     if created:
         await kube.event(job_ref, type_="Normal", reason="WorkloadCreated", message=f"Created Workload {source.workload_name}")
@@ -89,7 +92,7 @@ async def reconcile(kube: Kube, job: dict[str, Any], source: objects.GangSource,
 
 async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.GangSource, pod_group: dict[str, Any], logger: Any) -> None:
     """The PodsGated condition is this controller's; PodGroupInitiallyScheduled belongs to the release loop."""
-    wanted = gating_condition(source.gated, pod_group)
+    wanted = gating_condition(source.gated, pod_group, source.kind)
     existing = (pod_group.get("status") or {}).get("conditions") or []
     merged = conditions.merged(existing, wanted)
     if merged is None:
@@ -97,16 +100,23 @@ async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.Ga
     (current,) = [c for c in merged if c["type"] == keys.GATED]
     await kube.apply_status("PodGroup", source.namespace, source.pod_group_name, {"conditions": [current]}, keys.JOB_CONTROLLER)
     if not source.gated:
-        logger.warning(f"gang Job {source.namespace}/{source.name} was admitted without its scheduling gate")
-        await kube.event(job_ref, type_="Warning", reason="GangNotEnforced", message=NOT_GATED_MESSAGE.format(gate=keys.SCHEDULING_GATE))
+        logger.warning(f"gang {source.kind} {source.namespace}/{source.name} was admitted without its scheduling gate")
+        await kube.event(
+            job_ref,
+            type_="Warning",
+            reason="GangNotEnforced",
+            message=NOT_GATED_MESSAGE.format(kind=source.kind, gate=keys.SCHEDULING_GATE),
+        )
 
 
-def gating_condition(gated: bool, pod_group: dict[str, Any]) -> dict[str, Any]:
+def gating_condition(gated: bool, pod_group: dict[str, Any], kind: str = "Job") -> dict[str, Any]:
     """PodsGated: True while the group waits behind the gate, False once the loop released it whole (or when the
     template was never gated). Level-triggered: a group torn down and admitted again is gated again."""
     generation = pod_group["metadata"].get("generation")
     if not gated:
-        return conditions.condition(keys.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(gate=keys.SCHEDULING_GATE), generation)
+        return conditions.condition(
+            keys.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(kind=kind, gate=keys.SCHEDULING_GATE), generation
+        )
     scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED) or {}
     if scheduled.get("status") == "True" or scheduled.get("reason") == "Released":
         message = f"the whole group was placed and {keys.SCHEDULING_GATE} lifted from its members; later members are released as they fit"

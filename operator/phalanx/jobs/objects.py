@@ -49,6 +49,14 @@ class GangSource:
     def owner_reference(self) -> dict[str, Any]:
         return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid, "controller": True}
 
+    def reference(self) -> dict[str, Any]:
+        """The owner as Events name it."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
+        }
+
 
 def from_job(job: dict[str, Any]) -> GangSource | None:
     """None for a Job that does not ask for gang scheduling. Raises GangSpecError on bad annotations."""
@@ -110,7 +118,9 @@ def workload(source: GangSource) -> schema.Workload:
             ownerReferences=[source.owner_reference()],
         ),
         spec=schema.WorkloadSpec(
-            controller_ref=schema.TypedLocalObjectReference(api_group="batch", kind=source.kind, name=source.name),
+            controller_ref=schema.TypedLocalObjectReference(
+                api_group=source.api_version.rpartition("/")[0], kind=source.kind, name=source.name
+            ),
             pod_group_templates=[
                 schema.PodGroupTemplate(
                     name=source.template_name,

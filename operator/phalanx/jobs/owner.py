@@ -23,8 +23,13 @@ ENDING = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
 """Conditions of a Job done or on its way (its successPolicy met, its failure decided): it ends its own pods."""
 
 
-class Jobs:
-    kind = "Job"
+class Controlling:
+    """What a kind shares whose object controls its PodGroup (an ownerReference) and is named by the label Phalanx
+    sets on every PodGroup (`jobs.objects`): finding, reading and naming the owner, and when it was suspended."""
+
+    kind: str
+    api_version: str
+    plural: str
 
     def owner_uid(self, obj: Mapping[str, Any]) -> str | None:
         for ref in obj["metadata"].get("ownerReferences") or []:
@@ -36,43 +41,63 @@ class Jobs:
         return (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
 
     def list_path(self, namespace: str) -> str:
-        return f"/apis/batch/v1/namespaces/{namespace}/jobs"
+        return f"/apis/{self.api_version}/namespaces/{namespace}/{self.plural}"
 
     async def read(self, kube: Kube, pod_group: Mapping[str, Any]) -> JSON | None:
         name = self.name(pod_group)
-        job = await kube.get(f"{self.list_path(pod_group['metadata']['namespace'])}/{name}") if name else None
-        if job is None or job["metadata"].get("deletionTimestamp") or job["metadata"]["uid"] != self.owner_uid(pod_group):
+        owner = await kube.get(f"{self.list_path(pod_group['metadata']['namespace'])}/{name}") if name else None
+        if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != self.owner_uid(pod_group):
             return None
-        return job
-
-    def state(self, owner: Mapping[str, Any], released_at: str | None) -> OwnerState:
-        """Suspended after this incarnation was released (and maybe resumed since): the Job controller deleted its
-        pods, and whatever it creates next is a new gang, not late members."""
-        suspended = conditions.find(owner, "Suspended")
-        if (owner.get("spec") or {}).get("suspend") or (
-            suspended and released_at and (suspended.get("lastTransitionTime") or "") > released_at
-        ):
-            return OwnerState.SUSPENDED
-        if any(conditions.true(owner, t) for t in ENDING):
-            return OwnerState.FINISHED
-        return OwnerState.ACTIVE
-
-    def min_count(self, owner: Mapping[str, Any]) -> int | None:
-        with contextlib.suppress(intent.GangSpecError):
-            said = intent.from_annotations(owner["metadata"].get("annotations"))
-            if said is not None and said.policy == "gang":
-                return said.min_count_for(owner["spec"].get("parallelism"), owner["spec"].get("completions"))
-        return None
+        return owner
 
     def ref(self, pod_group: Mapping[str, Any]) -> JSON | None:
         name, uid = self.name(pod_group), self.owner_uid(pod_group)
         if not (name and uid):
             return None
         return {
-            "apiVersion": "batch/v1",
+            "apiVersion": self.api_version,
             "kind": self.kind,
             "metadata": {"name": name, "namespace": pod_group["metadata"]["namespace"], "uid": uid},
         }
+
+    def size(self, owner: Mapping[str, Any]) -> tuple[int | None, int | None]:
+        """How many pods the owner runs at once, and completes in all (None: unset)."""
+        raise NotImplementedError
+
+    def min_count(self, owner: Mapping[str, Any]) -> int | None:
+        with contextlib.suppress(intent.GangSpecError):
+            said = intent.from_annotations(owner["metadata"].get("annotations"))
+            if said is not None and said.policy == "gang":
+                return said.min_count_for(*self.size(owner))
+        return None
+
+    def suspended(self, owner: Mapping[str, Any], released_at: str | None) -> bool:
+        """Suspended now, or since this incarnation was released (and maybe resumed since): its controller deleted
+        its pods, and whatever it creates next is a new gang, not late members."""
+        condition = conditions.find(owner, "Suspended")
+        return bool((owner.get("spec") or {}).get("suspend")) or bool(
+            condition and released_at and (condition.get("lastTransitionTime") or "") > released_at
+        )
+
+
+class Jobs(Controlling):
+    kind = "Job"
+    api_version = "batch/v1"
+    plural = "jobs"
+
+    def member_uids(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
+        uid = self.owner_uid(pod)
+        return (uid,) if uid else ()
+
+    def state(self, owner: Mapping[str, Any], released_at: str | None) -> OwnerState:
+        if self.suspended(owner, released_at):
+            return OwnerState.SUSPENDED
+        if any(conditions.true(owner, t) for t in ENDING):
+            return OwnerState.FINISHED
+        return OwnerState.ACTIVE
+
+    def size(self, owner: Mapping[str, Any]) -> tuple[int | None, int | None]:
+        return owner["spec"].get("parallelism"), owner["spec"].get("completions")
 
     def member_order(self, pod: Mapping[str, Any]) -> tuple[int, str, str]:
         """By completion index, then oldest first."""

@@ -5,7 +5,8 @@ client configs and cannot scope by namespace or by content. Phalanx builds its
 own (shipped static in `manifests/webhooks.yaml` for a cluster, written by the
 operator in the local mode), so that the blast radius is as small as the API allows:
 
-* only `batch/v1` Jobs, CREATE and UPDATE (never status), and the CREATE of a
+* only `batch/v1` Jobs and `jobset.x-k8s.io/v1alpha2` JobSets, CREATE and
+  UPDATE (never status), and the CREATE of a
   gang member that uses a group claim (gated, with Phalanx's resource-claims
   annotation: no other pod waits for Phalanx);
 * a CEL `matchCondition` sends only gang Jobs being created and updates that
@@ -38,6 +39,8 @@ from phalanx.kube.client import Invalid, Kube, NotFound
 MUTATE_ID = "job-gang-mutate"
 VALIDATE_ID = "job-gang-validate"
 POD_MUTATE_ID = "pod-group-claims"
+JOBSET_MUTATE_ID = "jobset-gang-mutate"
+JOBSET_VALIDATE_ID = "jobset-gang-validate"
 CONFIGURATION_NAME = f"jobs.{GROUP}"
 
 
@@ -86,6 +89,22 @@ POD_MATCH_CONDITION = (
 """Only a gated pod made from a gang Job's template that shares group claims reaches the pod webhook."""
 
 
+def _jobset_gated(obj: str) -> str:
+    return (
+        f"(has({obj}.spec.replicatedJobs) && {obj}.spec.replicatedJobs.all(r, has(r.template.spec.template.spec.schedulingGates) && "
+        f"r.template.spec.template.spec.schedulingGates.exists(g, g.name == '{SCHEDULING_GATE}')))"
+    )
+
+
+JOBSET_MATCH_CONDITION = (
+    f"request.operation == 'CREATE' ? size({_NEW}) > 0 : "
+    "(!has(object.metadata.deletionTimestamp) && ("
+    f"!({_NEW}.all(a, a in {_OLD}) && {_OLD}.all(a, a in {_NEW})) || "
+    f"(size({_OLD}) > 0 && {_jobset_gated('object')} != {_jobset_gated('oldObject')})))"
+)
+"""Gang JobSets being created, and updates that touch their gang settings or their templates' gate."""
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where the API server reaches the webhook server: a URL (local) or a Service (in cluster)."""
@@ -116,10 +135,20 @@ class Endpoint:
 def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace: str) -> dict[str, dict[str, Any]]:
     """Kind -> configuration object, ready to create or patch (without a caBundle: the one `manifests/` ships)."""
 
-    def webhook(name: str, handler_id: str, *, pods: bool = False) -> dict[str, Any]:
+    def webhook(name: str, handler_id: str, *, pods: bool = False, jobsets: bool = False) -> dict[str, Any]:
         rule = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"]}
+        condition = {"name": "gang-settings", "expression": MATCH_CONDITION}
         if pods:
             rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+            condition = {"name": "group-claims", "expression": POD_MATCH_CONDITION}
+        if jobsets:
+            rule = {
+                "apiGroups": ["jobset.x-k8s.io"],
+                "apiVersions": ["v1alpha2"],
+                "resources": ["jobsets"],
+                "operations": ["CREATE", "UPDATE"],
+            }
+            condition = {"name": "gang-settings", "expression": JOBSET_MATCH_CONDITION}
         return {
             "name": f"{name}.{GROUP}",
             "clientConfig": endpoint.client_config(handler_id, ca_pem),
@@ -133,11 +162,7 @@ def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace:
                     }
                 ]
             },
-            "matchConditions": [
-                {"name": "group-claims", "expression": POD_MATCH_CONDITION}
-                if pods
-                else {"name": "gang-settings", "expression": MATCH_CONDITION}
-            ],
+            "matchConditions": [condition],
             "failurePolicy": "Fail",
             "sideEffects": "None",
             "timeoutSeconds": 10,
@@ -147,18 +172,20 @@ def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace:
     metadata = {"name": CONFIGURATION_NAME, "labels": {"app.kubernetes.io/name": "phalanx"}}
     mutating = webhook("jobs-mutate", MUTATE_ID)
     mutating["reinvocationPolicy"] = "IfNeeded"
+    jobsets = webhook("jobsets-mutate", JOBSET_MUTATE_ID, jobsets=True)
+    jobsets["reinvocationPolicy"] = "IfNeeded"
     return {
         "MutatingWebhookConfiguration": {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": metadata,
-            "webhooks": [mutating, webhook("pods-group-claims", POD_MUTATE_ID, pods=True)],
+            "webhooks": [mutating, webhook("pods-group-claims", POD_MUTATE_ID, pods=True), jobsets],
         },
         "ValidatingWebhookConfiguration": {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
             "metadata": metadata,
-            "webhooks": [webhook("jobs-validate", VALIDATE_ID)],
+            "webhooks": [webhook("jobs-validate", VALIDATE_ID), webhook("jobsets-validate", JOBSET_VALIDATE_ID, jobsets=True)],
         },
     }
 

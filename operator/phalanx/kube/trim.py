@@ -55,8 +55,9 @@ MEMBER_ONLY = ("tolerations", "nodeSelector", "topologySpreadConstraints", "pree
 """What only a gang member's plan reads (`inputs.member`, `victims`). Of the affinity of a pod that is no member,
 only podAntiAffinity is read (`inputs.existing`: other pods' plans must respect it)."""
 MEMBER_CONTROLLERS = frozenset({"Job"})
-"""The kinds whose pods may be gang members (`scheduling/owner.py` adapters; a test checks each is here): a pod
-controlled by none of them, and not held by the gang gate, is kept without MEMBER_ONLY."""
+"""The controllers of gang members' pods (a Job's, and a JobSet's, whose members are its Jobs' pods; a test checks a
+member of each workload kind in `phalanx.kinds`): a pod controlled by none, and not held by the gang gate, is kept
+without MEMBER_ONLY."""
 INTERN_UP_TO = 64
 """Strings up to this long are interned: keys, phases, node and label values, ...; a longer one is rarely repeated."""
 

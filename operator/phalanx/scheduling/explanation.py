@@ -386,7 +386,7 @@ def explain(
     namespace, name = pod_group["metadata"]["namespace"], pod_group["metadata"]["name"]
     job = kind.name(pod_group) or ""
     uid = pod_group["metadata"]["uid"]
-    pods_of = inputs.pods_by_group(objects.podgroups, objects.pods, kind.owner_uid)
+    pods_of = inputs.pods_by_group(objects.podgroups, objects.pods, kind)
     every = sorted(pods_of.get(uid, []), key=kind.member_order)
     live = [p for p in every if not inputs.terminal(p) and not p["metadata"].get("deletionTimestamp")]
     claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in objects.claims}
@@ -511,7 +511,7 @@ def explain(
         member_rows=members,
         conditions=condition_rows,
         events=_events(objects.events, pod_group, every, now),
-        kind=kind.kind,
+        kind=(kind.ref(pod_group) or {}).get("kind", kind.kind),
     )
 
 

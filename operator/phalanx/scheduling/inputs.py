@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.api import keys, schema
 from phalanx.planner import quantity
@@ -43,6 +43,9 @@ from phalanx.planner.model import (
     frozen_map,
 )
 from phalanx.planner.nodes import selector_terms
+
+if TYPE_CHECKING:
+    from phalanx.scheduling.owner import OwnerKind  # the seam reads phase, which reads this module
 
 
 def terminal(pod: Mapping[str, Any]) -> bool:
@@ -650,18 +653,17 @@ def nominated_devices(record: schema.Nomination) -> list[DeviceId]:
 
 
 def pods_by_group(
-    podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], owner_uid: Callable[[Mapping[str, Any]], str | None]
+    podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], kind: OwnerKind
 ) -> dict[str, list[dict[str, Any]]]:
     """PodGroup uid -> every pod of its owner, terminal and terminating ones included (losses are found among them).
 
-    `owner_uid`: the uid of an object's owner, as the workload kind finds it (`scheduling.owner`); a pod and a
-    group are together when they have one owner, in one namespace."""
+    A pod and a group are together when, as the workload kind finds them (`scheduling.owner`), the group's owner is
+    one of the pod's, in one namespace (a JobSet's pod has its Job and its JobSet)."""
     every: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:
-        uid = owner_uid(pod)
-        if uid:
+        for uid in kind.member_uids(pod):
             every[(pod["metadata"]["namespace"], uid)].append(pod)  # type: ignore[arg-type]
-    return {g["metadata"]["uid"]: every.get((g["metadata"]["namespace"], owner_uid(g) or ""), []) for g in podgroups}
+    return {g["metadata"]["uid"]: every.get((g["metadata"]["namespace"], kind.owner_uid(g) or ""), []) for g in podgroups}
 
 
 def claims_ready(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[str, Any] | None]) -> bool:

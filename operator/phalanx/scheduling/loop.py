@@ -192,7 +192,7 @@ class SchedulingLoop:
 
     async def cycle(self) -> None:
         self.releaser.forget({p["metadata"]["uid"] for p in self.view.pods.items()})
-        self._pods_of = inputs.pods_by_group(self.view.podgroups.items(), self.view.pods.items(), self.owner.owner_uid)
+        self._pods_of = inputs.pods_by_group(self.view.podgroups.items(), self.view.pods.items(), self.owner)
         groups = [(g, sorted(filter(_live, self._pods_of[g["metadata"]["uid"]]), key=_name)) for g in self.view.podgroups.items()]
         groups = [(g, pods) for g, pods in groups if self.owner.owner_uid(g) and not g["metadata"].get("deletionTimestamp")]
         self._forget({g["metadata"]["uid"] for g, _ in groups})
@@ -332,7 +332,8 @@ class SchedulingLoop:
             await self._release_each(pod_group, waiting)
             return True
         if now is phase.Phase.SUSPENDED:
-            why = f"the {self.owner.kind} was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
+            what = (self.owner.ref(pod_group) or {}).get("kind", "owner")
+            why = f"the {what} was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
             return await self._tear_down(pod_group, pods, reservation, why, reason=SUSPENDED)
         if now is phase.Phase.FINISHED:
             return True  # its successPolicy or failure ended the rest: the owner's own doing, nothing to take down

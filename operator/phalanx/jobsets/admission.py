@@ -1,0 +1,188 @@
+"""JobSet admission, as pure functions: one gang over every pod of every Job the JobSet makes.
+
+The JobSet carries the gang intent in the same annotations as a Job. On
+create, every replicated Job's pod template gets the scheduling gate and the
+template label, so whichever Job JobSet's controller makes from it, and
+whenever (a restart of the JobSet makes them all again), its pods wait for
+Phalanx. The group's size is the JobSet's: the sum over its replicated Jobs of
+replicas x parallelism.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from typing import Any
+
+from phalanx.api import keys
+from phalanx.api.intent import ANNOTATION_PATHS, FieldError, GangIntent, GangSpecError, Mode, from_annotations, validate, validate_update
+from phalanx.api.naming import template_name
+from phalanx.jobs import admission as job_admission
+
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+KIND = "JobSet"
+
+
+@dataclass(frozen=True)
+class Size:
+    """How many pods the JobSet runs at once, and how many it ever completes, over all its replicated Jobs."""
+
+    parallelism: int
+    completions: int | None
+
+
+def replicated_jobs(jobset: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((jobset.get("spec") or {}).get("replicatedJobs") or [])
+
+
+def _job_spec(rjob: dict[str, Any]) -> dict[str, Any]:
+    return (rjob.get("template") or {}).get("spec") or {}
+
+
+def _pod_spec(rjob: dict[str, Any]) -> dict[str, Any]:
+    return (_job_spec(rjob).get("template") or {}).get("spec") or {}
+
+
+def size(jobset: dict[str, Any]) -> Size:
+    parallelism, completions = 0, 0
+    bounded = True
+    for rjob in replicated_jobs(jobset):
+        replicas = rjob.get("replicas", 1)
+        spec = _job_spec(rjob)
+        p = spec.get("parallelism", 1)
+        c = spec.get("completions")
+        parallelism += replicas * (min(p, c) if c is not None else p)
+        if c is None:
+            bounded = False
+        else:
+            completions += replicas * c
+    return Size(parallelism, completions if bounded else None)
+
+
+def gated(jobset: dict[str, Any]) -> bool:
+    """Every replicated Job's pod template carries the gate: one ungated template would run its pods one by one."""
+    rjobs = replicated_jobs(jobset)
+    return bool(rjobs) and all(keys.SCHEDULING_GATE in (g.get("name") for g in _pod_spec(r).get("schedulingGates") or []) for r in rjobs)
+
+
+def priority_class_name(jobset: dict[str, Any]) -> str | None:
+    names = {_pod_spec(r).get("priorityClassName") for r in replicated_jobs(jobset)}
+    return next(iter(names)) if len(names) == 1 else None
+
+
+@dataclass(frozen=True)
+class Mutation:
+    jobset: dict[str, Any]
+    """The JobSet as admitted (a copy): the webhook hands Kopf the whole object, which diffs it into a JSON patch."""
+    warnings: tuple[str, ...] = ()
+
+
+def mutate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None, *, gang_default_mode: Mode) -> Mutation:
+    """Normalise the intent into annotations; on create, gate and label every replicated Job's pod template."""
+    out = copy.deepcopy(jobset)
+    metadata = out.setdefault("metadata", {})
+    intent = from_annotations(metadata.get("annotations"))
+    if intent is None:
+        return Mutation(out)
+    previous = from_annotations(((old or {}).get("metadata") or {}).get("annotations"))
+    if old is None:
+        intent = intent.with_default_mode(gang_default_mode)
+    elif previous is not None and intent.disruption_mode is None:
+        intent = replace(intent, disruption_mode=previous.disruption_mode)
+    _check(jobset, old, previous, intent)
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), **intent.to_annotations()}
+    if old is not None:
+        return Mutation(out)
+    warnings: list[str] = []
+    for i, rjob in enumerate(replicated_jobs(out)):
+        _gate(rjob, metadata.get("name"))
+        warnings += [
+            f"spec.replicatedJobs[{i}] ({rjob.get('name')}): {w}" for w in job_admission.teardown_warnings(rjob.get("template") or {})
+        ]
+    return Mutation(out, tuple(warnings))
+
+
+def _gate(rjob: dict[str, Any], jobset_name: str | None) -> None:
+    """The gate, and the template label when the name is known (a JobSet created with generateName has none yet)."""
+    pod = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+    gates = pod.setdefault("spec", {}).setdefault("schedulingGates", [])
+    if keys.SCHEDULING_GATE not in (g.get("name") for g in gates):
+        gates.append({"name": keys.SCHEDULING_GATE})
+    if jobset_name:
+        pod.setdefault("metadata", {}).setdefault("labels", {})[keys.TEMPLATE_LABEL] = template_name(jobset_name)
+
+
+def validate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """Raise GangSpecError when the JobSet's gang intent breaks a rule, or its gate was taken off a template."""
+    intent = from_annotations((jobset.get("metadata") or {}).get("annotations"))
+    previous = from_annotations(((old or {}).get("metadata") or {}).get("annotations")) if old is not None else None
+    if old is not None and previous is not None and gated(old) and not gated(jobset):
+        raise GangSpecError(
+            [
+                FieldError(
+                    "spec.replicatedJobs[*].template.spec.template.spec.schedulingGates",
+                    None,
+                    f"the scheduling gate {keys.SCHEDULING_GATE} must stay on every pod template of a gang JobSet",
+                    "keep it: Phalanx lifts it from each pod once the whole gang can be placed",
+                )
+            ]
+        )
+    if intent is not None or previous is not None:
+        _check(jobset, old, previous, intent)
+
+
+def _check(jobset: dict[str, Any], old: dict[str, Any] | None, previous: GangIntent | None, intent: GangIntent | None) -> None:
+    if old is not None:
+        validate_update(previous, intent)
+    if intent is None:
+        return
+    errors = job_admission.unknown_key_errors(jobset, old)
+    if intent.resource_claims:
+        errors.append(
+            FieldError(
+                ANNOTATION_PATHS["resource_claims"],
+                [c.name for c in intent.resource_claims],
+                "claims shared by the group are not supported on a JobSet yet",
+                "give each pod a claim of its own (a resourceClaimTemplateName in its template), or remove it",
+            )
+        )
+    order = ((jobset.get("spec") or {}).get("startupPolicy") or {}).get("startupPolicyOrder")
+    if order == "InOrder" and intent.policy == "gang":
+        errors.append(
+            FieldError(
+                "spec.startupPolicy.startupPolicyOrder",
+                order,
+                "JobSet's controller makes each replicated Job only once the one before runs, but a gang runs only "
+                "once all its pods exist: the JobSet would wait for ever",
+                "use AnyOrder (the default) or remove the startupPolicy",
+            )
+        )
+    names = {_pod_spec(r).get("priorityClassName") for r in replicated_jobs(jobset)}
+    if len(names) > 1:
+        errors.append(
+            FieldError(
+                "spec.replicatedJobs[*].template.spec.template.spec.priorityClassName",
+                sorted(n or "" for n in names),
+                "the gang has one priority, but its replicated Jobs name different priority classes",
+                "give every replicated Job's pod template the same priorityClassName",
+            )
+        )
+    total = size(jobset)
+    if intent.min_count is not None and intent.policy == "gang" and intent.min_count > total.parallelism:
+        errors.append(
+            FieldError(
+                ANNOTATION_PATHS["min_count"],
+                intent.min_count,
+                f"must not be greater than the pods the JobSet runs at once ({total.parallelism}: replicas x parallelism, "
+                "summed over spec.replicatedJobs)",
+                f"lower it to at most {total.parallelism}, or raise a replicated Job's replicas or parallelism",
+            )
+        )
+    # the JobSet's size was checked above; the other rules are a Job's
+    sized = intent.policy == "gang" and intent.min_count is not None and intent.min_count >= 1
+    try:
+        validate(replace(intent, min_count=None) if sized else intent, None)
+    except GangSpecError as exc:
+        errors += exc.errors
+    if errors:
+        raise GangSpecError(errors)
