@@ -42,6 +42,14 @@ Workloads:
               vanilla: the evicted pod alone, replaced by the Job controller;
               in-tree 1.37 has no disruptionMode all, so it is not run);
               median of --runs runs. Target (issue 22): under 15 s.
+  starvation  the Phalanx cluster only: a stream of 1-GPU pods keeps every
+              device busy, then a gang of --starvation-size ranks (64) waits
+              at the head of the line; its wait with the hold (hold-after
+              10 s) and without (hold-after 0: today's behaviour), see
+              benchmarks/starvation.py; its cluster has 2 workers more than
+              the gang needs, for the stream to backfill;
+  queue       no cluster: the queue's own cost per cycle with 1,000 waiting
+              gangs (benchmarks/queue_cost.py).
 
 Usage: python benchmarks/three_way.py [--quick] [--sizes 4,32,128,512] [--recovery-sizes 4,32,128] [--runs 3]
        python benchmarks/three_way.py --scale 1000 [--scale-pods 10000,50000,100000] [--scale-gangs 1000] (see scale.py)
@@ -66,6 +74,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import queue_cost
+import starvation
 from kubernetes_asyncio import client, watch
 
 from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
@@ -184,13 +194,16 @@ class Way:
     api: client.ApiClient
     pods: Pods
     operator: operatorproc.OperatorProcess | None = None
+    namespace: str = NAMESPACE
 
     @property
     def batch(self) -> client.BatchV1Api:
         return client.BatchV1Api(self.api)
 
-    async def submit(self, name: str, size: int, *, recoverable: bool = False) -> None:
-        await self.batch.create_namespaced_job(NAMESPACE, job(name, size, self.name, recoverable=recoverable))
+    async def submit(self, name: str, size: int, *, recoverable: bool = False, annotations: dict[str, str] | None = None) -> None:
+        body = job(name, size, self.name, recoverable=recoverable)
+        body["metadata"]["annotations"].update(annotations or {})
+        await self.batch.create_namespaced_job(NAMESPACE, body)
 
     async def finish(self, name: str) -> None:
         with contextlib.suppress(client.ApiException):
@@ -295,6 +308,12 @@ async def recovery_run(way: Way, size: int, timeout: float) -> dict[str, float |
             new = [p for uid, p in by_uid.items() if uid not in first]
             if new:
                 seen.setdefault("first_created", now)
+            if len(new) >= size:
+                seen.setdefault("all_created", now)
+                if all((p.get("status") or {}).get("resourceClaimStatuses") for p in new):
+                    seen.setdefault("all_claimed", now)
+                if not any(p["spec"].get("schedulingGates") for p in new):
+                    seen.setdefault("all_lifted", now)
             if len(new) >= len(stopped) and stopped and all(p["spec"].get("nodeName") for p in new):
                 seen.setdefault("all_bound", now)
             for uid in first:
@@ -318,9 +337,16 @@ async def recovery_run(way: Way, size: int, timeout: float) -> dict[str, float |
         await way.drained()
 
 
-RECOVERY_TIMELINE = ("last_stopped_to_first_created", "last_stopped_to_all_bound")
-"""Where a recovery's time goes, from the last member stopped: the Job's first new pod seen (its back-off over), and
-every stopped one replaced and bound (bound before the last one stopped reads negative)."""
+RECOVERY_TIMELINE = (
+    "last_stopped_to_first_created",
+    "last_stopped_to_all_created",
+    "last_stopped_to_all_claimed",
+    "last_stopped_to_all_lifted",
+    "last_stopped_to_all_bound",
+)
+"""Where a recovery's time goes, from the last member stopped: the Job's first new pod seen (its back-off over), every
+new pod created, every one with its claim (the resourceclaim controller's), every gate lifted (Phalanx's release), and
+every stopped one replaced and bound (a point reached before the last one stopped reads negative)."""
 
 RECOVERY_TARGET = 15.0
 """Issue 22: a torn-down gang runs again within this many seconds of its last member stopping."""
@@ -443,7 +469,14 @@ class Plan:
     ballast: int
     idle: float
     recovery_sizes: list[int] = field(default_factory=lambda: [4, 32, 128])
-    workloads: tuple[str, ...] = ("latency", "throughput", "footprint", "recovery")
+    workloads: tuple[str, ...] = ("latency", "throughput", "footprint", "recovery", "starvation", "queue")
+    starvation_size: int = 64
+    starvation_limit: float = 180.0
+
+    @property
+    def in_tree(self) -> bool:
+        """Whether a workload compares with the in-tree cluster (starvation and queue need none)."""
+        return any(w in self.workloads for w in ("latency", "throughput", "footprint", "recovery"))
 
 
 QUICK = Plan(sizes=[4, 32], runs=2, gangs=24, capacity=6, limit=90, ballast=2000, idle=10, recovery_sizes=[4, 32])
@@ -469,14 +502,26 @@ async def _taint(way: Way, nodes: list[str], on: bool) -> None:
 
 
 async def measure(
-    plan: Plan, phalanx: LocalCluster, upstream: LocalCluster, operator: operatorproc.OperatorProcess, out: dict[str, Any]
+    plan: Plan, phalanx: LocalCluster, upstream: LocalCluster | None, operator: operatorproc.OperatorProcess, out: dict[str, Any]
 ) -> None:
     """Fills `out` as it goes, so a run cut short still reports what it measured."""
     p = await _open("phalanx", phalanx, operator)
-    tree = await _open("in-tree", upstream, None)
-    vanilla = Way("vanilla", upstream, tree.api, tree.pods)
+    tree = await _open("in-tree", upstream, None) if upstream is not None else p
+    vanilla = Way("vanilla", tree.cluster, tree.api, tree.pods)
     ways = {"vanilla": vanilla, "phalanx": p, "in-tree": tree}
     try:
+        if "starvation" in plan.workloads:
+            devices = phalanx.spec.workers * GPUS_PER_WORKER
+            for label, hold_after in (("hold", starvation.HOLD_AFTER), ("no hold", 0)):
+
+                async def submit(name: str, size: int, annotations: dict[str, str]) -> None:
+                    await p.submit(name, size, annotations=annotations)
+
+                sample = await starvation.starvation_run(
+                    p, submit, plan.starvation_size, devices, hold_after, plan.starvation_limit, seed=7
+                )
+                out["starvation"][label] = sample
+                _say(f"starvation {plan.starvation_size} ranks, {label}: {sample}")
         for size in plan.sizes if "latency" in plan.workloads else []:
             samples: dict[str, list[dict[str, float | None]]] = {w: [] for w in WAYS}
             out["latency"][size] = samples
@@ -514,7 +559,7 @@ async def measure(
             out["footprint"] = await footprint(p, plan.ballast, plan.idle)
             _say(f"footprint: {out['footprint']}")
     finally:
-        for w in (p, tree):
+        for w in {id(w): w for w in (p, tree)}.values():
             await w.pods.stop()
             await w.api.close()
 
@@ -559,7 +604,15 @@ def summarise(plan: Plan, raw: dict[str, Any]) -> dict[str, Any]:
             row[w] = {key: _median(samples, key) for key in ("evict_to_last_stopped", "last_stopped_to_running", *RECOVERY_TIMELINE)}
             row[w]["runs"] = len(samples)
         recovery.append(row)
-    return {"latency": latency, "throughput": throughput, "footprint": raw.get("footprint"), "recovery": recovery}
+    return {
+        "latency": latency,
+        "throughput": throughput,
+        "footprint": raw.get("footprint"),
+        "recovery": recovery,
+        "starvation": raw.get("starvation"),
+        "starvation_devices": raw.get("starvation_devices"),
+        "queue": raw.get("queue"),
+    }
 
 
 def table(plan: Plan, summary: dict[str, Any]) -> str:
@@ -649,6 +702,10 @@ def _rest_table(plan: Plan, summary: dict[str, Any]) -> list[str]:
                 f"| {row['ranks']} | {_fmt(p['evict_to_last_stopped'])} | {_fmt(p.get('last_stopped_to_first_created'))} "
                 f"| {_fmt(p.get('last_stopped_to_all_bound'))} | {_fmt(back)} | {_fmt(v['last_stopped_to_running'])} | {ok} |"
             )
+    if summary.get("starvation"):
+        lines += starvation.table(plan.starvation_size, summary["starvation_devices"], summary["starvation"])
+    if summary.get("queue"):
+        lines += queue_cost.table(summary["queue"])
     fp = summary.get("footprint")
     if fp:
         lines += [
@@ -673,6 +730,7 @@ def main() -> int:
     parser.add_argument("--pods", type=int, help="footprint: pods in the cluster (default 10,000; quick 2,000)")
     parser.add_argument("--recovery-sizes", help="recovery: gang sizes, comma separated (default 4,32,128; quick 4,32)")
     parser.add_argument("--workloads", help="which to run, comma separated (default latency,throughput,footprint,recovery)")
+    parser.add_argument("--starvation-size", type=int, help="starvation: ranks of the head gang (default 64)")
     parser.add_argument("--name", default="bench", help="cluster name prefix (two clusters: NAME-phalanx, NAME-intree)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose CRDs and RBAC to install (default: this one)")
     parser.add_argument(
@@ -698,17 +756,34 @@ def main() -> int:
             plan = Plan(**{**plan.__dict__, knob: getattr(args, flag)})
     if args.workloads:
         plan = Plan(**{**plan.__dict__, "workloads": tuple(args.workloads.split(","))})
+    if args.starvation_size:
+        plan = Plan(**{**plan.__dict__, "starvation_size": args.starvation_size})
     largest = max([1, *(plan.sizes if "latency" in plan.workloads else []), *(plan.recovery_sizes if "recovery" in plan.workloads else [])])
     workers = max(math.ceil(largest / GPUS_PER_WORKER), plan.capacity if "throughput" in plan.workloads else 1)
+    if "starvation" in plan.workloads:
+        workers = max(workers, math.ceil(plan.starvation_size / GPUS_PER_WORKER) + 2)
     spec = {"workers": workers, "gpus_per_worker": GPUS_PER_WORKER, "driver": "fakegpu"}
     phalanx = LocalCluster(ClusterSpec(name=f"{args.name}-phalanx", **spec))
-    upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec))
+    upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec)) if plan.in_tree else None
     operator = None
     started = time.monotonic()
-    raw: dict[str, Any] = {"latency": {}, "throughput": {}, "recovery": {}}
+    raw: dict[str, Any] = {
+        "latency": {},
+        "throughput": {},
+        "recovery": {},
+        "starvation": {},
+        "starvation_devices": workers * GPUS_PER_WORKER,
+    }
+    if "queue" in plan.workloads:
+        raw["queue"] = queue_cost.measure()
+        _say(f"queue: {raw['queue']}")
+    if plan.workloads == ("queue",):
+        report(args, plan, 0, started, raw)
+        return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clusters and the operator are stopped on the way out
+    clusters = [c for c in (phalanx, upstream) if c is not None]
     try:
-        for cluster in (phalanx, upstream):
+        for cluster in clusters:
             _up(cluster)
             cluster.kubectl("create", "namespace", NAMESPACE)
             cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(CLAIM_TEMPLATE))
@@ -717,7 +792,7 @@ def main() -> int:
     finally:
         if operator is not None:
             operator.stop()
-        for cluster in (phalanx, upstream):
+        for cluster in clusters:
             cluster.down()
         report(args, plan, workers, started, raw)
     return 0
@@ -735,7 +810,14 @@ def _up(cluster: LocalCluster) -> None:
 
 
 def report(args: argparse.Namespace, plan: Plan, workers: int, started: float, raw: dict[str, Any]) -> None:
-    if not raw["latency"] and not raw["throughput"] and not raw["recovery"] and "footprint" not in raw:
+    if (
+        not raw["latency"]
+        and not raw["throughput"]
+        and not raw["recovery"]
+        and not raw["starvation"]
+        and not raw.get("queue")
+        and "footprint" not in raw
+    ):
         return  # nothing was measured
     summary = summarise(plan, raw)
     text = table(plan, summary)

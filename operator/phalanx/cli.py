@@ -12,7 +12,7 @@ from typing import Any
 
 from phalanx import explain, scrape
 from phalanx.api import crdgen
-from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
+from phalanx.localcluster import ClusterSpec, LocalCluster, demo, jobset, operatorproc
 from phalanx.localcluster.cluster import MAX_DRIVER_WORKERS
 
 # operator/phalanx/cli.py -> the checkout, which holds crds/ and manifests/ (an editable install, as ./task makes).
@@ -209,6 +209,13 @@ def _parser(prog: str = "phalanx") -> argparse.ArgumentParser:
     )
     run.add_argument("--ready-backoff-max", type=float, default=3600.0, help="the most that back-off grows to, in seconds (default 3600)")
     run.add_argument(
+        "--hold-after",
+        type=float,
+        default=300.0,
+        help="seconds a gang waits at the head of the line before the devices its plan needs are held for it as they free "
+        "(default 300); 0: never; a Job's scheduling.phalanx.dev/hold-after annotation overrides it",
+    )
+    run.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="Kopf liveness endpoint (default http://0.0.0.0:8080/healthz)"
     )
     run.set_defaults(func=_run)
@@ -273,6 +280,7 @@ def _run(args: argparse.Namespace) -> int:
                 ready_deadline=args.ready_deadline,
                 ready_backoff=args.ready_backoff,
                 ready_backoff_max=args.ready_backoff_max,
+                hold_after=args.hold_after,
             )
         )
     except preflight.PreflightError as exc:
@@ -396,9 +404,10 @@ def stop_cluster(cluster: LocalCluster) -> None:
         _say(f"cluster {name} is not up; nothing else to stop")
         return
     plugins = len(cluster.driver_processes())
+    jobset_controller = ", JobSet's controller" if jobset.running(cluster.kubeconfig) else ""
     cluster.down()
     _say(
-        f"stopped cluster {name}: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
+        f"stopped cluster {name}: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok{jobset_controller}"
         f"{f', {plugins} dra-example-driver plugin(s)' if plugins else ''}; deleted {cluster.cluster_dir}"
     )
 

@@ -409,7 +409,7 @@ K = "scheduling.phalanx.dev/"
         pytest.param(
             {K + "gang": "true"},
             f'{ANN}gang]: Invalid value: "true": unknown key under {K}, which Phalanx would ignore; '
-            f"use one of {K}policy, {K}min-count, {K}disruption-mode, {K}topology-key, {K}resource-claims, {K}ready-deadline, or remove it",
+            f"use one of {K}policy, {K}min-count, {K}disruption-mode, {K}topology-key, {K}resource-claims, {K}ready-deadline, {K}hold-after, or remove it",
             id="nothing-close",
         ),
         pytest.param(

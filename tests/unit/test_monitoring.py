@@ -64,7 +64,8 @@ def test_prometheusrule_expressions_parse_with_promtool(tmp_path: Path) -> None:
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     check = subprocess.run([str(promtool.binary()), "check", "rules", str(rules_file)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 3 rules found" in check.stdout, check.stdout
+    count = sum(len(g["rules"]) for g in rule["spec"]["groups"])
+    assert count == 5 and f"SUCCESS: {count} rules found" in check.stdout, check.stdout
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump({"groups": [{"name": "x", "rules": [{"alert": "X", "expr": "sum(rate(x[5m])"}]}]}))
     assert subprocess.run([str(promtool.binary()), "check", "rules", str(broken)], capture_output=True).returncode != 0
@@ -121,6 +122,19 @@ def test_nothing_waiting_fires_nothing(tmp_path: Path) -> None:
         "phalanx_incomplete_group_devices": "0x30",
     }
     assert _rule_test(tmp_path, series, minutes=30) == []
+
+
+def test_devices_held_for_the_head_of_the_line_for_half_an_hour_fire_an_alert(tmp_path: Path) -> None:
+    series = {'phalanx_held_devices{purpose="head"}': "64x60", 'phalanx_held_devices{purpose="nominated"}': "8x60"}
+    assert _rule_test(tmp_path, series, minutes=25) == [], "a hold of 25 minutes is a gang waiting for its devices to free"
+    assert _rule_test(tmp_path, series, minutes=40) == ["PhalanxHeadOfLineHeldTooLong"]
+    assert _rule_test(tmp_path, {'phalanx_held_devices{purpose="nominated"}': "8x60"}, minutes=40) == [], "only the head's hold"
+
+
+def test_ready_timeouts_in_a_row_fire_an_alert(tmp_path: Path) -> None:
+    """Two timeouts in half an hour are a slow start; three are a gang that cannot get Ready."""
+    assert _rule_test(tmp_path, {"phalanx_podgroup_ready_timeouts_total": "0 0 1 1 1 2 2 2 2 2"}, minutes=9) == []
+    assert _rule_test(tmp_path, {"phalanx_podgroup_ready_timeouts_total": "0 0 1 1 2 2 3 3 3 3"}, minutes=9) == ["PhalanxGangsNotReady"]
 
 
 def test_the_podmonitor_scrapes_the_port_the_operator_serves_metrics_on() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from builders import GPU, cluster, gang, port, with_claims, with_rules
 from phalanx.api import keys
 from phalanx.planner import Fits, plan
-from phalanx.planner.queue import takes_room, with_plan
-from phalanx.scheduling import queue
+from phalanx.planner.queue import hold_for, takes_room, with_plan
+from phalanx.scheduling import headhold, queue
 
 
 def _fits(snapshot, group) -> Fits:
@@ -99,3 +101,78 @@ def test_positions_count_only_gangs_waiting_for_their_first_placement() -> None:
     priority = {"low": 100, "high": 10000}
     got = queue.positions(groups, pods_of, lambda g: priority.get(g["metadata"]["name"], 0))
     assert got == {"high": (1, 2), "low": (2, 2)}
+
+
+def test_the_hold_for_the_head_is_its_plan_on_the_cluster_as_if_no_device_were_in_use() -> None:
+    """Every GPU in use: the 4-rank gang's hold names 4 devices packed on 2 nodes, and leaves the third node's for backfill."""
+    big, claims = gang("big", 4)
+    every = [d.id for d in cluster().devices]
+    snapshot = with_claims(cluster(held=every), claims)
+    assert not isinstance(plan(snapshot, big), Fits)
+    held = hold_for(replace(snapshot, held=frozenset()), big)
+    assert held is not None and len(held) == 4
+    assert len({pool for _, pool, _ in held}) == 2
+
+
+def test_a_hold_stays_on_its_devices_while_they_serve_and_shrinks_with_the_gang() -> None:
+    big, claims = gang("big", 4)
+    empty = with_claims(cluster(), claims)
+    kept = frozenset({(GPU, "worker-2", "gpu-0"), (GPU, "worker-2", "gpu-1"), (GPU, "worker-3", "gpu-0"), (GPU, "worker-3", "gpu-1")})
+    assert hold_for(empty, big) != kept, "the test's hold is not where a fresh plan would put it"
+    assert hold_for(empty, big, kept) == kept
+    smaller = replace(big, min_count=2, members=big.members[:2])
+    shrunk = hold_for(empty, smaller, kept)
+    assert shrunk is not None and len(shrunk) == 2 and shrunk < kept
+    five, five_claims = gang("five", 5)
+    moved = hold_for(with_claims(empty, five_claims), five, kept)
+    assert moved is not None and len(moved) == 5, "a hold too small for the gang is planned afresh"
+
+
+def test_no_hold_for_a_gang_that_cannot_fit_even_on_an_empty_cluster() -> None:
+    huge, claims = gang("huge", 7)
+    assert hold_for(with_claims(cluster(), claims), huge) is None
+
+
+def test_devices_held_for_others_stay_out_of_the_hold() -> None:
+    """A preemptor's devices (in `held` of the emptied snapshot) are not the head's to hold."""
+    big, claims = gang("big", 4)
+    theirs = frozenset({(GPU, "worker-1", "gpu-0"), (GPU, "worker-1", "gpu-1")})
+    held = hold_for(with_claims(cluster(held=theirs), claims), big)
+    assert held is not None and not held & theirs
+
+
+def _podgroup(uid: str, hold: dict | None = None, since: str | None = None, annotations: dict | None = None) -> dict:
+    status: dict = {"conditions": []}
+    if since:
+        status["conditions"].append(
+            {"type": keys.INITIALLY_SCHEDULED, "status": "False", "reason": "Unschedulable", "lastTransitionTime": since}
+        )
+    if hold:
+        status["hold"] = hold
+    meta = {"uid": uid, "namespace": "ml", "name": uid, "creationTimestamp": "2026-01-01T00:00:00Z", "annotations": annotations or {}}
+    return {"metadata": meta, "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}, "status": status}
+
+
+def test_what_is_held_counts_as_held_for_every_group_but_the_holder() -> None:
+    record = {"devices": [f"{GPU}/worker-1/gpu-0"], "heldAt": "2026-01-01T00:10:00Z", "waitingSince": "2026-01-01T00:05:00Z"}
+    holder, other = _podgroup("holder", record), _podgroup("other")
+    rank = {"holder": 100, "other": 100, "urgent": 10000}
+    priority = lambda g: rank[g["metadata"]["uid"]]  # noqa: E731
+    held = headhold.from_status([other, holder], priority)
+    assert held is not None and held.uid == "holder" and held.priority == 100
+    snapshot = cluster()
+    assert (GPU, "worker-1", "gpu-0") in headhold.elsewhere(snapshot, held, other, priority).held
+    assert (GPU, "worker-1", "gpu-0") in headhold.elsewhere(snapshot, held, None, priority).held
+    assert headhold.elsewhere(snapshot, held, holder, priority).held == snapshot.held
+    urgent = _podgroup("urgent")
+    assert headhold.elsewhere(snapshot, held, urgent, priority).held == snapshot.held, "a higher priority must not preempt for held room"
+    assert headhold.note(other, held) == "1 device(s) held for ml/holder, the head of the line"
+    assert "held for it as they free, since 2026-01-01T00:10:00Z" in (headhold.note(holder, held) or "")
+
+
+def test_the_wait_counts_from_the_condition_turning_false_and_the_annotation_overrides_the_flag() -> None:
+    assert headhold.waiting_since(_podgroup("a", since="2026-01-01T00:05:00Z")) == "2026-01-01T00:05:00Z"
+    assert headhold.waiting_since(_podgroup("a")) == "2026-01-01T00:00:00Z"
+    assert headhold.hold_after(_podgroup("a", annotations={keys.HOLD_AFTER: "2m"}), 300) == 120
+    assert headhold.hold_after(_podgroup("a", annotations={keys.HOLD_AFTER: "soon"}), 300) == 300
+    assert headhold.hold_after(_podgroup("a"), 300) == 300

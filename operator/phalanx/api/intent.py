@@ -22,6 +22,7 @@ from typing import Any, Literal
 from phalanx.api.keys import (
     ANNOTATION_PREFIX,
     DISRUPTION_MODE,
+    HOLD_AFTER,
     INTENT_ANNOTATIONS,
     JOB_ANNOTATIONS,
     MIN_COUNT,
@@ -183,13 +184,22 @@ _UNIT = {None: 1, "s": 1, "m": 60, "h": 3600}
 
 def ready_deadline(annotations: dict[str, str] | None) -> float | None:
     """The Job's ready deadline in seconds (0: none), None when it sets none. Raises GangSpecError on a bad value."""
-    raw = (annotations or {}).get(READY_DEADLINE)
+    return _duration(annotations, READY_DEADLINE, "turns the deadline off")
+
+
+def hold_after(annotations: dict[str, str] | None) -> float | None:
+    """How long the gang waits at the head of the line before devices are held for it (0: never), None when unset."""
+    return _duration(annotations, HOLD_AFTER, "never holds devices for it")
+
+
+def _duration(annotations: dict[str, str] | None, key: str, zero: str) -> float | None:
+    raw = (annotations or {}).get(key)
     if raw is None:
         return None
     found = _DURATION.fullmatch(raw.strip())
     if found is None:
-        fix = 'write seconds, or a number with s, m or h, e.g. "300" or "5m" ("0" turns the deadline off)'
-        raise GangSpecError([FieldError(annotation_path(READY_DEADLINE), raw, "must be a duration", fix)])
+        fix = f'write seconds, or a number with s, m or h, e.g. "300" or "5m" ("0" {zero})'
+        raise GangSpecError([FieldError(annotation_path(key), raw, "must be a duration", fix)])
     return float(int(found.group(1)) * _UNIT[found.group(2)])
 
 

@@ -24,7 +24,10 @@ INTENT_ANNOTATIONS = (POLICY, MIN_COUNT, DISRUPTION_MODE, TOPOLOGY_KEY, RESOURCE
 READY_DEADLINE = f"{GROUP}/ready-deadline"
 """Seconds (or `90s`, `5m`, `1h`; `0` turns it off) a released gang has to get every member Ready, else it is torn
 down and admitted again after a back-off; on the Job, copied onto its PodGroup. Default: the operator's --ready-deadline."""
-JOB_ANNOTATIONS = (*INTENT_ANNOTATIONS, READY_DEADLINE)
+HOLD_AFTER = f"{GROUP}/hold-after"
+"""Seconds (or `90s`, `5m`, `1h`; `0` never holds) a gang may wait at the head of the line before the devices its
+plan needs are held for it as they free; on the Job, copied onto its PodGroup. Default: the operator's --hold-after."""
+JOB_ANNOTATIONS = (*INTENT_ANNOTATIONS, READY_DEADLINE, HOLD_AFTER)
 """The only ANNOTATION_PREFIX keys a Job may carry: Phalanx writes no other onto Jobs, and admission refuses the rest (a typo would run the Job ungated)."""
 
 SCHEDULING_GATE = f"{GROUP}/gang"
@@ -54,7 +57,7 @@ HELD_TAINT = f"{GROUP}/held"
 HELD_DEVICE_ANNOTATION = f"{GROUP}/device"
 """On such a DeviceTaintRule: the device, as driver/pool/device."""
 TAINT_PURPOSE_LABEL = f"{GROUP}/purpose"
-"""On such a DeviceTaintRule: why the device is kept (double-allocated, nominated)."""
+"""On such a DeviceTaintRule: why the device is kept (double-allocated, nominated, held for the head of the line)."""
 
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 """Set by the Job controller on every pod it creates."""

@@ -278,12 +278,25 @@ class Readiness(Model):
     ready_at: str | None = Field(default=None, description="When every member of the current release was first seen Ready.")
 
 
+class Hold(Model):
+    """Devices held for this gang at the head of the line once it waited past its hold-after: kube-scheduler is kept
+    from them by DeviceTaintRules (purpose `head`) and Phalanx plans no other group onto them, so as they free they
+    stay free for it; anything using other devices still runs (backfill)."""
+
+    devices: list[str] = Field(
+        default_factory=list, max_length=8192, description="The devices its plan needs (driver/pool/device), held as they free."
+    )
+    held_at: str = Field(description="When the hold began (RFC 3339).")
+    waiting_since: str = Field(description="When the gang began waiting, from which its hold-after counts.")
+
+
 class PodGroupStatus(Model):
     conditions: list[Condition] = Field(
         default_factory=list, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
     )
     reservation: Reservation | None = None
     nomination: Nomination | None = None
+    hold: Hold | None = None
     lost: list[LostMember] | None = Field(
         default=None,
         max_length=256,

@@ -27,6 +27,7 @@ from phalanx.api.intent import (
     contradictions,
     from_annotations,
     from_job_scheduling,
+    hold_after,
     ready_deadline,
     unknown_keys,
     validate,
@@ -144,13 +145,14 @@ def _together(errors: list[FieldError]) -> Iterator[None]:
 
 
 def unknown_key_errors(job: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
-    """Keys under our prefix Phalanx does not read, and a ready deadline it cannot read."""
+    """Keys under our prefix Phalanx does not read, and a ready deadline or hold-after it cannot read."""
     annotations = (job.get("metadata") or {}).get("annotations")
     errors = unknown_keys(annotations, ((old or {}).get("metadata") or {}).get("annotations"))
-    try:
-        ready_deadline(annotations)
-    except GangSpecError as exc:
-        errors += exc.errors
+    for duration in (ready_deadline, hold_after):
+        try:
+            duration(annotations)
+        except GangSpecError as exc:
+            errors += exc.errors
     return errors
 
 

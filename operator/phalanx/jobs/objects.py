@@ -29,6 +29,13 @@ class GangSource:
     gated: bool
     ready_deadline: str | None = None
     """The Job's ready-deadline annotation as written (admission checked it), copied onto its PodGroup."""
+    hold_after: str | None = None
+    """The Job's hold-after annotation as written (admission checked it), copied onto its PodGroup."""
+
+    def copied_annotations(self) -> dict[str, str]:
+        """The Job's annotations its PodGroup carries too: the loop reads them there."""
+        said = {keys.READY_DEADLINE: self.ready_deadline, keys.HOLD_AFTER: self.hold_after}
+        return {k: v for k, v in said.items() if v is not None}
 
     @property
     def min_count(self) -> int:
@@ -78,6 +85,7 @@ def from_job(job: dict[str, Any]) -> GangSource | None:
         priority_class_name=pod_spec.get("priorityClassName"),
         gated=any(g.get("name") == keys.SCHEDULING_GATE for g in pod_spec.get("schedulingGates") or []),
         ready_deadline=(meta.get("annotations") or {}).get(keys.READY_DEADLINE),
+        hold_after=(meta.get("annotations") or {}).get(keys.HOLD_AFTER),
     )
 
 
@@ -148,7 +156,7 @@ def pod_group(source: GangSource, workload_uid: str) -> schema.PodGroup:
             namespace=source.namespace,
             labels=_labels(source),
             ownerReferences=[source.owner_reference(), workload_owner],
-            **({"annotations": {keys.READY_DEADLINE: source.ready_deadline}} if source.ready_deadline is not None else {}),
+            **({"annotations": copied} if (copied := source.copied_annotations()) else {}),
         ),
         spec=schema.PodGroupSpec(
             workload_ref=schema.WorkloadReference(workload_name=source.workload_name, template_name=source.template_name),

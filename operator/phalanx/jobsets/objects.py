@@ -32,4 +32,5 @@ def from_jobset(jobset: dict[str, Any]) -> GangSource | None:
         priority_class_name=admission.priority_class_name(jobset),
         gated=admission.gated(jobset),
         ready_deadline=(meta.get("annotations") or {}).get(keys.READY_DEADLINE),
+        hold_after=(meta.get("annotations") or {}).get(keys.HOLD_AFTER),
     )

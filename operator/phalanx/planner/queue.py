@@ -70,3 +70,27 @@ def takes_room(snapshot: Snapshot, ahead: Group, behind: Fits, matcher: DeviceMa
     if not isinstance(plan(snapshot, ahead, matcher), Fits):
         return False
     return not isinstance(plan(with_plan(snapshot, behind), ahead, matcher), Fits)
+
+
+def devices_of(fits: Fits) -> frozenset[DeviceId]:
+    """The devices a plan takes whole: its claims' and its planned extended resources' results, not shares nor admin access."""
+    return frozenset(
+        r.device_id for claim in (*fits.claims, *fits.planned) for r in claim.results if r.share_id is None and not r.admin_access
+    )
+
+
+def hold_for(
+    snapshot: Snapshot, group: Group, kept: frozenset[DeviceId] = frozenset(), matcher: DeviceMatcher | None = None
+) -> frozenset[DeviceId] | None:
+    """The devices to hold for `group` at the head of the line: those its plan needs on the cluster as if no device
+    were in use (`snapshot.held` keeps only what is held for others, e.g. a preemptor's), packed as every plan is.
+    `kept`, the hold it has, stays (what of it the plan still uses) as long as the group fits on those devices alone,
+    so a hold does not move with every pod that comes and goes, and shrinks with the gang. None when it cannot fit even on an empty cluster: holding would not help."""
+    emptied = replace(snapshot, shared=frozen_map({}))
+    if kept:
+        others = frozenset(d.id for d in snapshot.devices) - kept
+        on_kept = plan(replace(emptied, held=emptied.held | others), group, matcher)
+        if isinstance(on_kept, Fits):
+            return devices_of(on_kept)
+    result = plan(emptied, group, matcher)
+    return devices_of(result) if isinstance(result, Fits) else None

@@ -11,6 +11,7 @@ the API, writes, or looks at the clock (`now` is passed in).
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from phalanx.planner.devices import SelectorFailed
 from phalanx.planner.model import Device, Group, Snapshot
 from phalanx.planner.placement import Shortage
 from phalanx.planner.taints import tolerates
-from phalanx.scheduling import conditions, disruption, holders, inputs, phase, queue, quorum, victims
+from phalanx.scheduling import conditions, disruption, headhold, holders, inputs, phase, queue, quorum, victims
 from phalanx.scheduling.owner import OwnerKind
 
 JSON = dict[str, Any]
@@ -439,6 +440,8 @@ def explain(
                 for_group=pod_group,
                 taint_rules=objects.taint_rules,
             )
+            rank = functools.partial(inputs.priority, priority_class=priorities.get)
+            snapshot = headhold.elsewhere(snapshot, headhold.from_status(objects.podgroups, rank), pod_group, rank)
             group = inputs.group(pod_group, ready, min_count)
             plan_view, fits = _plan_view(snapshot, group, matcher)
             state = "Disrupted" if torn else state
@@ -529,7 +532,8 @@ def _queue(objects: Objects, pod_group: JSON, pods_of: Mapping[str, Sequence[JSO
     if ahead is not None:
         meta = ahead["metadata"]
         text += f"; next ahead: {meta['namespace']}/{meta['name']}, priority {priority[meta['uid']]}"
-    return text
+    held = headhold.note(pod_group, headhold.from_status(objects.podgroups, lambda g: priority[g["metadata"]["uid"]]))
+    return f"{text}; {held}" if held else text
 
 
 def _events(events: Sequence[JSON], pod_group: JSON, pods: Sequence[JSON], now: datetime.datetime) -> tuple[EventRow, ...]:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
-from phalanx.kube.client import Conflict, Kube, NotFound
+from phalanx.kube.client import Conflict, Kube, NotFound, all_answered
 from phalanx.planner.model import DeviceId
 from phalanx.scheduling.inputs import consuming_ids
 
@@ -103,18 +103,20 @@ class Holes:
                 self.covered[parts] = item["metadata"]["name"]
 
     async def cover(self, devices: Iterable[DeviceId], why: str) -> None:
-        """Taint each device before the repair that would open its hole."""
+        """Taint each device before the repair that would open its hole. The rules are made concurrently: a hold for a
+        64-rank gang made one after another took 12 s on a busy 2-core machine, and the loop's cycle with it."""
         if self.served is None:
             await self.load()
         if not self.served:
             return
-        for device in devices:
-            if device in self.covered:
-                continue
+
+        async def one(device: DeviceId) -> None:
             with contextlib.suppress(Conflict):  # made by us before a restart
                 await self.kube.create(PATH, rule(device, self.purpose))
             self.covered[device] = rule_name(device, self.purpose)
             logger.info("device %s kept from kube-scheduler until free: %s", "/".join(device), why)
+
+        await all_answered(one(d) for d in dict.fromkeys(devices) if d not in self.covered)
 
     async def uncover(self, devices: Iterable[DeviceId]) -> None:
         """Give devices back to kube-scheduler."""
@@ -125,10 +127,13 @@ class Holes:
             await self.load()
         if not self.served:
             return
-        for device in devices:
+
+        async def one(device: DeviceId) -> None:
             with contextlib.suppress(NotFound):
                 await self.kube.delete(f"{PATH}/{rule_name(device, self.purpose)}")
             self.covered.pop(device, None)
+
+        await all_answered(one(d) for d in dict.fromkeys(devices))
 
     async def sweep(self, claims: Iterable[Mapping[str, Any]]) -> None:
         """Delete the rule of every covered device nobody holds any more."""

@@ -48,6 +48,7 @@ from phalanx.scheduling import (
     conditions,
     disruption,
     groupclaims,
+    headhold,
     inputs,
     memory,
     metrics,
@@ -63,7 +64,7 @@ from phalanx.scheduling import (
     victims,
     waits,
 )
-from phalanx.scheduling.holes import NOMINATED, Holes
+from phalanx.scheduling.holes import HELD, NOMINATED, Holes
 from phalanx.scheduling.nomination import PREEMPTED, Preemptor
 from phalanx.scheduling.nomination import intruders as nomination_intruders
 from phalanx.scheduling.owner import OwnerKind
@@ -124,6 +125,7 @@ class SchedulingLoop:
         bind_deadline: float = 60.0,
         ready_deadline: float = 0.0,
         ready_backoff: tuple[float, float] = (60.0, 3600.0),
+        hold_after: float = headhold.DEFAULT_HOLD_AFTER,
     ) -> None:
         self.kube = kube
         self.view = view
@@ -142,6 +144,8 @@ class SchedulingLoop:
         self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
         self.preemptor = Preemptor(kube, view, Holes(kube, NOMINATED))
         self.pointers = pointers.Pointers(kube)
+        self.headhold = headhold.HeadHold(kube, hold_after)
+        """Devices held for the gang at the head of the line once it has waited past its hold-after."""
         self._pods_of: dict[str, list[dict[str, Any]]] = {}
         """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
         self._counted: set[tuple[tuple[str, str, str], str]] = set()
@@ -246,6 +250,23 @@ class SchedulingLoop:
                 delay = self._back_off(pod_group)
                 metrics.ERRORS.labels(stage="reconcile").inc()
                 logger.exception("%s/%s: reconcile failed (%s); retrying in %.1fs", _ns(pod_group), _name(pod_group), exc, delay)
+        await self._hold_for_head()
+
+    async def _hold_for_head(self) -> None:
+        """After every group was met in queue order: devices held for the head of the line, the rest given back."""
+        try:
+            snapshot = self._snapshot()
+            if await self.headhold.update(
+                self.line.ahead, self.view.podgroups.items(), snapshot, self._base and self._base[0], self.matcher
+            ):
+                self.shortfalls.short.clear()  # devices given back are room for every group known short
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            metrics.ERRORS.labels(stage="hold").inc()
+            logger.exception("hold for the head of the line not updated; retrying next cycle")
+        for purpose, rules in ((HELD, self.holes), (NOMINATED, self.preemptor.nominated)):
+            metrics.HELD_DEVICES.labels(purpose=purpose).set(len(rules.covered))
 
     def _forget(self, live: set[str]) -> None:
         """What the loop remembers of PodGroups that are gone goes with them."""
@@ -566,7 +587,9 @@ class SchedulingLoop:
             built = inputs.build(*(i.items() for i in sources), pinned=self._pins(), awaiting=awaiting)
             self._base = (key, built)
             self.shortfalls.observe(shortfall.capacity(inputs.nominated_elsewhere(built, view.podgroups.items(), None), self._policy()))
-        return inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group)
+        return self.headhold.elsewhere(
+            inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group), for_group, self._priority
+        )
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""

@@ -92,6 +92,13 @@ OLDEST_WAIT = Gauge(
     "Seconds since the oldest of those gangs had its quorum (0: none waits), by priority class.",
     ["priority_class"],
 )
+HELD_DEVICES = Gauge(
+    "phalanx_held_devices",
+    "Devices Phalanx keeps from kube-scheduler with DeviceTaintRules, by purpose: head (held for the gang at the head of "
+    "the line, see scheduling/headhold.py), nominated (freed by a preemption for its preemptor), held (after a repaired "
+    "double allocation).",
+    ["purpose"],
+)
 PREEMPTION_ATTEMPTS = Counter(
     "phalanx_workload_preemption_attempts_total",
     "Gang preemption searches, by result: Success (victims chosen), Unschedulable (no victims help), or GaveUp (a "

@@ -1,0 +1,241 @@
+"""No starvation: the gang at the head of the line, once it has waited past its hold-after, gets the devices its plan
+needs held for it as they free.
+
+The queue lets anything the head cannot use now go first (backfill), so without a hold a stream of small pods or
+gangs takes every device the moment it frees and a large gang waits for ever. Volcano's `sla-waiting-time` and
+YuniKorn's placeholders reserve for such a job; Phalanx holds devices with the DeviceTaintRules it already uses for
+repairs and preemptions (`holes`, purpose `head`). Each cycle, after every group was reconciled in queue order:
+
+1. the head is the first gang in the cycle's line (`queue.Line`) waiting for its first placement that could fit on
+   the cluster with no device in use; a group that can never fit is passed over, and when the first is preempting
+   (its nomination holds its own devices) nobody is held for;
+2. once it has waited past its hold-after (the Job's `scheduling.phalanx.dev/hold-after`, copied onto its PodGroup,
+   else `--hold-after`), counted from its PodGroupInitiallyScheduled last turning False as the API server keeps it
+   (a restart does not reset it), its plan on the cluster emptied of devices (`planner.queue.hold_for`: packed as any
+   plan, and kept while it still fits on the devices it holds) names the devices; each gets a NoSchedule rule, which
+   leaves a running holder alone and keeps kube-scheduler from giving the device out again once it frees, and the
+   loop plans no other group onto them (`elsewhere`);
+3. a pod or gang whose devices the plan does not need still runs; the head is released once all it needs is free,
+   on the held devices or any others;
+4. the hold is what the line says each cycle: given back (rules deleted, `status.hold` cleared) when the head is
+   released, deleted, needs fewer devices (a lower minCount), or is no longer at the head; a restarted operator loads
+   the rules and `status.hold` and reconciles them the same way. Devices given back are room for everyone: every
+   group known short is planned again.
+
+Node resources (cpu, memory, pods) are not held: a backfill pod may take them, and the head then waits for those too.
+A request that tolerates every taint (`operator: Exists`) is not kept off a held device.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from phalanx.api import intent, keys, schema
+from phalanx.kube.client import Kube, NotFound, custom_path
+from phalanx.planner import DeviceMatcher
+from phalanx.planner.model import DeviceId, Snapshot
+from phalanx.planner.queue import hold_for
+from phalanx.scheduling import conditions, inputs, metrics
+from phalanx.scheduling.holes import Holes
+from phalanx.scheduling.queue import Ahead
+
+logger = logging.getLogger(__name__)
+
+Priority = Callable[[Mapping[str, Any]], int]
+"""A PodGroup's priority, as the queue orders it."""
+
+HEAD = "head"
+"""Purpose of a DeviceTaintRule: a device held for the gang at the head of the line."""
+DEFAULT_HOLD_AFTER = 300.0
+"""Seconds: kube-scheduler's podMaxInUnschedulablePodsDuration and Kueue's waitForPodsReady timeout are 5 minutes."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """The hold this cycle decided on: for whom, which devices, since when."""
+
+    uid: str
+    namespace: str
+    name: str
+    devices: frozenset[DeviceId]
+    held_at: str
+    waiting_since: str
+    priority: int
+
+    def record(self) -> schema.Hold:
+        return schema.Hold(devices=sorted("/".join(d) for d in self.devices), held_at=self.held_at, waiting_since=self.waiting_since)
+
+
+def waiting_since(pod_group: Mapping[str, Any]) -> str:
+    """When the gang began waiting: its PodGroupInitiallyScheduled last turned False, else its creation."""
+    for cond in (pod_group.get("status") or {}).get("conditions") or []:
+        if cond["type"] == keys.INITIALLY_SCHEDULED and cond["status"] == "False" and cond.get("lastTransitionTime"):
+            return str(cond["lastTransitionTime"])
+    return str(pod_group["metadata"].get("creationTimestamp") or "")
+
+
+def hold_after(pod_group: Mapping[str, Any], default: float) -> float:
+    """The PodGroup's hold-after annotation (copied from its Job), else the operator's; 0: never held for."""
+    with contextlib.suppress(intent.GangSpecError):
+        said = intent.hold_after(pod_group["metadata"].get("annotations"))
+        if said is not None:
+            return said
+    return default
+
+
+def recorded(pod_group: Mapping[str, Any]) -> schema.Hold | None:
+    raw = (pod_group.get("status") or {}).get("hold")
+    return schema.Hold.model_validate(raw) if raw else None
+
+
+def devices(record: schema.Hold) -> frozenset[DeviceId]:
+    return frozenset(tuple(d.split("/", 2)) for d in record.devices)  # type: ignore[misc]
+
+
+def from_status(podgroups: Iterable[Mapping[str, Any]], priority: Priority) -> Held | None:
+    """The hold the PodGroups record (the earliest, should a crash have left two), for readers without the loop: explain."""
+    found = sorted(((r, g) for g in podgroups if (r := recorded(g)) is not None), key=lambda rg: rg[0].held_at)
+    if not found:
+        return None
+    record, g = found[0]
+    meta = g["metadata"]
+    return Held(meta["uid"], meta["namespace"], meta["name"], devices(record), record.held_at, record.waiting_since, priority(g))
+
+
+def elsewhere(snapshot: Snapshot, held: Held | None, for_group: Mapping[str, Any] | None, priority: Priority) -> Snapshot:
+    """`snapshot` as a group other than the holder is planned on: the held devices count as held. Not for a group of
+    higher priority (it is ahead of the holder, which holds until the next cycle sees it at the head): it must not
+    preempt for room the hold keeps free."""
+    if held is None or not held.devices:
+        return snapshot
+    if for_group is not None and (for_group["metadata"]["uid"] == held.uid or priority(for_group) > held.priority):
+        return snapshot
+    return replace(snapshot, held=snapshot.held | held.devices)
+
+
+def note(pod_group: Mapping[str, Any], held: Held | None, snapshot: Snapshot | None = None) -> str | None:
+    """What explain says of the hold: held for this group (how many free now), or for whom, when another is held for."""
+    if held is None:
+        return None
+    if pod_group["metadata"]["uid"] == held.uid:
+        free = f", {len(held.devices - snapshot.held)} of them free now" if snapshot is not None else ""
+        return f"{len(held.devices)} device(s) held for it as they free, since {held.held_at} (waiting since {held.waiting_since}){free}"
+    return f"{len(held.devices)} device(s) held for {held.namespace}/{held.name}, the head of the line"
+
+
+def _seconds_since(timestamp: str) -> float:
+    if not timestamp:
+        return 0.0
+    then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
+
+
+class HeadHold:
+    """The one hold for the head of the line: its DeviceTaintRules and its PodGroup's `status.hold`, kept to what the line says."""
+
+    def __init__(self, kube: Kube, default_after: float = DEFAULT_HOLD_AFTER) -> None:
+        self.kube = kube
+        self.rules = Holes(kube, HEAD)
+        self.default_after = default_after
+        self.current: Held | None = None
+        self._written: dict[str, dict[str, Any] | None] = {}
+        """PodGroup uid -> the `status.hold` this process last wrote: the watch may not show it yet."""
+        self._planned: tuple[Hashable, frozenset[DeviceId] | None] | None = None
+        """(what the last plan read, its answer): the head's hold is planned again only when either changes."""
+
+    def elsewhere(self, snapshot: Snapshot, for_group: Mapping[str, Any] | None, priority: Priority) -> Snapshot:
+        return elsewhere(snapshot, self.current, for_group, priority)
+
+    async def update(
+        self, line: Sequence[Ahead], podgroups: Sequence[Mapping[str, Any]], snapshot: Snapshot, revision: Hashable, matcher: DeviceMatcher
+    ) -> bool:
+        """Hold for the head of `line` (this cycle's, in queue order) what its plan needs, give back the rest. True when
+        devices were given back (the caller plans every short group again)."""
+        if self.rules.served is None:
+            await self.rules.load()
+        desired = await self._desired(line, podgroups, snapshot, revision, matcher)
+        want = desired.devices if desired is not None else frozenset()
+        if desired is not None:
+            await self._write(desired.namespace, desired.name, desired.uid, desired.record().wire())
+            await self.rules.cover(
+                sorted(want - set(self.rules.covered)), f"held for {desired.namespace}/{desired.name}, the head of the line"
+            )
+        given_back = sorted(set(self.rules.covered) - want)
+        await self.rules.uncover(given_back)
+        for g in podgroups:
+            uid = g["metadata"]["uid"]
+            if (desired is None or uid != desired.uid) and (
+                self._written.get(uid) or ((g.get("status") or {}).get("hold") and uid not in self._written)
+            ):
+                await self._write(g["metadata"]["namespace"], g["metadata"]["name"], uid, None)
+        live = {g["metadata"]["uid"] for g in podgroups}
+        self._written = {u: w for u, w in self._written.items() if u in live}
+        if desired != self.current:
+            logger.info("hold for the head of the line: %s", desired.record() if desired is not None else "none")
+        self.current = desired
+        metrics.HELD_DEVICES.labels(purpose=HEAD).set(len(want))
+        return bool(given_back)
+
+    async def _desired(
+        self, line: Sequence[Ahead], podgroups: Sequence[Mapping[str, Any]], snapshot: Snapshot, revision: Hashable, matcher: DeviceMatcher
+    ) -> Held | None:
+        for ahead in line:
+            pod_group = ahead.pod_group
+            meta = pod_group["metadata"]
+            if ahead.memo != meta["uid"] or pod_group["spec"]["schedulingPolicy"].get("gang") is None or inputs.reservation(pod_group):
+                continue  # late members of a running gang, or a basic group: no first placement to wait for
+            if ahead.freed:
+                return None  # preempting: its nomination holds its own devices
+            after = hold_after(pod_group, self.default_after)
+            since = waiting_since(pod_group)
+            mine = (
+                self.current
+                if self.current is not None and self.current.uid == meta["uid"]
+                else from_status([pod_group], lambda _, p=ahead.priority: p)
+            )
+            kept = mine.devices if mine is not None else frozenset()
+            found = await self._plan(ahead, podgroups, snapshot, revision, kept, matcher)
+            if found is None:
+                continue  # can never fit, even on an empty cluster: holding would not help, and it holds no line
+            if after <= 0 or _seconds_since(since) < after:
+                return None
+            held_at = mine.held_at if mine is not None and mine.devices else conditions.now()
+            return Held(meta["uid"], meta["namespace"], meta["name"], found, held_at, since, ahead.priority)
+        return None
+
+    async def _plan(
+        self,
+        ahead: Ahead,
+        podgroups: Sequence[Mapping[str, Any]],
+        snapshot: Snapshot,
+        revision: Hashable,
+        kept: frozenset[DeviceId],
+        matcher: DeviceMatcher,
+    ) -> frozenset[DeviceId] | None:
+        uid = ahead.pod_group["metadata"]["uid"]
+        key = (uid, revision, ahead.group, kept)
+        if self._planned is not None and self._planned[0] == key:
+            return self._planned[1]
+        others = frozenset(
+            d
+            for g in podgroups
+            if g["metadata"]["uid"] != uid and (n := inputs.nomination(g)) is not None
+            for d in inputs.nominated_devices(n)
+        )
+        # in a worker thread, as every plan
+        found = await asyncio.to_thread(hold_for, replace(snapshot, held=others), ahead.group, kept, matcher)
+        self._planned = (key, found)
+        return found
+
+    async def _write(self, namespace: str, name: str, uid: str, body: dict[str, Any] | None) -> None:
+        if uid in self._written and self._written[uid] == body:
+            return
+        with contextlib.suppress(NotFound):  # a PodGroup deleted meanwhile takes its record with it
+            await self.kube.merge_patch(custom_path("podgroups", namespace, name, status=True), {"status": {"hold": body}})
+        self._written[uid] = body
