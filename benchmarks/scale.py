@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import datetime
 import json
-import signal
 import sys
 import time
 import urllib.request
@@ -428,25 +427,17 @@ def run(args: Any) -> int:
     # the in-tree cluster (and vanilla) only for the workloads run three ways
     three = {"latency", "burst"} & set(plan.workloads)
     upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec)) if three else None
-    clusters = [c for c in (phalanx, upstream) if c is not None]
-    operator = None
     started = time.monotonic()
     raw: dict[str, Any] = {"latency": {}, "burst": {}, "waiting": [], "footprint": [], "grow_seconds": {}}
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clusters and the operator are stopped on the way out
+
+    def prepare(cluster: LocalCluster) -> None:
+        raw["grow_seconds"][cluster.spec.name] = asyncio.run(grow(cluster, plan.nodes, tw.GPUS_PER_WORKER))
+        say(f"{cluster.spec.name}: {plan.nodes} workers in {raw['grow_seconds'][cluster.spec.name]:.0f} s")
+
     try:
-        for cluster in clusters:
-            tw._up(cluster)
-            raw["grow_seconds"][cluster.spec.name] = asyncio.run(grow(cluster, plan.nodes, tw.GPUS_PER_WORKER))
-            say(f"{cluster.spec.name}: {plan.nodes} workers in {raw['grow_seconds'][cluster.spec.name]:.0f} s")
-            cluster.kubectl("create", "namespace", tw.NAMESPACE)
-            cluster.kubectl("apply", "-n", tw.NAMESPACE, "-f", "-", stdin=json.dumps(tw.CLAIM_TEMPLATE))
-        operator = operatorproc.start(phalanx, args.repo)
-        asyncio.run(measure(plan, phalanx, upstream, operator, raw))
+        with tw.running(phalanx, upstream, args.repo, prepare) as operator:
+            asyncio.run(measure(plan, phalanx, upstream, operator, raw))
     finally:
-        if operator is not None:
-            operator.stop()
-        for cluster in clusters:
-            cluster.down()
         report(plan, raw, started)
     return 0
 

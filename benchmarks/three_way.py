@@ -69,7 +69,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -765,7 +765,6 @@ def main() -> int:
     spec = {"workers": workers, "gpus_per_worker": GPUS_PER_WORKER, "driver": "fakegpu"}
     phalanx = LocalCluster(ClusterSpec(name=f"{args.name}-phalanx", **spec))
     upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec)) if plan.in_tree else None
-    operator = None
     started = time.monotonic()
     raw: dict[str, Any] = {
         "latency": {},
@@ -780,22 +779,36 @@ def main() -> int:
     if plan.workloads == ("queue",):
         report(args, plan, 0, started, raw)
         return 0
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clusters and the operator are stopped on the way out
+    try:
+        with running(phalanx, upstream, args.repo) as operator:
+            asyncio.run(measure(plan, phalanx, upstream, operator, raw))
+    finally:
+        report(args, plan, workers, started, raw)
+    return 0
+
+
+@contextlib.contextmanager
+def running(
+    phalanx: LocalCluster, upstream: LocalCluster | None, repo: Path, prepare: Callable[[LocalCluster], None] = lambda _: None
+) -> Iterator[operatorproc.OperatorProcess]:
+    """Both clusters up (each `prepare`d), the bench namespace and claim template in each, the operator on Phalanx's;
+    all stopped on the way out, SIGTERM included."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     clusters = [c for c in (phalanx, upstream) if c is not None]
+    operator = None
     try:
         for cluster in clusters:
             _up(cluster)
+            prepare(cluster)
             cluster.kubectl("create", "namespace", NAMESPACE)
             cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(CLAIM_TEMPLATE))
-        operator = operatorproc.start(phalanx, args.repo)
-        asyncio.run(measure(plan, phalanx, upstream, operator, raw))
+        operator = operatorproc.start(phalanx, repo)
+        yield operator
     finally:
         if operator is not None:
             operator.stop()
         for cluster in clusters:
             cluster.down()
-        report(args, plan, workers, started, raw)
-    return 0
 
 
 def _up(cluster: LocalCluster) -> None:
