@@ -52,6 +52,7 @@ Workloads:
               gangs (benchmarks/queue_cost.py).
 
 Usage: python benchmarks/three_way.py [--quick] [--sizes 4,32,128,512] [--recovery-sizes 4,32,128] [--runs 3]
+       python benchmarks/three_way.py --scale 1000 [--scale-pods 10000,50000,100000] [--scale-gangs 1000] (see scale.py)
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -416,6 +417,14 @@ def _proc_stat(pid: int) -> tuple[float, float]:
     return rss_kib / 1024, (int(fields[11]) + int(fields[12])) / ticks
 
 
+def bound_pod(name: str, node: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A pod bound directly to `node` (no scheduler, no claims): kwok runs it."""
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "1m"}}}]},
+    }
+
+
 async def footprint(way: Way, pods: int, idle: float) -> dict[str, float]:
     """The operator's memory and CPU: idle, while `pods` pods are created (bound directly to workers), idle again."""
     assert way.operator is not None
@@ -431,14 +440,7 @@ async def footprint(way: Way, pods: int, idle: float) -> dict[str, float]:
 
     async def creator() -> None:
         for i in queue:
-            body = {
-                "metadata": {"name": f"ballast-{i}", "labels": {"app": "ballast"}},
-                "spec": {
-                    "nodeName": workers[i % len(workers)],
-                    "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "1m"}}}],
-                },
-            }
-            await core.create_namespaced_pod("ballast", body)
+            await core.create_namespaced_pod("ballast", bound_pod(f"ballast-{i}", workers[i % len(workers)], {"app": "ballast"}))
 
     await asyncio.gather(*(creator() for _ in range(16)))
     creating = time.monotonic() - created
@@ -731,7 +733,17 @@ def main() -> int:
     parser.add_argument("--starvation-size", type=int, help="starvation: ranks of the head gang (default 64)")
     parser.add_argument("--name", default="bench", help="cluster name prefix (two clusters: NAME-phalanx, NAME-intree)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose CRDs and RBAC to install (default: this one)")
+    parser.add_argument(
+        "--scale", type=int, metavar="NODES", help="the scale tier instead (benchmarks/scale.py): NODES kwok workers, e.g. 1000 or 5000"
+    )
+    parser.add_argument("--scale-pods", help="scale tier: footprint levels, comma separated (default 10000,50000,100000)")
+    parser.add_argument("--scale-gangs", type=int, help="scale tier: gangs of 3 in the burst and waiting (default 1000)")
+    parser.add_argument("--scale-budget", type=float, help="scale tier: seconds of pod creation for the footprint, in all (default 1800)")
     args = parser.parse_args()
+    if args.scale:
+        import scale  # benchmarks/ is the script's directory, not a package
+
+        return scale.run(args)
     plan = QUICK if args.quick else FULL
     if args.sizes:
         plan = Plan(**{**plan.__dict__, "sizes": [int(s) for s in args.sizes.split(",")]})
@@ -753,7 +765,6 @@ def main() -> int:
     spec = {"workers": workers, "gpus_per_worker": GPUS_PER_WORKER, "driver": "fakegpu"}
     phalanx = LocalCluster(ClusterSpec(name=f"{args.name}-phalanx", **spec))
     upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec)) if plan.in_tree else None
-    operator = None
     started = time.monotonic()
     raw: dict[str, Any] = {
         "latency": {},
@@ -768,22 +779,36 @@ def main() -> int:
     if plan.workloads == ("queue",):
         report(args, plan, 0, started, raw)
         return 0
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clusters and the operator are stopped on the way out
+    try:
+        with running(phalanx, upstream, args.repo) as operator:
+            asyncio.run(measure(plan, phalanx, upstream, operator, raw))
+    finally:
+        report(args, plan, workers, started, raw)
+    return 0
+
+
+@contextlib.contextmanager
+def running(
+    phalanx: LocalCluster, upstream: LocalCluster | None, repo: Path, prepare: Callable[[LocalCluster], None] = lambda _: None
+) -> Iterator[operatorproc.OperatorProcess]:
+    """Both clusters up (each `prepare`d), the bench namespace and claim template in each, the operator on Phalanx's;
+    all stopped on the way out, SIGTERM included."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     clusters = [c for c in (phalanx, upstream) if c is not None]
+    operator = None
     try:
         for cluster in clusters:
             _up(cluster)
+            prepare(cluster)
             cluster.kubectl("create", "namespace", NAMESPACE)
             cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(CLAIM_TEMPLATE))
-        operator = operatorproc.start(phalanx, args.repo)
-        asyncio.run(measure(plan, phalanx, upstream, operator, raw))
+        operator = operatorproc.start(phalanx, repo)
+        yield operator
     finally:
         if operator is not None:
             operator.stop()
         for cluster in clusters:
             cluster.down()
-        report(args, plan, workers, started, raw)
-    return 0
 
 
 def _up(cluster: LocalCluster) -> None:

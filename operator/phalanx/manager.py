@@ -18,6 +18,7 @@ import kopf
 import prometheus_client
 from kubernetes_asyncio import client
 
+from phalanx import memorylimit
 from phalanx.api.intent import Mode
 from phalanx.jobs import controller, webhook_config, webhooks
 from phalanx.jobsets import controller as jobset_controller
@@ -30,7 +31,13 @@ from phalanx.kube.readiness import Readiness
 from phalanx.kube.webhookserver import WebhookServer
 from phalanx.scheduling.loop import SchedulingLoop
 
-__all__ = ["controller", "jobset_controller", "jobset_webhooks", "webhooks"]  # imported for their Kopf handlers, registered on import
+__all__ = [
+    "controller",
+    "jobset_controller",
+    "jobset_webhooks",
+    "memorylimit",
+    "webhooks",
+]  # imported for their Kopf handlers and metrics, registered on import
 
 PLANNER_GIL_TURN = 0.0005
 """Seconds a thread may hold the GIL before another is let in (Python's default is 0.005)."""

@@ -204,12 +204,23 @@ def bound(snapshot: Snapshot, job: str) -> int:
     )
 
 
-def settle(cluster: Any, namespace: str, expect: dict[str, int], timeout: float = 240, quiet: float = 4) -> Snapshot:
-    """Wait until each Job in `expect` has that many members bound, no reservation is half done, and nothing moved for `quiet` s."""
+def settle(
+    cluster: Any,
+    namespace: str,
+    expect: dict[str, int],
+    timeout: float = 240,
+    quiet: float = 4,
+    continuous: Continuous | None = None,
+) -> Snapshot:
+    """Wait until each Job in `expect` has that many members bound, no reservation is half done, and nothing moved for
+    `quiet` s; every snapshot on the way is judged as it is taken (`Continuous`), not only the last."""
+    continuous = continuous or Continuous()
     deadline = time.monotonic() + timeout
     last, since = None, time.monotonic()
     while True:
         snapshot = take(cluster.kubectl, namespace)
+        wrong = continuous.check(snapshot)
+        assert not wrong, f"after {continuous.snapshots} snapshots: {wrong}\n{summary(snapshot)}"
         done = all(bound(snapshot, job) == n for job, n in expect.items()) and not any(
             ((g.get("status") or {}).get("reservation") or {}).get("state") == "Reserving" for g in snapshot.podgroups
         )

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -36,18 +37,25 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import WORKLOADS, Cluster, wait_for
 
+import faultcheck
+import flakyapi
+import test_release_path
 from jobs import gpu_gang, one_gpu_pod_spec
 from phalanx.api import keys
 from phalanx.localcluster import demo, operatorproc
+from test_release_path import remove_policy
 
 ROOT = Path(__file__).parents[2]
 ROUNDS = int(os.environ.get("PHALANX_FAILOVER_ROUNDS", "1"))
 LEASE = "phalanx-leader"
 SETTLE = ("--race-settle", "5")
+admission_policy = test_release_path.admission_policy
+"""The release path's fixture: ValidatingAdmissionPolicies a test makes, removed at its end."""
 
 
 @dataclass
@@ -135,13 +143,13 @@ def replicas(cluster: Cluster) -> Iterator[tuple[list[Replica], int]]:
         balancer.wait()
 
 
-def _start(cluster: Cluster, replica: Replica, listen: int) -> None:
+def _start(cluster: Cluster, replica: Replica, listen: int, extra: tuple[str, ...] = SETTLE) -> None:
     replica.handle = operatorproc.start(
         cluster.local,
         ROOT,
         webhook_port=replica.webhook_port,
         advertise_port=listen,
-        extra_args=("--leader-identity", replica.identity, *SETTLE),
+        extra_args=("--leader-identity", replica.identity, *extra),
     )
 
 
@@ -238,3 +246,78 @@ def _round(cluster: Cluster, pair: list[Replica], listen: int, namespace: str, r
     leader.handle.stop()
     _start(cluster, leader, listen)  # the killed replica comes back as the standby
     return took
+
+
+QUICK_LEASE = ("--leader-lease-duration", "4", "--leader-renew-deadline", "3", "--leader-retry-period", "0.5")
+
+
+def test_a_deposed_leaders_gate_lift_does_not_land_after_the_new_leaders_rollback(
+    cluster: Cluster, replicas: tuple[list[Replica], int], namespace: str, admission_policy: Any
+) -> None:
+    """The leader's gate lifts of a 2-rank gang are held in admission, in flight in the API server; meanwhile the
+    leader is frozen (SIGSTOP) past its Lease, a rank is deleted (and not replaced: new pods are refused for now),
+    and the standby takes the Lease and undoes the recorded release (a member is gone). Then the held lifts are let
+    through: rank 0's must not land, or rank 0 would run alone, with the device the rollback freed handed to it by
+    kube-scheduler and no record that it belongs to a gang."""
+    pair, listen = replicas
+    for replica in pair:
+        _start(cluster, replica, listen, QUICK_LEASE)
+    by_identity = {r.identity: r for r in pair}
+    leader = by_identity[wait_for(lambda: _holder(cluster) in by_identity and _holder(cluster), "a leader")]
+    (standby,) = [r for r in pair if r is not leader]
+    assert leader.handle is not None and standby.handle is not None
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    go = threading.Event()
+    flaky = flakyapi.FlakyLifts(None, 1, {"0", "1"}, delay=25, until=go)
+    with flakyapi.flaky_lifts(cluster, namespace, flaky, timeout=30):
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("pair", 2)))
+        wait_for(lambda: len(flaky.answered) == 2, "both gate lifts of the leader held in admission", timeout=60)
+        ranks = cluster.get("pods", "-n", namespace, "-l", "app=pair")["items"]
+        first = {p["metadata"]["annotations"][flakyapi.INDEX]: p for p in ranks}
+        admission_policy(policy := f"no-pods-{namespace}", namespace, ["pods"], "request.operation != 'CREATE'", "no new pods")
+        os.killpg(leader.handle.process.pid, signal.SIGSTOP)
+        try:
+            cluster.kubectl("delete", "pod", first["1"]["metadata"]["name"], "-n", namespace, "--wait=false")
+            wait_for(lambda: _holder(cluster) == standby.identity, "the standby holds the Lease", timeout=60)
+
+            def undone() -> bool:
+                pod = cluster.get("pod", first["0"]["metadata"]["name"], "-n", namespace)
+                reservation = (_pod_group(cluster, namespace, "pair").get("status") or {}).get("reservation")
+                return (
+                    faultcheck.gated(pod) and not reservation and not any(faultcheck.held(c) for c in _claims(cluster, namespace, "pair"))
+                )
+
+            wait_for(undone, "the new leader undid the recorded release, rank 0 still gated", timeout=60)
+            assert len(flaky.answered) == 2, "the deposed leader's lifts were still held while the new leader undid the release"
+        finally:
+            go.set()
+            os.killpg(leader.handle.process.pid, signal.SIGCONT)
+        continuous = faultcheck.Continuous()
+
+        def judged() -> faultcheck.Snapshot:
+            snapshot = faultcheck.take(cluster.kubectl, namespace)  # pods read before PodGroups: a record shows if it came first
+            wrong = continuous.check(snapshot)
+            assert not wrong, wrong
+            rank_0 = next(p for p in snapshot.pods if p["metadata"]["uid"] == first["0"]["metadata"]["uid"])
+            recorded = {
+                p["uid"] for g in snapshot.podgroups for p in ((g.get("status") or {}).get("reservation") or {}).get("placements") or []
+            }
+            assert faultcheck.gated(rank_0) or rank_0["metadata"]["uid"] in recorded, "rank 0 released outside any recorded reservation"
+            return snapshot
+
+        wait_for(lambda: judged() and flaky.held_answered == 2, "the held lifts let through by the webhook", timeout=30)
+        for _ in range(10):  # a lift that landed shows by now
+            judged()
+            time.sleep(0.3)
+        remove_policy(cluster, policy)
+
+        def scheduled_again() -> bool:
+            judged()
+            return _scheduled(_pod_group(cluster, namespace, "pair"))
+
+        wait_for(scheduled_again, "the gang released whole again, by the new leader, once its rank is replaced", timeout=120)
+    pods = [p for p in cluster.get("pods", "-n", namespace, "-l", "app=pair")["items"] if not p["metadata"].get("deletionTimestamp")]
+    assert len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods), [p["metadata"]["name"] for p in pods]
+    assert first["0"]["metadata"]["uid"] in {p["metadata"]["uid"] for p in pods}, "rank 0 released once, with its gang"
+    wrong = faultcheck.violations(faultcheck.take(cluster.kubectl, namespace))
+    assert not wrong, wrong

@@ -17,6 +17,7 @@ from conftest import WORKLOADS, Cluster, Operator, wait_for
 
 import faultcheck
 import flakyapi
+import heldwrites
 from jobs import gpu_gang, one_gpu_pod_spec, priority_classes
 from phalanx.api import keys
 from phalanx.localcluster import demo
@@ -324,3 +325,50 @@ def test_the_holder_that_allocated_first_keeps_a_device_held_twice_within_one_se
     assert evicted == ["pod-a-second"], f"the holder that allocated second yields: {evicted} (created, status written: {times})"
     kept = cluster.get("pod", "pod-z-first", "-n", namespace)
     assert not kept["metadata"].get("deletionTimestamp")
+
+
+def test_a_release_waits_for_the_allocation_kube_scheduler_is_still_binding(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """kube-scheduler has reserved one of worker-1's two GPUs for a plain pod in memory, and its PreBind write is
+    held up (a slow admission webhook on claims, `heldwrites`); the API shows the claim unallocated. A gang of two
+    pinned to worker-1 then looks as if it fits. The release must wait for that write (the pod is nominated to
+    worker-1: the evidence), find the device taken, and yield; had it gone on after a fixed settle, both would
+    hold one device and the pod that allocated second (the plain one) would be evicted."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    on_worker_1 = {"kubernetes.io/hostname": "worker-1"}
+    held = heldwrites.HeldWrites({"contender"})
+    continuous = faultcheck.Continuous()
+    with heldwrites.held_claim_writes(cluster, namespace, held):
+        spec = {**one_gpu_pod_spec(grace=0), "nodeSelector": on_worker_1}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "contender"}, "spec": spec}
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(pod))
+        assert held.arrived.wait(30), "kube-scheduler's write of the contender's claim reached the webhook"
+        contender = cluster.get("pod", "contender", "-n", namespace)
+        assert contender["status"].get("nominatedNodeName") == "worker-1" and not contender["spec"].get("nodeName"), contender["status"]
+        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["worker-1"]}]}
+        ]}}}  # fmt: skip
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("pair", 2, affinity=affinity)))
+
+        def reserved_during_the_hold() -> bool:
+            snapshot = faultcheck.take(cluster.kubectl, namespace)
+            assert not continuous.check(snapshot)
+            claims = [c for c in snapshot.claims if c["metadata"]["name"].startswith("pair-")]
+            return len(claims) == 2 and all(faultcheck.held(c) for c in claims)
+
+        wait_for(reserved_during_the_hold, "the gang's claims written by Phalanx while the contender's write is held", timeout=60)
+        ours = cluster.get("pod", "contender", "-n", namespace)
+        mine = [c for c in cluster.get("resourceclaims", "-n", namespace)["items"] if c["metadata"]["name"].startswith("contender-")]
+        assert not ours["spec"].get("nodeName") and not any(faultcheck.held(c) for c in mine), "the race happened: still in flight"
+        time.sleep(3)  # a release that does not wait lifts the gates well within this
+        held.let_go()
+        _watch(cluster, namespace, 10, continuous)
+    contender = cluster.get("pod", "contender", "-n", namespace)
+    assert contender["spec"].get("nodeName") == "worker-1" and not contender["metadata"].get("deletionTimestamp"), (
+        "the pod kube-scheduler was binding keeps its device"
+    )
+    pair = _pods(cluster, namespace, "pair")
+    assert all(faultcheck.gated(p) for p in pair), "the gang was not released onto a device kube-scheduler had handed out"
+    wrong = faultcheck.violations(faultcheck.take(cluster.kubectl, namespace))
+    assert not [w for w in wrong if "wait while" not in w], wrong
+    cluster.kubectl("delete", "pod", "contender", "-n", namespace, "--wait=false")
+    wait_for(lambda: len(_running(_pods(cluster, namespace, "pair"))) == 2, "the gang runs once the device is free", timeout=60)

@@ -71,10 +71,17 @@ def restarted_while_b_is_placed(cluster: Cluster, operator_process: operatorproc
     revision = cluster.local.restart_apiserver(compact=True, down=down)
 
     assert revision > 0
-    wait_for(lambda: expired_relists(operator_process.metrics_port) > 0, "a resumed watch answered 410 Gone", timeout=120)
+    continuous = faultcheck.Continuous()
+
+    def relisted() -> bool:
+        wrong = continuous.check(faultcheck.take(cluster.kubectl, namespace))
+        assert not wrong, f"after the restart: {wrong}"
+        return expired_relists(operator_process.metrics_port) > 0
+
+    wait_for(relisted, "a resumed watch answered 410 Gone", timeout=120)
     assert "410 Gone" in operator_process.logs(), "the operator logged the expired watch"
     cluster.kubectl("delete", "job", "a", "-n", namespace, "--wait=false")
-    snapshot = faultcheck.settle(cluster, namespace, {"a": 0, "b": 2, "c": 4})
+    snapshot = faultcheck.settle(cluster, namespace, {"a": 0, "b": 2, "c": 4}, continuous=continuous)
     assert operator_process.process.poll() is None, "the operator lived through the restart"
     problems = faultcheck.violations(snapshot)
     assert not problems, f"after the API server restart: {problems}\n{faultcheck.summary(snapshot)}"

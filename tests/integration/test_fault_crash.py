@@ -3,7 +3,8 @@ and once the cluster settles nothing is leaked, nothing is half released, and ev
 
 Each run arms one crash point (`phalanx.crashpoints`, PHALANX_CRASH_AT) in a fresh operator, drives the scenario
 that reaches it, proves the operator died there (its exit by SIGKILL and the point's own log line), starts a clean
-operator and judges the settled cluster with `faultcheck.violations`. The short form (`./task test`) crashes once,
+operator and judges the settled cluster with `faultcheck.violations`; every snapshot from the scenario's start to the settled
+end is judged as it is taken too (`faultcheck.Continuous`: no device held twice, no running pod without its devices). The short form (`./task test`) crashes once,
 mid-reservation; PHALANX_FAULT_RUNS=N (`./task faults` sets 50) cycles N runs over every point, the
 points inside a concurrent step (a claim written, a gate lifted, a pod evicted) at their 1st, 2nd and 3rd hit.
 """
@@ -121,11 +122,19 @@ def test_a_crash_at_any_step_leaves_nothing_leaked_or_half_released(
     armed = operatorproc.start(cluster.local, ROOT, env={ENV: target})
     operators.append(armed)
     expect = drive(cluster, namespace, SCENARIO[point])
-    wait_for(lambda: armed.process.poll() is not None, f"the operator killed at {target}", timeout=180)
+    continuous = faultcheck.Continuous()
+
+    def killed() -> bool:
+        wrong = continuous.check(faultcheck.take(cluster.kubectl, namespace))
+        assert not wrong, f"before the crash at {target}: {wrong}"
+        return armed.process.poll() is not None
+
+    wait_for(killed, f"the operator killed at {target}", timeout=180)
     assert armed.process.returncode == -signal.SIGKILL, armed.logs()[-4000:]
     assert f"crash point {point} hit" in armed.logs(), "it died at the armed point: the scenario happened"
 
     operators.append(operatorproc.start(cluster.local, ROOT))
-    snapshot = faultcheck.settle(cluster, namespace, expect)
+    snapshot = faultcheck.settle(cluster, namespace, expect, continuous=continuous)
+    print(f"{target}: {continuous.snapshots} snapshots judged as taken")
     problems = faultcheck.violations(snapshot)
     assert not problems, f"after a crash at {target}: {problems}\n{faultcheck.summary(snapshot)}"

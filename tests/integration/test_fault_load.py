@@ -94,7 +94,7 @@ def test_a_stream_of_gangs_with_random_deletions_holds_nothing_twice_and_strands
             finishing[job] = step + 1
         time.sleep(0.5)
 
-    snapshot = faultcheck.settle(cluster, namespace, {})
+    snapshot = faultcheck.settle(cluster, namespace, {}, continuous=continuous)
     problems = faultcheck.violations(snapshot)
     assert not problems, f"after the stream: {problems}\n{faultcheck.summary(snapshot)}"
     outcome = job_states(cluster, namespace)

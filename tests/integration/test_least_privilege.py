@@ -54,7 +54,7 @@ CAN_I = [
     ("delete", "pods", [], False),
     ("create", "pods", [], False),
     ("update", "pods", [], False),
-    ("get", "pods", [], False),
+    ("get", "pods", [], True),
     ("get", "secrets", [], False),
     ("patch", "jobs.batch", [], False),
     ("watch", "jobsets.jobset.x-k8s.io", [], True),
@@ -91,7 +91,7 @@ def test_the_shipped_role_grants_exactly_the_operators_verbs(
 @pytest.fixture
 def gang_pods(installed: Cluster, namespace: str) -> Iterator[list[str]]:
     """Two gated pods of a Job holding Phalanx's gate (and another), and a test-only right for the ServiceAccount
-    to read pods in this namespace: `kubectl patch` reads before it writes; the operator never does."""
+    to read pods in this namespace (`kubectl patch` reads before it writes)."""
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -152,6 +152,8 @@ def test_the_operator_may_change_a_pod_only_as_phalanx_does(installed: Cluster, 
         assert proc.returncode != 0, f"{patch} must be refused"
         assert POLICY in proc.stderr and message in proc.stderr.split(POLICY, 1)[1], proc.stderr
 
+    fence = {"metadata": {"annotations": {keys.ROLLED_BACK: "2026-12-01T00:00:00.000000Z"}}}
+    assert _as_operator(installed, namespace, first, fence).returncode == 0, "a rollback's mark on a member it leaves gated"
     assert _as_operator(installed, namespace, first, _pin("worker-1")).returncode == 0, "the pin"
     lifted = {"spec": {"schedulingGates": [{"name": "example.com/other"}]}}
     assert _as_operator(installed, namespace, first, lifted).returncode == 0, "the gate lift"
@@ -160,6 +162,8 @@ def test_the_operator_may_change_a_pod_only_as_phalanx_does(installed: Cluster, 
     assert pod["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
     proc = _as_operator(installed, namespace, first, {"metadata": {"annotations": {keys.PINNED_NODE: "worker-3"}}})
     assert proc.returncode != 0 and "may change no pod annotation but" in proc.stderr, "no pin once Phalanx's gate is gone"
+    proc = _as_operator(installed, namespace, first, {"metadata": {"annotations": {keys.ROLLED_BACK: "2026-12-02T00:00:00.000000Z"}}})
+    assert proc.returncode != 0 and "may change no pod annotation but" in proc.stderr, "no rollback mark once the gate is gone"
 
     finalizers = "may not change a pod's labels, owners or finalizers, but take batch.kubernetes.io/job-tracking"
     assert installed.get("pod", first, "-n", namespace)["metadata"]["finalizers"] == [keys.JOB_TRACKING]

@@ -473,17 +473,15 @@ async def test_a_release_stops_at_the_first_step_after_its_lease_may_be_lost(clu
         view = ClusterView(kube)
         await view.start()
         try:
-            asked: list[bool] = []
-
-            def leading() -> bool:
-                """Held through the record and the claims' writes, lost before the gate lifts."""
-                asked.append(len(asked) < 2)
-                return asked[-1]
-
-            releaser = Releaser(kube, view, Holes(kube), settle=0, leading=leading)
             fits = await _plan_by_hand(view, namespace, pods)
             group_obj = await kube.get(custom_path("podgroups", namespace, "by-hand"))
             claims = [c.name for c in fits.claims]
+
+            def leading() -> bool:
+                """Held through the record and the claims' writes, lost once the watch shows them (before the gate lifts)."""
+                return not all(accessors.allocated_ids(view.claims.get(namespace, name) or {}) for name in claims)
+
+            releaser = Releaser(kube, view, Holes(kube), settle=0, leading=leading)
             with pytest.raises(NotLeading):
                 await releaser.release(group_obj, fits)
             record = (await kube.get(custom_path("podgroups", namespace, "by-hand")))["status"]["reservation"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx.scheduling.inflight import allocating
+from phalanx.scheduling.inflight import allocating, binding
 
 EXTENDED = {"example.com/gpu": "gpu.example.com"}
 
@@ -56,3 +56,11 @@ def test_an_extended_resource_served_by_a_device_class_counts_and_plain_cpu_does
     gpu = pod("x", containers=[{"name": "c", "resources": {"limits": {"example.com/gpu": "1"}}}])
     cpu = pod("y", containers=[{"name": "c", "resources": {"requests": {"cpu": "1"}}}])
     assert allocating([gpu, cpu], claim, EXTENDED) == ["ns/x"]
+
+
+def test_a_pod_nominated_to_a_node_with_its_claim_unwritten_is_being_bound() -> None:
+    nominated = with_claim("a", "free", status={"phase": "Pending", "nominatedNodeName": "worker-1"})
+    queued = with_claim("b", "free")
+    written = with_claim("c", "taken", status={"phase": "Pending", "nominatedNodeName": "worker-1"})
+    bound = with_claim("d", "free", nodeName="worker-1", status={"phase": "Pending", "nominatedNodeName": "worker-1"})
+    assert binding([nominated, queued, written, bound], claim, EXTENDED) == ["ns/a"]

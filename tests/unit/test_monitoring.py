@@ -65,7 +65,7 @@ def test_prometheusrule_expressions_parse_with_promtool(tmp_path: Path) -> None:
     check = subprocess.run([str(promtool.binary()), "check", "rules", str(rules_file)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     count = sum(len(g["rules"]) for g in rule["spec"]["groups"])
-    assert count == 4 and f"SUCCESS: {count} rules found" in check.stdout, check.stdout
+    assert count == 5 and f"SUCCESS: {count} rules found" in check.stdout, check.stdout
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump({"groups": [{"name": "x", "rules": [{"alert": "X", "expr": "sum(rate(x[5m])"}]}]}))
     assert subprocess.run([str(promtool.binary()), "check", "rules", str(broken)], capture_output=True).returncode != 0
@@ -151,3 +151,12 @@ def test_the_podmonitor_scrapes_the_port_the_operator_serves_metrics_on() -> Non
     # kubectl apply -k manifests/ must work without the Prometheus Operator's CRDs
     kustomization = yaml.safe_load((ROOT / "manifests/kustomization.yaml").read_text())
     assert not any("monitoring" in r for r in kustomization["resources"])
+
+
+def test_a_replica_near_its_memory_limit_fires_before_it_is_killed(tmp_path: Path) -> None:
+    """At 90% of the limit for 5 minutes the alert fires; at 60% (and with no limit: NaN) it does not."""
+    near = 'phalanx_memory_limit_used_ratio{namespace="phalanx-system",pod="phalanx-0"}'
+    assert _rule_test(tmp_path, {near: "0.6x30"}, minutes=20) == []
+    assert _rule_test(tmp_path, {near: " ".join(["NaN"] * 30)}, minutes=20) == []
+    assert _rule_test(tmp_path, {near: "0.6x10 0.9x20"}, minutes=13) == [], "not yet 5 minutes above"
+    assert _rule_test(tmp_path, {near: "0.6x10 0.9x20"}, minutes=20) == ["PhalanxMemoryNearLimit"]

@@ -79,3 +79,16 @@ def test_event_names_are_valid_whatever_the_pod_name() -> None:
     uid = "0f8e2c1a-7b3d-4e5f-9a6b-1c2d3e4f5a6b"
     name = pointers.event_name({"metadata": {"name": "x" * 253, "uid": uid}})
     assert len(name) <= 253 and name == f"{'x' * 200}.{uid}.gang"
+
+
+def test_a_cycle_writes_at_most_per_cycle_events_and_the_next_cycles_the_rest() -> None:
+    """1,000 gangs of 3 submitted at once: the cycle that sees them must not wait for 3,000 writes before it plans."""
+    kube = FakeKube()
+    notes = pointers.Pointers(kube, JOBS.name)  # type: ignore[arg-type]
+    groups = [(_group({"gang": {"minCount": 3}}), [_pod(f"g{g}-{i}") for i in range(3)]) for g in range(100)]
+    assert asyncio.run(notes.point(groups)) == pointers.PER_CYCLE == kube.calls
+    total = pointers.PER_CYCLE
+    while written := asyncio.run(notes.point(groups)):
+        assert written <= pointers.PER_CYCLE
+        total += written
+    assert total == len(kube.names) == 300

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
 
 from phalanx.api import keys
+from phalanx.jobsets.objects import JOBSET_UID_LABEL
+from phalanx.kinds import KINDS
 from phalanx.kube import trim
-from phalanx.scheduling import accessors, disruption, inputs, repair
+from phalanx.scheduling import accessors, disruption, inputs, podsready, repair, victims
 from test_inputs import POD
 
 FULL_POD = copy.deepcopy(POD)
@@ -80,3 +83,122 @@ def test_a_trimmed_claim_keeps_when_its_allocation_was_written() -> None:
     trimmed = trim.claim(copy.deepcopy(claim))
     assert repair.allocated_at(trimmed) == repair.allocated_at(claim) == "2026-11-29T10:00:05Z"
     assert len(trimmed["metadata"]["managedFields"]) == 1
+
+
+KWOK_RUNNING = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "web-1",
+        "namespace": "apps",
+        "uid": "w1",
+        "resourceVersion": "41",
+        "creationTimestamp": "2026-12-01T16:45:26Z",
+        "labels": {"app": "web"},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d4", "uid": "rs", "controller": True}],
+    },
+    "spec": {
+        "nodeName": "worker-2",
+        "priority": 100,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "containers": [{"name": "c", "image": "nginx", "env": [{"name": "A", "value": "b"}], "resources": {"requests": {"cpu": "250m"}}}],
+        "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+        "nodeSelector": {"zone": "a"},
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": []}]}},
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}, "topologyKey": "kubernetes.io/hostname"}]
+            },
+        },
+        "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default",
+        "schedulerName": "default-scheduler",
+        "securityContext": {},
+        "terminationGracePeriodSeconds": 30,
+    },
+    "status": {
+        "phase": "Running",
+        "conditions": [
+            {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": "2026-12-01T16:45:27Z"}
+            for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+        ],
+        "hostIP": "10.0.0.2",
+        "podIP": "10.1.0.7",
+        "containerStatuses": [
+            {"name": "c", "ready": True, "restartCount": 0, "state": {"running": {"startedAt": "2026-12-01T16:45:27Z"}}, "image": "nginx"}
+        ],
+    },
+}
+NOT_READY = copy.deepcopy(KWOK_RUNNING)
+NOT_READY["metadata"].update(name="web-2", uid="w2")
+NOT_READY["spec"]["containers"].append({"name": "sidecar"})
+NOT_READY["status"]["conditions"][1]["status"] = "False"
+NOT_READY["status"]["containerStatuses"].append(
+    {"name": "sidecar", "ready": False, "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+)
+NODE = {
+    "metadata": {"name": "worker-2", "labels": {"kubernetes.io/hostname": "worker-2", "zone": "a"}},
+    "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+    "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}, "images": [{"names": ["nginx"], "sizeBytes": 1}]},
+}
+MEMBER = copy.deepcopy(FULL_POD)
+MEMBER["status"] = {"phase": "Pending", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "train-0-gpu-x"}]}
+MEMBER["spec"].pop("nodeName")
+MEMBER["spec"].update(schedulingGates=[{"name": keys.SCHEDULING_GATE}], dnsPolicy="ClusterFirst", preemptionPolicy="Never")
+
+
+def test_trimmed_objects_make_the_same_planner_snapshot_and_members() -> None:
+    """Every field the trim drops from a pod of no Job (tolerations, node selector and affinity, the defaults, most of
+    its status) is one the planner and the loop never read: snapshot, members, victims, readiness all agree."""
+    pods = [KWOK_RUNNING, NOT_READY, MEMBER]
+    trimmed = [trim.pod(copy.deepcopy(p)) for p in pods]
+    nodes, trimmed_nodes = [NODE], [trim.node(copy.deepcopy(NODE))]
+    assert inputs.build(trimmed_nodes, trimmed, [], [], []) == inputs.build(nodes, pods, [], [], [])
+    assert inputs.group({"metadata": {"namespace": "ml", "name": "g"}, "spec": {}}, trimmed[2:], 1) == inputs.group(
+        {"metadata": {"namespace": "ml", "name": "g"}, "spec": {}}, pods[2:], 1
+    )
+    assert victims.victims(trimmed, [], {}, []) == victims.victims(pods, [], {}, [])
+    assert victims.for_preemptor(MEMBER_GROUP, {"u0"}, trimmed, [], [], {}, []) is None  # the member's preemptionPolicy Never
+    assert victims.for_preemptor(MEMBER_GROUP, {"u0"}, pods, [], [], {}, []) is None
+    for full, kept in zip(pods, trimmed, strict=True):
+        assert podsready.ready(kept) == podsready.ready(full)
+        assert disruption.cause(kept, {"worker-2"}) == disruption.cause(full, {"worker-2"})
+    assert "tolerations" not in trimmed[0]["spec"] and trimmed[0]["spec"]["affinity"].keys() == {"podAntiAffinity"}
+    assert "tolerations" in trimmed[2]["spec"]  # a Job's pod may be a gang member: kept whole
+    assert [c["type"] for c in trimmed[0]["status"]["conditions"]] == ["Ready"]
+
+
+MEMBER_GROUP = {"metadata": {"namespace": "ml", "name": "g", "uid": "g"}, "spec": {}}
+
+
+def test_a_trimmed_pod_names_the_container_that_is_not_ready() -> None:
+    """The ready-deadline message reads each container's `ready` and `restartCount`: a trim that dropped them named
+    the first container, ready or not, and never the restarts."""
+    kept = trim.pod(copy.deepcopy(NOT_READY))
+    assert podsready.why_not(kept) == podsready.why_not(NOT_READY) == "container sidecar waiting CrashLoopBackOff (restarted 4 times)"
+
+
+def test_trimmed_pods_share_their_keys_and_short_strings() -> None:
+    """Each watch event is decoded on its own, so two pods hold two copies of every key and value; kept, they share
+    one (the informers' memory is most of the operator's at 100,000 pods)."""
+    a, b = (trim.pod(json.loads(json.dumps(KWOK_RUNNING))) for _ in range(2))
+    assert a["spec"]["nodeName"] is b["spec"]["nodeName"]
+    assert next(iter(a["metadata"])) is next(iter(b["metadata"]))
+    assert a["status"]["phase"] is b["status"]["phase"]
+    assert a == trim.pod(copy.deepcopy(KWOK_RUNNING))
+
+
+def test_every_workload_kind_whose_pods_may_be_members_keeps_them_whole() -> None:
+    """A member of each workload kind keeps its tolerations: a new adapter whose members another kind controls must
+    be named in trim's MEMBER_CONTROLLERS, or its members would be planned without them."""
+    member = copy.deepcopy(KWOK_RUNNING)  # a JobSet's member: a pod its Job controls, with the JobSet's uid label
+    member["metadata"]["labels"][JOBSET_UID_LABEL] = "js-uid"
+    member["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j-uid", "controller": True}]
+    assert {k.kind for k in KINDS.kinds} == {"Job", "JobSet"}, "a new kind: give this test a member of it"
+    for adapter in KINDS.kinds:
+        pod = member
+        assert adapter.member_uids(pod), adapter.kind
+        assert trim.pod(copy.deepcopy(pod))["spec"]["tolerations"] == KWOK_RUNNING["spec"]["tolerations"], adapter.kind
+    gated = copy.deepcopy(KWOK_RUNNING)
+    gated["spec"]["schedulingGates"] = [{"name": keys.SCHEDULING_GATE}]
+    assert trim.pod(gated)["spec"]["tolerations"] == KWOK_RUNNING["spec"]["tolerations"]

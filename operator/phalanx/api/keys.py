@@ -39,6 +39,10 @@ TEMPLATE_LABEL = f"{GROUP}/pod-group-template"
 PINNED_NODE = f"{GROUP}/node"
 """On pods Phalanx pinned: the node, so a pinned but not yet bound pod is counted there."""
 
+ROLLED_BACK = f"{GROUP}/rolled-back"
+"""On gang members still gated: when a leader last undid a release of theirs it took over. The write itself is the
+point: it changes the pod's resourceVersion, so a gate lift a deposed leader still has in flight fails."""
+
 EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 """Upstream's annotation (value "true") on the claim kube-scheduler creates for a pod's extended resources a DeviceClass serves."""
 

@@ -4,24 +4,77 @@ Every object loses `managedFields` and kubectl's last-applied annotation
 (together often more than half of an object). A claim keeps, of its
 managedFields, only when its allocation was written (the double-allocation
 repair orders holders by it). A pod keeps of its containers what scheduling
-reads (requests, ports, restartPolicy) and of its status what loss detection
-and claim lookup read; volumes and the rest of the container specs go. A
+reads (requests, ports, restartPolicy) and of its status what loss detection,
+readiness and claim lookup read; volumes and the rest of the container specs go. A
 node loses its image list. Objects are trimmed in place: they come fresh
 from a list or a watch event and nobody else holds them.
+
+What is kept is then rebuilt with every key and every short string interned
+(`compact`): a JSON decoder makes a new string for each key and value of each
+event, so 100,000 pods would otherwise hold 100,000 copies of "metadata",
+"Running", "True", each node's name and each label (about half of a trimmed
+pod's memory; `./task bench -- --scale` measures it).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
+
+from phalanx.api import keys
 
 JSON = dict[str, Any]
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 CONTAINER_FIELDS = ("name", "resources", "ports", "restartPolicy")
 POD_STATUS_FIELDS = ("phase", "conditions", "resourceClaimStatuses", "nominatedNodeName", "reason", "startTime")
+POD_SPEC_UNREAD = (
+    "volumes",
+    "ephemeralContainers",
+    "dnsPolicy",
+    "dnsConfig",
+    "enableServiceLinks",
+    "hostAliases",
+    "hostname",
+    "subdomain",
+    "imagePullSecrets",
+    "securityContext",
+    "serviceAccount",
+    "serviceAccountName",
+    "automountServiceAccountToken",
+    "schedulerName",
+    "terminationGracePeriodSeconds",
+    "readinessGates",
+)
+"""Defaulted or runtime-only pod fields no reader in the operator looks at (the webhooks read their request, not this)."""
+CONDITION_FIELDS = ("type", "status", "reason", "message")
+"""Of a pod's condition: its times are never read (the loop reads a PodGroup's or a Job's, not a pod's)."""
+CONDITION_TYPES = ("Ready", keys.DISRUPTION_TARGET)
+"""The pod conditions anything reads: readiness (ready deadline, disruption budgets) and the disruption mark."""
+MEMBER_ONLY = ("tolerations", "nodeSelector", "topologySpreadConstraints", "preemptionPolicy")
+"""What only a gang member's plan reads (`inputs.member`, `victims`). Of the affinity of a pod that is no member,
+only podAntiAffinity is read (`inputs.existing`: other pods' plans must respect it)."""
+MEMBER_CONTROLLERS = frozenset({"Job"})
+"""The controllers of gang members' pods (a Job's, and a JobSet's, whose members are its Jobs' pods; a test checks a
+member of each workload kind in `phalanx.kinds`): a pod controlled by none, and not held by the gang gate, is kept
+without MEMBER_ONLY."""
+INTERN_UP_TO = 64
+"""Strings up to this long are interned: keys, phases, node and label values, ...; a longer one is rarely repeated."""
 
 
-def common(obj: JSON) -> JSON:
+def compact(value: Any) -> Any:
+    """The same JSON, rebuilt with its keys and short strings interned: equal, smaller (interned strings are freed
+    once the last object holding them goes)."""
+    if isinstance(value, dict):
+        return {sys.intern(k): compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [compact(v) for v in value]
+    if isinstance(value, str) and len(value) <= INTERN_UP_TO:
+        return sys.intern(value)
+    return value
+
+
+def _common(obj: JSON) -> JSON:
     meta = obj.get("metadata") or {}
     meta.pop("managedFields", None)
     annotations = meta.get("annotations")
@@ -30,32 +83,58 @@ def common(obj: JSON) -> JSON:
     return obj
 
 
+def common(obj: JSON) -> JSON:
+    """Any object: managedFields and the last-applied annotation go."""
+    return compact(_common(obj))  # type: ignore[no-any-return]
+
+
 def _container(container: JSON) -> JSON:
     return {k: container[k] for k in CONTAINER_FIELDS if k in container}
 
 
+def _may_be_member(obj: JSON) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    gates = (obj.get("spec") or {}).get("schedulingGates") or []
+    return any(r.get("kind") in MEMBER_CONTROLLERS and r.get("controller") for r in refs) or any(
+        g.get("name") == keys.SCHEDULING_GATE for g in gates
+    )
+
+
 def pod(obj: JSON) -> JSON:
-    common(obj)
+    _common(obj)
     spec = obj.get("spec") or {}
-    spec.pop("volumes", None)
-    spec.pop("ephemeralContainers", None)
+    for unread in POD_SPEC_UNREAD:
+        spec.pop(unread, None)
+    if not _may_be_member(obj):
+        for unread in MEMBER_ONLY:
+            spec.pop(unread, None)
+        anti = (spec.pop("affinity", None) or {}).get("podAntiAffinity")
+        if anti:
+            spec["affinity"] = {"podAntiAffinity": anti}
     for kind in ("containers", "initContainers"):
         if spec.get(kind):
             spec[kind] = [_container(c) for c in spec[kind]]
     status = obj.get("status") or {}
     kept = {k: status[k] for k in POD_STATUS_FIELDS if k in status}
+    if status.get("conditions"):
+        kept["conditions"] = [
+            {k: c[k] for k in CONDITION_FIELDS if k in c} for c in status["conditions"] if c.get("type") in CONDITION_TYPES
+        ]
     if status.get("containerStatuses"):
-        kept["containerStatuses"] = [{"name": s.get("name"), "state": s.get("state") or {}} for s in status["containerStatuses"]]
+        kept["containerStatuses"] = [
+            {"name": s.get("name"), "state": s.get("state") or {}, "ready": s.get("ready", False), "restartCount": s.get("restartCount", 0)}
+            for s in status["containerStatuses"]
+        ]
     obj["status"] = kept
-    return obj
+    return compact(obj)  # type: ignore[no-any-return]
 
 
 def node(obj: JSON) -> JSON:
-    common(obj)
+    _common(obj)
     status = obj.get("status") or {}
     for bulky in ("images", "volumesInUse", "volumesAttached"):
         status.pop(bulky, None)
-    return obj
+    return compact(obj)  # type: ignore[no-any-return]
 
 
 def claim(obj: JSON) -> JSON:
@@ -67,7 +146,7 @@ def claim(obj: JSON) -> JSON:
         for e in entries
         if e.get("subresource") == "status" and "f:allocation" in ((e.get("fieldsV1") or {}).get("f:status") or {})
     ]
-    common(obj)
+    _common(obj)
     if allocations:
         meta["managedFields"] = allocations
-    return obj
+    return compact(obj)  # type: ignore[no-any-return]

@@ -5,6 +5,13 @@ PreBind; until then nothing in the API shows it (two allocators are not coordina
 kubernetes#128980). A reservation of ours that overlaps such an allocation is only found once that write
 lands, so the release waits for it, but only when such a pod exists: an ungated, unbound, pending pod with a
 claim not yet allocated (or not yet created), or asking for an extended resource a DeviceClass serves.
+
+Such a pod shows where it is in kube-scheduler: once its scheduling cycle has reserved it, the binding cycle sets
+`status.nominatedNodeName` before PreBind writes anything (NominatedNodeNameForExpectation, on by default since
+1.35), and PreBind can take long (a slow admission webhook on claims, API priority and fairness queueing the
+scheduler's writes). Those pods are `binding`: their allocation is certain to land, so the release waits for it
+on that evidence (bound, claims allocated, gone, or the nomination withdrawn) rather than for a fixed time.
+A nomination kube-scheduler's own pod preemption made looks the same; waiting for it is only slower.
 """
 
 from __future__ import annotations
@@ -31,6 +38,18 @@ def _may_allocate(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[st
     return any(
         name in extended for c in containers for part in ("requests", "limits") for name in (c.get("resources") or {}).get(part) or {}
     )
+
+
+def _binding(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[str, Any] | None], extended: Mapping[str, str]) -> bool:
+    return bool((pod.get("status") or {}).get("nominatedNodeName")) and _may_allocate(pod, claim, extended)
+
+
+def binding(
+    pods: Iterable[Mapping[str, Any]], claim: Callable[[str, str], Mapping[str, Any] | None], extended: Mapping[str, str]
+) -> list[str]:
+    """`namespace/name` of the pods among `allocating` that kube-scheduler is binding now: nominated to a node, its
+    allocation held in memory until PreBind writes it."""
+    return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods if _binding(p, claim, extended)]
 
 
 def allocating(

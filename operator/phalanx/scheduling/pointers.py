@@ -22,6 +22,10 @@ from phalanx.scheduling import accessors
 logger = logging.getLogger(__name__)
 
 REASON = "WaitingForGang"
+PER_CYCLE = 64
+"""Events written per cycle at most: the cycle awaits them before it plans any group, and 1,000 gangs of 3 submitted
+at once made 3,000 at once, which kept every cycle (and the Lease renewal, on the same event loop) waiting for
+minutes (`./task bench -- --scale`). The rest go on the next cycles."""
 
 
 def event_name(pod: Mapping[str, Any]) -> str:
@@ -49,8 +53,8 @@ class Pointers:
         """Uids of pods whose Event exists: not written again while they live."""
 
     async def point(self, groups: Iterable[tuple[Mapping[str, Any], list[dict[str, Any]]]]) -> int:
-        """An Event on each gated member of a gang not yet pointed; returns how many were written. Raises on any
-        refusal but "exists" (the pods not written are tried on the next cycle)."""
+        """An Event on each gated member of a gang not yet pointed, PER_CYCLE at most; returns how many were written.
+        Raises on any refusal but "exists" (the pods not written are tried on the next cycle)."""
         due = [
             (pod_group, pod)
             for pod_group, pods in groups
@@ -58,7 +62,7 @@ class Pointers:
             for pod in pods
             if accessors.gated(pod) and pod["metadata"]["uid"] not in self.done
         ]
-        written = await all_answered(self._point(pod_group, pod) for pod_group, pod in due)
+        written = await all_answered(self._point(pod_group, pod) for pod_group, pod in due[:PER_CYCLE])
         return sum(written)
 
     async def _point(self, pod_group: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:

@@ -12,10 +12,11 @@ The reservation cycle, each step idempotent:
    fresh read is a `Conflict` and aborts the release;
 3. wait until our own watch shows the writes (it then shows every claim
    write before ours) and, when some pod may be mid-allocation in
-   kube-scheduler (`inflight`), wait for that write to land and read every
-   claim afresh: a device also held by another claim (nothing upstream
-   coordinates two allocators, kubernetes#128980) aborts. Our reservation
-   yields: nobody else is evicted for it;
+   kube-scheduler (`inflight`), wait for that write to land (on evidence
+   for the pods it is binding, see `_settle`) and read every claim afresh:
+   a device also held by another claim (nothing upstream coordinates two
+   allocators, kubernetes#128980) aborts. Our reservation yields: nobody
+   else is evicted for it;
 4. release every member, concurrently: one patch per pod pins it to its
    node (required node affinity + annotation) and lifts Phalanx's gate
    (state Released). One write per member, not a pin and then a lift: the
@@ -34,11 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 
 from phalanx.api import keys, schema
 from phalanx.crashpoints import crash_point
@@ -47,12 +49,27 @@ from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits, extended
 from phalanx.planner.allocator import Result
 from phalanx.planner.model import DeviceId, Toleration
-from phalanx.scheduling import conditions, inflight, metrics
+from phalanx.scheduling import accessors, conditions, inflight, metrics
 from phalanx.scheduling.accessors import allocated_ids, claim_name, claim_names, dedicated_ids, gated, shares
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.inputs import extended_resources
 
 logger = logging.getLogger(__name__)
+
+
+ANY = object()
+"""`Releaser.record`'s default: written whatever the record is now (the loop's own writes, outside a release)."""
+
+
+def _identity(reservation: schema.Reservation | None) -> tuple[Any, ...] | None:
+    """What tells one reservation from another: its state and whom it places with which claims."""
+    if reservation is None:
+        return None
+    return (reservation.state, tuple(p.uid for p in reservation.placements), tuple(c.uid for c in reservation.claims))
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class ReleaseAborted(Exception):
@@ -223,7 +240,7 @@ class Releaser:
         steps = steps or Steps()
         reservation = reservation_of(fits)
         self._still_leading()
-        await self.record(pod_group, reservation)
+        await self.record(pod_group, reservation, expected=None)
         steps.done("record")
         crash_point("reserve.after-record")
         return await self.complete(pod_group, reservation, steps=steps)
@@ -255,7 +272,7 @@ class Releaser:
             steps.done("observe")
             contenders = inflight.allocating(self.view.pods.items(), self.view.claims.get, extended_resources(self.view.classes.items()))
             if contenders and self.settle:
-                await asyncio.sleep(self.settle)  # kube-scheduler's in-flight allocations reach the API server
+                await self._settle()
                 self._verify(namespace, reservation, await self.kube.list_claims())
             else:
                 # the watch delivers claim writes in resourceVersion order: showing ours, it shows every earlier one
@@ -276,12 +293,12 @@ class Releaser:
         self._still_leading()
         if refused and len(refused) == len(pods):
             why = "; ".join(f"{name}: {exc}" for name, exc in refused)
-            await self.rollback(pod_group, reservation, f"every gate lift was refused: {why}", record=record)
+            await self.rollback(pod_group, reservation, f"every gate lift was refused: {why}", record=record, fence=resumed)
             raise ReleaseAborted(f"the gate lift was refused ({why})")
         crash_point("reserve.after-gates")
         released = reservation.model_copy(update={"state": "Released", "released_at": conditions.now()})
         if record:
-            await self.record(pod_group, released)
+            await self.record(pod_group, released, expected=reservation)
             steps.done("record released")
         if not await self.view.pods.wait_until(lambda: self._pinned(namespace, reservation, refused), self.observe_timeout):
             logger.warning("%s: the pins of %s did not show up in the watch in time", namespace, pod_group["metadata"]["name"])
@@ -302,19 +319,32 @@ class Releaser:
             for p in reservation.placements
             if (pod := self.view.pods.get(namespace, p.name)) is not None
         ):
-            released = reservation.model_copy(update={"state": "Released", "released_at": reservation.released_at or conditions.now()})
-            await self.record(pod_group, released)
-            raise GatesRefused(f"found released in part after a restart, and it cannot finish: {why}", released)
-        await self.rollback(pod_group, reservation, why, record=record)
+            await self._keep_released(pod_group, reservation, f"found released in part after a restart, and it cannot finish: {why}")
+        await self.rollback(pod_group, reservation, why, record=record, fence=resumed)
+
+    async def _keep_released(self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str) -> NoReturn:
+        released = reservation.model_copy(update={"state": "Released", "released_at": reservation.released_at or conditions.now()})
+        await self.record(pod_group, released, expected=reservation)
+        raise GatesRefused(why, released)
 
     def _still_leading(self) -> None:
         if not self.leading():
             raise NotLeading("this replica may have lost its Lease: the release stops where its record says")
 
-    async def rollback(self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str, *, record: bool = True) -> None:
-        """Clear every allocation this reservation made, except those of members already bound or released."""
+    async def rollback(
+        self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str, *, record: bool = True, fence: bool = False
+    ) -> None:
+        """Clear every allocation this reservation made, except those of members already bound or released.
+
+        `fence`: the reservation was begun by another process (a leader since deposed), which may still have gate
+        lifts in flight. Each member still gated is written first (`_fence`), so such a lift, conditional on the
+        pod's resourceVersion, fails; a member found released by then keeps its claim, and the reservation is kept
+        as released (GatesRefused) for the teardown instead of undone."""
         namespace = pod_group["metadata"]["namespace"]
         users = self.claim_users(namespace, reservation)
+        lifted = await self._fence(namespace, reservation) if fence else set()
+        if lifted:
+            await self._keep_released(pod_group, reservation, f"{', '.join(sorted(lifted))} released by the leader before; {why}")
         untouchable = {
             c.name for c in reservation.claims if any(started(self.view.pods.get(namespace, u["name"])) for u in users.get(c.name, []))
         }
@@ -322,7 +352,33 @@ class Releaser:
         metrics.ROLLBACKS.inc()
         logger.warning("rolled back reservation of %s/%s: %s", namespace, pod_group["metadata"]["name"], why)
         if record:
-            await self.record(pod_group, None)
+            await self.record(pod_group, None, expected=reservation)
+
+    async def _fence(self, namespace: str, reservation: schema.Reservation) -> set[str]:
+        """Write every member still gated (`keys.ROLLED_BACK`), each conditional on the pod as read; returns the
+        members found released (bound, or their gate lifted)."""
+
+        async def fence(placement: schema.PodPlacement) -> str | None:
+            for _ in range(5):
+                pod = await self.kube.get(pod_path(namespace, placement.name))
+                if pod is None or pod["metadata"]["uid"] != placement.uid:
+                    return None
+                if started(pod):
+                    return placement.name
+                self._still_leading()
+                try:
+                    await self.kube.merge_patch(
+                        pod_path(namespace, placement.name),
+                        {"metadata": {"resourceVersion": pod["metadata"]["resourceVersion"], "annotations": {keys.ROLLED_BACK: _stamp()}}},
+                    )
+                    return None
+                except NotFound:
+                    return None
+                except Conflict:
+                    continue  # changed meanwhile (perhaps released): judged again on a fresh read
+            raise ReleaseAborted(f"member {placement.name} kept changing while its release was being undone")
+
+        return {name for name in await all_answered(fence(p) for p in reservation.placements) if name is not None}
 
     async def deallocate_claims(self, namespace: str, claims: Iterable[schema.ClaimReservation]) -> None:
         await all_answered(self._deallocate(namespace, c) for c in claims)
@@ -350,12 +406,33 @@ class Releaser:
                 continue
         raise ReleaseAborted(f"claim {claim.name} kept changing while its allocation was being undone")
 
-    async def record(self, pod_group: Mapping[str, Any], reservation: schema.Reservation | None) -> None:
+    async def record(
+        self, pod_group: Mapping[str, Any], reservation: schema.Reservation | None, *, expected: schema.Reservation | object | None = ANY
+    ) -> None:
+        """Write `status.reservation`. With `expected` (the record this release began from), only while the record is
+        still that one, conditional on the PodGroup's resourceVersion as read: a deposed leader's write cannot land
+        over what a new leader recorded or undid since (NotLeading: this release stops, writing nothing more)."""
         body = reservation.wire() if reservation is not None else None
         meta = pod_group["metadata"]
-        await self.kube.merge_patch(
-            custom_path("podgroups", meta["namespace"], meta["name"], status=True), {"status": {"reservation": body}}
-        )
+        path = custom_path("podgroups", meta["namespace"], meta["name"], status=True)
+        if expected is ANY:
+            await self.kube.merge_patch(path, {"status": {"reservation": body}})
+            return
+        for _ in range(5):
+            self._still_leading()
+            current = await self.kube.get(custom_path("podgroups", meta["namespace"], meta["name"]))
+            if current is None or current["metadata"]["uid"] != meta["uid"]:
+                raise ReleaseAborted("the PodGroup is gone")
+            if _identity(accessors.reservation(current)) != _identity(expected if isinstance(expected, schema.Reservation) else None):
+                raise NotLeading("the recorded reservation changed under this release: another replica has taken it over")
+            try:
+                await self.kube.merge_patch(
+                    path, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": {"reservation": body}}
+                )
+                return
+            except Conflict:
+                continue  # the PodGroup changed (its counts, its conditions): the record is judged again
+        raise ReleaseAborted("the PodGroup kept changing while its reservation was being recorded")
 
     async def protect(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """Add the delete-protection finalizer to the unallocated claims of members waiting for quorum, so the
@@ -476,6 +553,23 @@ class Releaser:
         if not await self.view.claims.wait_until(seen, self.observe_timeout):
             raise ReleaseAborted("our claim allocations did not show up in the watch in time")
 
+    async def _settle(self) -> None:
+        """Until kube-scheduler's in-flight allocations are in the API: `settle` for a scheduling cycle under way (it
+        shows nothing until its binding cycle starts), then, on evidence, for every pod it is binding (nominated, its
+        claims not yet written), however long its PreBind takes, up to `observe_timeout`. Still binding then, the
+        release yields: its devices may be the ones that pod is about to be written."""
+        await asyncio.sleep(self.settle)
+        extended = extended_resources(self.view.classes.items())
+
+        def binding() -> list[str]:
+            return inflight.binding(self.view.pods.items(), self.view.claims.get, extended)
+
+        if not await self.view.pods.wait_until(lambda: not binding(), self.observe_timeout):
+            raise ReleaseAborted(
+                f"kube-scheduler was still binding {', '.join(binding())} {self.observe_timeout:.0f}s later, its devices not "
+                "yet written: ours yields and is planned again once they are"
+            )
+
     def _pinned(self, namespace: str, reservation: schema.Reservation, refused: list[tuple[str, ApiError]]) -> bool:
         """The watch shows every member released as pinned: the next plan counts them on their nodes."""
         skip = {name for name, _ in refused}
@@ -509,21 +603,41 @@ class Releaser:
         """Pin each member to its node and lift Phalanx's gate, in one patch per member, concurrently; returns the
         refusals (a policy, a vanished pod) by pod name."""
 
-        async def release(pod: Mapping[str, Any], node: str) -> tuple[str, ApiError] | None:
+        async def release(pod: Mapping[str, Any], node: str, tries: int = 3) -> tuple[str, ApiError] | None:
             gates = pod["spec"].get("schedulingGates") or []
             remaining = [g for g in gates if g.get("name") != keys.SCHEDULING_GATE]
             if len(remaining) == len(gates):
                 return None  # released before a restart
             meta = pod["metadata"]
-            patch: dict[str, Any] = {"spec": {"schedulingGates": remaining or None}}
+            # conditional on the pod as read: a rollback by a newer leader writes every member it leaves gated, so
+            # this lift, if it is late, fails instead of releasing one member with its devices undone
+            patch: dict[str, Any] = {
+                "metadata": {"resourceVersion": meta["resourceVersion"]},
+                "spec": {"schedulingGates": remaining or None},
+            }
             affinity = pinned_affinity(pod, node)
             # an annotation alone (anyone may write one) is no pin: both it and the node affinity are checked
             if (meta.get("annotations") or {}).get(keys.PINNED_NODE) != node or pod["spec"].get("affinity") != affinity:
-                patch = {"metadata": {"annotations": {keys.PINNED_NODE: node}}, "spec": {**patch["spec"], "affinity": affinity}}
+                patch["metadata"]["annotations"] = {keys.PINNED_NODE: node}
+                patch["spec"]["affinity"] = affinity
+
+            async def lift() -> None:
+                self._still_leading()  # before every attempt: a lift sent again after the Lease is lost is a deposed leader's
+                await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch)
+
             try:
                 # a transient answer (429, 5xx) is no refusal: the patch is idempotent, and a gang torn down for
                 # an overloaded API server would spend its Job's back-off for nothing
-                await retried(lambda: self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch))
+                await retried(lift)
+            except Conflict as exc:
+                fresh = await self.kube.get(pod_path(meta["namespace"], meta["name"]))
+                if fresh is None or fresh["metadata"]["uid"] != meta["uid"] or tries <= 1:
+                    return meta["name"], exc
+                if (fresh["metadata"].get("annotations") or {}).get(keys.ROLLED_BACK) != (meta.get("annotations") or {}).get(
+                    keys.ROLLED_BACK
+                ):
+                    raise NotLeading(f"a newer leader undid the release of {meta['name']} meanwhile") from exc
+                return await release(fresh, node, tries - 1)  # changed by someone else (a stale watch copy): lifted from a fresh read
             except ApiError as exc:
                 logger.warning("release of %s/%s refused: %s", meta["namespace"], meta["name"], exc)
                 return meta["name"], exc

@@ -1,0 +1,461 @@
+"""The three-way bench's scale tier (`./task bench -- --scale 1000`): the sizes upstream measures its gangs at.
+
+Not in the default run: on a 2-core machine a 1,000-node tier takes the
+better part of an hour. The same two local control planes as the default
+tier (Phalanx; the in-tree feature, which also runs vanilla), each grown to
+NODES kwok workers x 8 devices from the `fakegpu` stand-in (the clusters start
+small; the bench adds the rest, 16 at a time, each with its slice). Then, in
+this order:
+
+  latency   one gang of 32, 512 and 2,048 ranks, creation to every member
+            bound, three ways (`three_way.latency_run`), interleaved;
+  burst     1,000 gangs of 3 submitted at once, room for all: gangs admitted
+            per second three ways; for Phalanx also the mean time of one
+            PodGroup attempt (`phalanx_podgroup_scheduling_attempt_duration_seconds`
+            and the planner's part of it), beside upstream's published
+            3.7-5.7 ms per attempt (scheduler_perf gangscheduling, 5,000 nodes);
+  waiting   Phalanx with 1 and then 1,000 gangs of 3 that cannot be placed (a
+            nodeSelector no node has): the operator's CPU for one change (a
+            pod bound directly and started by kwok, K of them one second
+            apart, idle CPU over as long subtracted), and for one pod deleted
+            (capacity freed: every waiting group may use it, so it is planned
+            again);
+  footprint the operator's RSS and CPU with 10,000, 50,000 and 100,000 pods
+            (bound directly to the workers, no claims; kwok runs them): idle
+            RSS and CPU once each level has settled, and the time to create it.
+            A level that cannot be reached within --scale-budget seconds of
+            creation is cut short: the bench prints what it reached.
+
+Prints the tables, and writes everything as JSON under benchmarks/results/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+import three_way as tw
+from kubernetes_asyncio import client
+from prometheus_client.parser import text_string_to_metric_families
+
+from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
+from phalanx.localcluster.fakegpu import NodeShape, create_once, node, resource_slice
+
+UPSTREAM_ATTEMPT_MS = (3.7, 5.7)
+"""kube-scheduler's scheduler_perf gangscheduling: 1,000-3,000 gangs of 3 on 5,000 nodes, ms per PodGroup attempt."""
+START_WORKERS = 8
+WAIT_SELECTOR = {"bench.phalanx.dev/pool": "nowhere"}
+
+
+@dataclass(frozen=True)
+class ScalePlan:
+    nodes: int
+    sizes: list[int] = field(default_factory=lambda: [32, 512, 2048])
+    runs: int = 1
+    burst: int = 1000
+    waiting: int = 1000
+    changes: int = 20
+    levels: list[int] = field(default_factory=lambda: [10_000, 50_000, 100_000])
+    budget: float = 1800.0
+    workloads: tuple[str, ...] = ("latency", "burst", "waiting", "footprint")
+
+
+def say(message: str) -> None:
+    print(f"bench scale: {message}", file=sys.stderr, flush=True)
+
+
+async def grow(cluster: LocalCluster, nodes: int, gpus: int) -> float:
+    """Workers START_WORKERS+1..nodes, each with its slice; seconds it took."""
+    started = time.monotonic()
+    async with await cluster.api_client() as api:
+        core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+        names = iter(f"worker-{i}" for i in range(START_WORKERS + 1, nodes + 1))
+        shape = NodeShape()
+
+        async def adder() -> None:
+            for name in names:
+                body = node(name, shape)
+                created = await create_once(core.create_node, body) or await core.read_node(name)
+                await core.patch_node_status(name, {"status": body["status"]})
+                await create_once(resource.create_resource_slice, resource_slice(name, created.metadata.uid, gpus))
+
+        await asyncio.gather(*(adder() for _ in range(16)))
+        while True:
+            listed = await core.list_node(label_selector="type=kwok")
+            ready = sum(1 for n in listed.items if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []))
+            if ready >= nodes:
+                break
+            await asyncio.sleep(2)
+    return time.monotonic() - started
+
+
+def scrape(operator: operatorproc.OperatorProcess) -> dict[str, float]:
+    """The operator's samples, `name{k="v",...}` -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()) if k != "le")
+            if not s.name.endswith("_bucket"):
+                out[f"{s.name}{{{labels}}}"] = s.value
+    return out
+
+
+def _sum(samples: dict[str, float], prefix: str) -> float:
+    return sum(v for k, v in samples.items() if k.startswith(prefix + "{"))
+
+
+async def burst_run(way: tw.Way, gangs: int, timeout: float) -> dict[str, Any]:
+    """`gangs` gangs of 3 submitted at once, room for all: when each had its 3 members bound."""
+    names = [f"burst-{i:04d}" for i in range(gangs)]
+    before = scrape(way.operator) if way.operator else {}
+    started = time.monotonic()
+    sem = asyncio.Semaphore(32)
+
+    async def submit(name: str) -> None:
+        async with sem:
+            await way.submit(name, 3)
+
+    await asyncio.gather(*(submit(n) for n in names))
+    submitted = time.monotonic() - started
+    admitted: dict[str, float] = {}
+
+    def done() -> bool:
+        counts: dict[str, int] = {}
+        for pod in way.pods.store.values():
+            gang = (pod["metadata"].get("labels") or {}).get("bench-gang")
+            if gang and pod["spec"].get("nodeName"):
+                counts[gang] = counts.get(gang, 0) + 1
+        now = time.monotonic()
+        for gang, bound in counts.items():
+            if bound >= 3:
+                admitted.setdefault(gang, now - started)
+        return len(admitted) >= gangs
+
+    await way.pods.until(done, timeout)
+    out: dict[str, Any] = {
+        "gangs": gangs,
+        "admitted": len(admitted),
+        "submit_seconds": submitted,
+        "seconds": max(admitted.values()) if len(admitted) == gangs else timeout,
+    }
+    out["gangs_per_second"] = len(admitted) / out["seconds"] if out["seconds"] else 0.0
+    if way.operator:
+        after = scrape(way.operator)
+        attempt = "phalanx_podgroup_scheduling_attempt_duration_seconds"
+        algo = "phalanx_podgroup_scheduling_algorithm_duration_seconds"
+        count = _sum(after, attempt + "_count") - _sum(before, attempt + "_count")
+        if count:
+            out["attempts"] = count
+            out["attempt_ms"] = 1000 * (_sum(after, attempt + "_sum") - _sum(before, attempt + "_sum")) / count
+            out["algorithm_ms"] = (
+                1000
+                * (_sum(after, algo + "_sum") - _sum(before, algo + "_sum"))
+                / max(1, _sum(after, algo + "_count") - _sum(before, algo + "_count"))
+            )
+    say(f"burst {way.name}: {out}")
+    await asyncio.gather(*(way.finish(n) for n in names))
+    await way.drained(timeout=900)
+    return out
+
+
+def _cpu(pid: int) -> float:
+    return tw._proc_stat(pid)[1]
+
+
+async def change_cost(way: tw.Way, waiting: int, changes: int, workers: list[str]) -> dict[str, Any]:
+    """Phalanx with `waiting` gangs of 3 that no node can take: CPU seconds of the operator per change."""
+    assert way.operator is not None
+    pid = way.operator.process.pid
+    core = client.CoreV1Api(way.api)
+    custom = client.CustomObjectsApi(way.api)
+    names = [f"wait-{i:04d}" for i in range(waiting)]
+    sem = asyncio.Semaphore(32)
+
+    async def submit(name: str) -> None:
+        body = tw.job(name, 3, "phalanx")
+        body["spec"]["template"]["spec"]["nodeSelector"] = WAIT_SELECTOR
+        async with sem:
+            await way.batch.create_namespaced_job(tw.NAMESPACE, body)
+
+    await asyncio.gather(*(submit(n) for n in names))
+
+    async def unschedulable() -> int:
+        listed = await custom.list_namespaced_custom_object("scheduling.phalanx.dev", "v1beta1", tw.NAMESPACE, "podgroups")
+        return sum(
+            1
+            for g in listed["items"]
+            if any(
+                c.get("type") == "PodGroupInitiallyScheduled" and c.get("reason") == "Unschedulable"
+                for c in (g.get("status") or {}).get("conditions") or []
+            )
+        )
+
+    deadline = time.monotonic() + 900
+    while (seen := await unschedulable()) < waiting and time.monotonic() < deadline:  # noqa: ASYNC110 (polls the API)
+        await asyncio.sleep(2)
+    await asyncio.sleep(10)  # the last statuses written, their watch events taken
+
+    async def window(seconds: float) -> float:
+        c0 = _cpu(pid)
+        await asyncio.sleep(seconds)
+        return _cpu(pid) - c0
+
+    span = changes * 1.0 + 4.0
+    idle = await window(span)
+    c0 = _cpu(pid)
+    for i in range(changes):
+        await core.create_namespaced_pod("ballast", tw.bound_pod(f"change-{i}", workers[i % len(workers)], {"app": "change"}))
+        await asyncio.sleep(1.0)
+    await asyncio.sleep(span - changes * 1.0)
+    added = _cpu(pid) - c0
+    idle2 = await window(span)
+    c0 = _cpu(pid)
+    for i in range(changes):
+        await core.delete_namespaced_pod(f"change-{i}", "ballast", grace_period_seconds=0)
+        await asyncio.sleep(1.0)
+    await asyncio.sleep(span - changes * 1.0)
+    deleted = _cpu(pid) - c0
+    idle_rate = (idle + idle2) / (2 * span)
+    out = {
+        "waiting": waiting,
+        "unschedulable_seen": seen,
+        "idle_cpu_percent": 100 * idle_rate,
+        "cpu_per_pod_added_ms": 1000 * max(0.0, added - idle_rate * span) / changes,
+        "cpu_per_pod_deleted_ms": 1000 * max(0.0, deleted - idle_rate * span) / changes,
+    }
+    say(f"waiting {waiting}: {out}")
+    await asyncio.gather(*(way.finish(n) for n in names))
+    await way.drained(timeout=900)
+    return out
+
+
+async def footprint_levels(way: tw.Way, levels: list[int], budget: float, workers: list[str], idle: float = 20.0) -> list[dict[str, Any]]:
+    """The operator's RSS and CPU at each level of pods, bound directly to the workers, created 16 at a time."""
+    assert way.operator is not None
+    pid = way.operator.process.pid
+    core = client.CoreV1Api(way.api)
+    rss, c0 = tw._proc_stat(pid)
+    await asyncio.sleep(idle)
+    rss, c1 = tw._proc_stat(pid)
+    out: list[dict[str, Any]] = [
+        {"pods": 0, "target": 0, "create_seconds": 0.0, "cpu_while_creating_percent": 0.0, "rss_mib": rss}
+        | {"rss_settling_mib": rss, "cpu_idle_percent": 100 * (c1 - c0) / idle, "hwm_mib": _hwm(pid)}
+    ]
+    have = 0
+    spent = 0.0
+    for level in levels:
+        started = time.monotonic()
+        cpu0 = _cpu(pid)
+        created = await create_ballast(core, range(have, level), workers, started + budget - spent)
+        creating = time.monotonic() - started
+        spent += creating
+        cpu_creating = _cpu(pid) - cpu0
+        reached = have = have + created
+        await asyncio.sleep(idle)
+        rss0, c0 = tw._proc_stat(pid)
+        await asyncio.sleep(idle)
+        rss1, c1 = tw._proc_stat(pid)
+        row = {
+            "pods": reached,
+            "target": level,
+            "create_seconds": creating,
+            "cpu_while_creating_percent": 100 * cpu_creating / creating if creating else 0.0,
+            "rss_mib": rss1,
+            "rss_settling_mib": rss0,
+            "cpu_idle_percent": 100 * (c1 - c0) / idle,
+            "hwm_mib": _hwm(pid),
+        }
+        out.append(row)
+        say(f"footprint: {row}")
+        if reached < level:
+            say(f"footprint: {level:,} pods not reached within the {budget:.0f} s budget; stopped at {reached:,}")
+            break
+    return out
+
+
+async def create_ballast(core: client.CoreV1Api, indices: range, workers: list[str], until: float) -> int:
+    """Pods `ballast-I` bound directly to the workers, 16 at a time, until `until` (monotonic); how many were created."""
+    queue = iter(indices)
+    created = 0
+
+    async def creator() -> None:
+        nonlocal created
+        for i in queue:
+            if time.monotonic() > until:
+                return
+            body = tw.bound_pod(f"ballast-{i}", workers[i % len(workers)], {"app": "ballast", "shard": f"s{i % 20}"})
+            await core.create_namespaced_pod("ballast", body)
+            created += 1
+
+    await asyncio.gather(*(creator() for _ in range(16)))
+    return created
+
+
+def _hwm(pid: int) -> float:
+    return next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("VmHWM:")) / 1024
+
+
+async def measure(
+    plan: ScalePlan, phalanx: LocalCluster, upstream: LocalCluster, operator: operatorproc.OperatorProcess, out: dict[str, Any]
+) -> None:
+    p = await tw._open("phalanx", phalanx, operator)
+    opened = [p]
+    ways = {"phalanx": p}
+    if upstream is not None:
+        tree = await tw._open("in-tree", upstream, None)
+        opened.append(tree)
+        ways |= {"vanilla": tw.Way("vanilla", upstream, tree.api, tree.pods), "in-tree": tree}
+    workers = [f"worker-{i}" for i in range(1, plan.nodes + 1)]
+    try:
+        if "latency" in plan.workloads:
+            for size in plan.sizes:
+                samples: dict[str, list[dict[str, float | None]]] = {w: [] for w in tw.WAYS}
+                out["latency"][size] = samples
+                for run in range(plan.runs):
+                    for w in tw.WAYS:
+                        sample = await tw.latency_run(ways[w], size, timeout=max(300.0, size * 0.8))
+                        samples[w].append(sample)
+                        say(f"latency {size} ranks run {run + 1} {w}: {sample}")
+        if "burst" in plan.workloads:
+            for w in tw.WAYS:
+                out["burst"][w] = await burst_run(ways[w], plan.burst, timeout=1200)
+        with contextlib.suppress(client.ApiException):
+            await client.CoreV1Api(p.api).create_namespace({"metadata": {"name": "ballast"}})
+        if "waiting" in plan.workloads:
+            for waiting in (1, plan.waiting):
+                out["waiting"].append(await change_cost(p, waiting, plan.changes, workers))
+        if "footprint" in plan.workloads:
+            out["footprint"] = await footprint_levels(p, plan.levels, plan.budget, workers)
+    finally:
+        for w in opened:
+            await w.pods.stop()
+            await w.api.close()
+
+
+def tables(plan: ScalePlan, raw: dict[str, Any]) -> str:
+    lines = []
+    if raw["latency"]:
+        lines += [
+            f"scale {plan.nodes:,} nodes x 8 devices: one gang, 1 device per rank, creation to all bound, median of {plan.runs}, seconds",
+            "| ranks | vanilla | in-tree | Phalanx | Phalanx / vanilla | Phalanx / in-tree |",
+            "|---|---|---|---|---|---|",
+        ]
+        for size, samples in raw["latency"].items():
+            if any(not samples[w] for w in tw.WAYS):
+                continue
+            v, t, p = (tw._median(samples[w], "create_to_bound") for w in ("vanilla", "in-tree", "phalanx"))
+            lines.append(f"| {size} | {tw._fmt(v)} | {tw._fmt(t)} | {tw._fmt(p)} | {tw._ratio(p, v)} | {tw._ratio(p, t)} |")
+    if raw["burst"]:
+        lines += [
+            "",
+            f"burst: {plan.burst:,} gangs of 3 submitted at once, room for all",
+            "| scheduler | admitted | seconds | gangs/s | per attempt | of it, the planner |",
+            "|---|---|---|---|---|---|",
+        ]
+        for w in tw.WAYS:
+            b = raw["burst"].get(w)
+            if b:
+                per = f"{b['attempt_ms']:.1f} ms" if "attempt_ms" in b else "-"
+                algo = f"{b['algorithm_ms']:.1f} ms" if "algorithm_ms" in b else "-"
+                lines.append(f"| {w} | {b['admitted']}/{b['gangs']} | {b['seconds']:.1f} | {b['gangs_per_second']:.1f} | {per} | {algo} |")
+        rate = {w: raw["burst"][w]["gangs_per_second"] for w in tw.WAYS if w in raw["burst"]}
+        if len(rate) == 3:
+            lines.append(
+                f"gangs/s ratios: Phalanx / vanilla {tw._ratio(rate['phalanx'], rate['vanilla'])}, "
+                f"Phalanx / in-tree {tw._ratio(rate['phalanx'], rate['in-tree'])}; upstream publishes "
+                f"{UPSTREAM_ATTEMPT_MS[0]}-{UPSTREAM_ATTEMPT_MS[1]} ms per PodGroup attempt (scheduler_perf, 5,000 nodes)"
+            )
+    if raw["waiting"]:
+        lines += [
+            "",
+            f"waiting gangs (Phalanx): operator CPU per change, mean of {plan.changes}, idle CPU subtracted",
+            "| gangs waiting | of them seen Unschedulable | idle CPU | per pod added (bound, started) | per pod deleted (capacity freed) |",
+            "|---|---|---|---|---|",
+        ]
+        for row in raw["waiting"]:
+            lines.append(
+                f"| {row['waiting']:,} | {row['unschedulable_seen']:,} | {row['idle_cpu_percent']:.1f}% | {row['cpu_per_pod_added_ms']:.0f} ms "
+                f"| {row['cpu_per_pod_deleted_ms']:.0f} ms |"
+            )
+        if len(raw["waiting"]) == 2:
+            one, many = raw["waiting"]
+            lines.append(
+                f"ratio {many['waiting']:,} / 1: pod added {tw._ratio(many['cpu_per_pod_added_ms'], one['cpu_per_pod_added_ms'])}, "
+                f"pod deleted {tw._ratio(many['cpu_per_pod_deleted_ms'], one['cpu_per_pod_deleted_ms'])} (target: within 2x)"
+            )
+    if raw.get("footprint"):
+        lines += [
+            "",
+            "operator footprint (pods bound directly, no claims; RSS and CPU once settled)",
+            "| pods | RSS | peak RSS | CPU idle | CPU while creating | create time |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in raw["footprint"]:
+            lines.append(
+                f"| {row['pods']:,} | {row['rss_mib']:.0f} MiB | {row['hwm_mib']:.0f} MiB | {row['cpu_idle_percent']:.1f}% "
+                f"| {row['cpu_while_creating_percent']:.1f}% | {row['create_seconds']:.0f} s |"
+            )
+    return "\n".join(lines)
+
+
+def run(args: Any) -> int:
+    """`three_way.py --scale NODES`: both clusters grown to NODES workers, the scale workloads, one run."""
+    plan = ScalePlan(nodes=args.scale)
+    if args.sizes:
+        plan = ScalePlan(**{**plan.__dict__, "sizes": [int(s) for s in args.sizes.split(",")]})
+    if args.runs:
+        plan = ScalePlan(**{**plan.__dict__, "runs": args.runs})
+    if args.workloads:
+        plan = ScalePlan(**{**plan.__dict__, "workloads": tuple(args.workloads.split(","))})
+    if args.scale_pods:
+        plan = ScalePlan(**{**plan.__dict__, "levels": [int(s) for s in args.scale_pods.split(",")]})
+    if args.scale_gangs:
+        plan = ScalePlan(**{**plan.__dict__, "burst": args.scale_gangs, "waiting": args.scale_gangs})
+    if args.scale_budget:
+        plan = ScalePlan(**{**plan.__dict__, "budget": args.scale_budget})
+    spec = {"workers": START_WORKERS, "gpus_per_worker": tw.GPUS_PER_WORKER, "driver": "fakegpu"}
+    phalanx = LocalCluster(ClusterSpec(name=f"{args.name}-phalanx", **spec))
+    # the in-tree cluster (and vanilla) only for the workloads run three ways
+    three = {"latency", "burst"} & set(plan.workloads)
+    upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec)) if three else None
+    started = time.monotonic()
+    raw: dict[str, Any] = {"latency": {}, "burst": {}, "waiting": [], "footprint": [], "grow_seconds": {}}
+
+    def prepare(cluster: LocalCluster) -> None:
+        raw["grow_seconds"][cluster.spec.name] = asyncio.run(grow(cluster, plan.nodes, tw.GPUS_PER_WORKER))
+        say(f"{cluster.spec.name}: {plan.nodes} workers in {raw['grow_seconds'][cluster.spec.name]:.0f} s")
+
+    try:
+        with tw.running(phalanx, upstream, args.repo, prepare) as operator:
+            asyncio.run(measure(plan, phalanx, upstream, operator, raw))
+    finally:
+        report(plan, raw, started)
+    return 0
+
+
+def report(plan: ScalePlan, raw: dict[str, Any], started: float) -> None:
+    """The tables, and the JSON beside them; nothing when nothing was measured."""
+    if not any(raw[k] for k in ("latency", "burst", "waiting", "footprint")):
+        return
+    text = tables(plan, raw)
+    print(text)
+    tw.RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = tw.RESULTS / f"scale-{plan.nodes}-{stamp}.json"
+    doc = {"plan": plan.__dict__, "seconds": time.monotonic() - started, "load": _load(), "raw": raw}
+    path.write_text(json.dumps(doc, indent=1, default=str))
+    print(f"\nwritten to {path.relative_to(tw.ROOT)} ({time.monotonic() - started:.0f} s in all; load average {_load()})")
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
