@@ -112,3 +112,19 @@ def test_a_gang_that_starts_in_order_is_refused_as_it_would_wait_for_ever() -> N
     assert [e.path for e in err.value.errors] == ["spec.startupPolicy.startupPolicyOrder"]
     js["spec"]["startupPolicy"] = {"startupPolicyOrder": "AnyOrder"}
     admission.validate_jobset(js, None)
+
+
+def test_a_typo_alone_is_refused_and_does_not_run_the_jobset_ungated() -> None:
+    js = jobset({f"{keys.ANNOTATION_PREFIX}mincount": "4"})
+    with pytest.raises(GangSpecError, match=r"did you mean scheduling\.phalanx\.dev/min-count"):
+        admission.mutate_jobset(js, None, gang_default_mode="all")
+    with pytest.raises(GangSpecError, match="did you mean"):
+        admission.validate_jobset(js, None)
+
+
+def test_a_replicated_job_of_a_gang_jobset_may_not_ask_for_a_gang_of_its_own() -> None:
+    js = jobset({keys.POLICY: "gang"})
+    js["spec"]["replicatedJobs"][1]["template"]["metadata"] = {"annotations": {keys.MIN_COUNT: "3"}}
+    with pytest.raises(GangSpecError) as err:
+        admission.validate_jobset(js, None)
+    assert [e.path for e in err.value.errors] == ["spec.replicatedJobs[1].template.metadata.annotations"]

@@ -83,6 +83,7 @@ def mutate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None, *, gang_de
     metadata = out.setdefault("metadata", {})
     intent = from_annotations(metadata.get("annotations"))
     if intent is None:
+        _refuse_unknown_keys(jobset, old)
         return Mutation(out)
     previous = from_annotations(((old or {}).get("metadata") or {}).get("annotations"))
     if old is None:
@@ -129,6 +130,15 @@ def validate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None) -> None:
         )
     if intent is not None or previous is not None:
         _check(jobset, old, previous, intent)
+    else:
+        _refuse_unknown_keys(jobset, old)
+
+
+def _refuse_unknown_keys(jobset: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """A typo alone (`mincount`) asks for no gang: the JobSet would run ungated without a word."""
+    errors = job_admission.unknown_key_errors(jobset, old)
+    if errors:
+        raise GangSpecError(errors)
 
 
 def _check(jobset: dict[str, Any], old: dict[str, Any] | None, previous: GangIntent | None, intent: GangIntent | None) -> None:
@@ -146,6 +156,19 @@ def _check(jobset: dict[str, Any], old: dict[str, Any] | None, previous: GangInt
                 "give each pod a claim of its own (a resourceClaimTemplateName in its template), or remove it",
             )
         )
+    for i, rjob in enumerate(replicated_jobs(jobset)):
+        own = sorted(
+            k for k in ((rjob.get("template") or {}).get("metadata") or {}).get("annotations") or {} if k.startswith(keys.ANNOTATION_PREFIX)
+        )
+        if own:
+            errors.append(
+                FieldError(
+                    f"spec.replicatedJobs[{i}].template.metadata.annotations",
+                    own,
+                    "a replicated Job of a gang JobSet asks for a gang of its own, so its pods would be in two groups",
+                    "remove them: the JobSet's annotations make one gang of all its Jobs",
+                )
+            )
     order = ((jobset.get("spec") or {}).get("startupPolicy") or {}).get("startupPolicyOrder")
     if order == "InOrder" and intent.policy == "gang":
         errors.append(
