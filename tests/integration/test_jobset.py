@@ -152,6 +152,17 @@ def test_a_gang_jobset_asking_more_than_it_runs_is_refused_naming_the_field(clus
     assert refused.returncode != 0
     assert f"metadata.annotations[{keys.MIN_COUNT}]" in refused.stderr, refused.stderr
     assert "replicas x parallelism" in refused.stderr
+    typo = cluster.kubectl(
+        "-n",
+        namespace,
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps(gpu_jobset("typo", 3, {f"{keys.ANNOTATION_PREFIX}mincount": "4"})),
+        check=False,
+    )
+    assert typo.returncode != 0, "a typo alone would run the JobSet pod by pod"
+    assert f"did you mean {keys.MIN_COUNT}?" in typo.stderr, typo.stderr
 
 
 def test_a_member_lost_takes_the_whole_jobset_gang_down_and_it_comes_back(cluster: Cluster, operator: Operator, namespace: str) -> None:

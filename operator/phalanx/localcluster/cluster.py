@@ -352,9 +352,17 @@ class LocalCluster:
         release = jobset_release()
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(release / "crd.yaml"))
         self._wait_established(f"jobsets.{jobset.API_GROUP}")
-        jobset.stop(self.kubeconfig)
-        _, hooks = jobset.start(release, self.cluster_dir, self.kubeconfig, tuple(processes.free_ports(2)))
-        jobset.wait_ready(self.cluster_dir, self.kubeconfig)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            jobset.stop(self.kubeconfig)
+            # its ports are chosen free, then bound a moment later: another process may take one in between
+            _, hooks = jobset.start(release, self.cluster_dir, self.kubeconfig, tuple(processes.free_ports(2)))
+            try:
+                jobset.wait_ready(self.cluster_dir, self.kubeconfig)
+                break
+            except jobset.Exited as exc:
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                _log(f"{exc}; starting it again ({attempt + 1} of {PORT_ATTEMPTS})")
         self.kubectl("apply", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(doc) for doc in hooks))
 
     def start_real_nodes(self) -> list[realnodes.RealNode]:

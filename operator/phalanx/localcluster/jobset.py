@@ -35,6 +35,10 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 _POD_WEBHOOKS = {"mpod.kb.io", "vpod.kb.io"}
 
 
+class Exited(RuntimeError):
+    """The controller stopped before it was ready (a port taken between choosing it and binding it, among others)."""
+
+
 def webhook_configurations(release: Path, url: str, ca_pem: bytes) -> list[dict[str, Any]]:
     """The release's webhook configurations, served at `url` and trusting `ca_pem`; pods of no JobSet are not sent."""
     documents = [doc for doc in yaml.safe_load_all((release / "webhooks.yaml").read_text()) if doc]
@@ -75,14 +79,14 @@ def start(release: Path, cluster_dir: Path, kubeconfig: Path, ports: tuple[int, 
     return pid, webhook_configurations(release, f"https://127.0.0.1:{webhook_port}", cert.ca_pem)
 
 
-def wait_ready(cluster_dir: Path, kubeconfig: Path, timeout: float = 60) -> None:
+def wait_ready(cluster_dir: Path, kubeconfig: Path, timeout: float = 120) -> None:
     """Its readiness probe answers only once the webhook server is serving, which is what admission needs."""
     port = json.loads((cluster_dir / "jobset" / "state.json").read_text())["health_port"]
     deadline = time.monotonic() + timeout
     while True:
         if not running(kubeconfig):
             log = (cluster_dir / "jobset" / "controller.log").read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"jobset-controller exited; the end of its log:\n{log}")
+            raise Exited(f"jobset-controller exited; the end of its log:\n{log}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer:
                 if answer.status == 200:
