@@ -7,6 +7,7 @@ used: nothing of Kopf's is written onto users' Jobs or Pods.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -24,41 +25,57 @@ NOT_GATED_MESSAGE = (
 )
 
 
-def _is_gang_job(annotations: Any, **_: Any) -> bool:
+SourceOf = Callable[[dict[str, Any]], objects.GangSource | None]
+"""A gang owner's `GangSource` from its object (None: it asks for no gang); raises GangSpecError on bad annotations."""
+
+
+def is_gang(annotations: Any, **_: Any) -> bool:
+    """Kopf's filter: the owner carries a gang annotation (any kind of owner)."""
     return any(k in (annotations or {}) for k in keys.INTENT_ANNOTATIONS)
 
 
-@kopf.on.event("batch", "v1", "jobs", when=_is_gang_job)
-async def job_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+async def on_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, source_of: SourceOf) -> None:
+    """One gang owner's event, of whatever kind: bad annotations are told on the owner, good ones reconciled."""
     if not memo.elector.leading:
-        return  # a standby: the leader reconciles, and resyncs every Job when this replica takes over
+        return  # a standby: the leader reconciles, and resyncs every owner when this replica takes over
     if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
         return  # ownerReferences hand the Workload and PodGroup to the garbage collector
-    job = dict(body)
+    owner = dict(body)
     try:
-        source = objects.from_job(job)
+        source = source_of(owner)
     except GangSpecError as exc:
-        await memo.kube.event(_job_ref(job), type_="Warning", reason="InvalidGangSpec", message=str(exc))
+        await memo.kube.event(owner, type_="Warning", reason="InvalidGangSpec", message=str(exc))
         return
     if source is not None:
         await reconcile(memo.kube, source, logger)
 
 
-async def resync(kube: Kube, logger: Any) -> int:
-    """Reconcile every gang Job once, as a new leader: events that arrived while this replica stood by were dropped."""
+@kopf.on.event("batch", "v1", "jobs", when=is_gang)
+async def job_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    await on_event(type, body, memo, logger, objects.from_job)
+
+
+async def resync_all(kube: Kube, path: str, source_of: SourceOf, logger: Any) -> int:
+    """Reconcile every gang owner listed at `path` once, as a new leader: events that arrived while this replica
+    stood by were dropped."""
     done = 0
-    async for page in kube.pages("/apis/batch/v1/jobs"):
-        for job in page.get("items") or []:
-            if not _is_gang_job(job["metadata"].get("annotations")) or job["metadata"].get("deletionTimestamp"):
+    async for page in kube.pages(path):
+        for owner in page.get("items") or []:
+            meta = owner["metadata"]
+            if not is_gang(meta.get("annotations")) or meta.get("deletionTimestamp"):
                 continue
             try:
-                source = objects.from_job(job)
+                source = source_of(owner)
                 if source is not None:
                     await reconcile(kube, source, logger)
                     done += 1
             except (GangSpecError, ApiError) as exc:
-                logger.warning(f"resync of Job {job['metadata']['namespace']}/{job['metadata']['name']}: {exc}")
+                logger.warning(f"resync of {owner.get('kind', 'owner')} {meta['namespace']}/{meta['name']}: {exc}")
     return done
+
+
+async def resync(kube: Kube, logger: Any) -> int:
+    return await resync_all(kube, "/apis/batch/v1/jobs", objects.from_job, logger)
 
 
 async def reconcile(kube: Kube, source: objects.GangSource, logger: Any) -> None:
@@ -129,7 +146,3 @@ def _policy_text(source: objects.GangSource) -> str:
     if source.intent.policy == "gang":
         return f"gang, minCount {source.min_count}, disruptionMode {source.intent.disruption_mode or 'all'}"
     return "basic"
-
-
-def _job_ref(job: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job["metadata"]}

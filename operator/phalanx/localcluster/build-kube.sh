@@ -106,16 +106,22 @@ build_kube() {
   done
 }
 
+# A module of our own that requires exactly `module@version` (`go install ...@version` is refused where the proxy
+# lists no versions), prepared once in `dir`; `import` is the package its tools.go names.
+wrapper_module() {
+  local dir="$1" name="$2" module="$3" version="$4" import="$5"
+  mkdir -p "$dir"
+  [[ -f "$dir/go.sum" ]] && return
+  (cd "$dir" && rm -f go.mod && go mod init "phalanx.dev/localcluster/$name" >/dev/null 2>&1 \
+    && printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$import" >tools.go \
+    && go get "$module@$version" >&2 && go mod tidy -e >&2)
+}
+
 build_etcd() {
   [[ -x "$BIN/etcd" ]] && return
   local dir="$CACHE/src/etcd-$ETCD_VERSION" t=$SECONDS
-  mkdir -p "$dir"
   log "building etcd $ETCD_VERSION"
-  if [[ ! -f "$dir/go.sum" ]]; then
-    (cd "$dir" && rm -f go.mod && go mod init phalanx.dev/localcluster/etcd >/dev/null 2>&1 \
-      && printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >tools.go \
-      && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2 && go mod tidy -e >&2)
-  fi
+  wrapper_module "$dir" etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3
   (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3)
   mv "$BIN/etcd.tmp" "$BIN/etcd"
   log "built etcd in $((SECONDS - t))s"
@@ -131,18 +137,12 @@ build_kwok() {
   done
 }
 
-# `go install ...@$DRA_DRIVER_VERSION` is refused (the proxy does not list the
-# module's versions), so a wrapper module requires that exact version instead.
 build_driver() {
   [[ -x "$DRIVER_BIN/dra-example-kubeletplugin" ]] && return
   local dir="$CACHE/src/dra-example-driver-$DRA_DRIVER_VERSION" t=$SECONDS
-  mkdir -p "$dir"
   log "building dra-example-kubeletplugin $DRA_DRIVER_VERSION"
-  if [[ ! -f "$dir/go.sum" ]]; then
-    (cd "$dir" && rm -f go.mod && go mod init phalanx.dev/localcluster/dra-example-driver >/dev/null 2>&1 \
-      && printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin"\n' >tools.go \
-      && go get "sigs.k8s.io/dra-example-driver@$DRA_DRIVER_VERSION" >&2 && go mod tidy -e >&2)
-  fi
+  wrapper_module "$dir" dra-example-driver sigs.k8s.io/dra-example-driver "$DRA_DRIVER_VERSION" \
+    sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin
   (cd "$dir" && go build -trimpath -ldflags "-s -w" \
     -o "$DRIVER_BIN/dra-example-kubeletplugin.tmp" sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin)
   mv "$DRIVER_BIN/dra-example-kubeletplugin.tmp" "$DRIVER_BIN/dra-example-kubeletplugin"
@@ -177,13 +177,8 @@ build_jobset() {
   [[ "${PHALANX_JOBSET:-0}" == 1 ]] || return 0
   [[ -x "$JOBSET_BIN/jobset-controller" && -f "$JOBSET_BIN/webhooks.yaml" ]] && return
   local dir="$CACHE/src/jobset-$JOBSET_VERSION" t=$SECONDS
-  mkdir -p "$dir"
   log "building jobset-controller $JOBSET_VERSION"
-  if [[ ! -f "$dir/go.sum" ]]; then
-    (cd "$dir" && rm -f go.mod && go mod init phalanx.dev/localcluster/jobset >/dev/null 2>&1 \
-      && printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/jobset"\n' >tools.go \
-      && go get "sigs.k8s.io/jobset@$JOBSET_VERSION" >&2 && go mod tidy -e >&2)
-  fi
+  wrapper_module "$dir" jobset sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset
   (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$JOBSET_BIN/jobset-controller.tmp" sigs.k8s.io/jobset)
   local src; src="$(cd "$dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)"
   cp "$src/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$JOBSET_BIN/crd.yaml"
