@@ -1,12 +1,18 @@
 """Leader election on the real API server: one leader at a time, a silent leader replaced after the lease duration,
-a clean shutdown handing over at once, an API server outage outlived. And list pages: a list is read in pages that add up to the whole collection."""
+a clean shutdown handing over at once, an API server outage outlived, a busy event loop keeping its Lease and a
+hung one losing it. And list pages: a list is read in pages that add up to the whole collection."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
+import statistics
+import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 
 import pytest
 from conftest import Cluster
@@ -34,9 +40,8 @@ async def _wait(predicate, timeout: float = 30) -> bool:  # type: ignore[no-unty
 
 
 async def test_one_leader_at_a_time_and_a_silent_one_is_replaced(cluster: Cluster, namespace: str) -> None:
-    kube = await _kube(cluster)
     name = f"lease-{uuid.uuid4().hex[:6]}"
-    a, b = (Elector(kube, namespace, name, who, TIMING) for who in ("a", "b"))
+    a, b = (Elector(lambda: _kube(cluster), namespace, name, who, TIMING) for who in ("a", "b"))
     both: list[float] = []
 
     async def lead(elector: Elector) -> None:
@@ -64,14 +69,12 @@ async def test_one_leader_at_a_time_and_a_silent_one_is_replaced(cluster: Cluste
         for task in tasks.values():
             task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
-        await kube.api.close()
 
 
 async def test_a_released_lease_is_taken_at_once(cluster: Cluster, namespace: str) -> None:
-    kube = await _kube(cluster)
     name = f"lease-{uuid.uuid4().hex[:6]}"
     slow = Timing(lease_duration=30.0, renew_deadline=20.0, retry_period=0.3)
-    a, b = Elector(kube, namespace, name, "a", slow), Elector(kube, namespace, name, "b", slow)
+    a, b = (Elector(lambda: _kube(cluster), namespace, name, who, slow) for who in ("a", "b"))
     run_a = asyncio.create_task(a.run(lambda: asyncio.sleep(3600)))
     try:
         assert await _wait(lambda: a.leading)
@@ -86,7 +89,6 @@ async def test_a_released_lease_is_taken_at_once(cluster: Cluster, namespace: st
         await asyncio.gather(run_b, return_exceptions=True)
     finally:
         run_a.cancel()
-        await kube.api.close()
 
 
 async def test_the_elector_outlives_an_api_server_outage(cluster: Cluster, namespace: str) -> None:
@@ -94,8 +96,7 @@ async def test_the_elector_outlives_an_api_server_outage(cluster: Cluster, names
     campaigning, and leads again once the API server answers (its own Lease, taken back at once)."""
     if cluster.local is None:
         pytest.skip("restarts the local control plane's API server")
-    kube = await _kube(cluster)
-    elector = Elector(kube, namespace, f"lease-{uuid.uuid4().hex[:6]}", "a", TIMING)
+    elector = Elector(lambda: _kube(cluster), namespace, f"lease-{uuid.uuid4().hex[:6]}", "a", TIMING)
     run = asyncio.create_task(elector.run(lambda: asyncio.sleep(3600)))
     try:
         assert await _wait(lambda: elector.leading)
@@ -106,7 +107,139 @@ async def test_the_elector_outlives_an_api_server_outage(cluster: Cluster, names
     finally:
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
-        await kube.api.close()
+
+
+def _spin(seconds: float) -> None:
+    """CPU-bound work that holds the GIL as the snapshot build does (Python switches threads every interval)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+class Replica:
+    """An elector on an event loop of its own, in a thread: another operator process, as far as the Lease can tell,
+    whose own loop stays free while the test's is kept busy or hung."""
+
+    def __init__(self, cluster: Cluster, namespace: str, name: str, identity: str, timing: Timing) -> None:
+        self.elector = Elector(lambda: _kube(cluster), namespace, name, identity, timing)
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
+        self.thread.start()
+        self.started.wait()
+
+    async def _main(self) -> None:
+        self.loop, self.task = asyncio.get_running_loop(), asyncio.current_task()
+        self.started.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.elector.run(lambda: asyncio.sleep(3600))
+
+    def stop(self) -> None:
+        assert self.task is not None
+        self.loop.call_soon_threadsafe(self.task.cancel)
+        self.thread.join(timeout=30)
+
+
+class Watcher:
+    """Samples who leads every 20 ms from a thread of its own, so it sees the Lease while the test's loop cannot run."""
+
+    def __init__(self, *electors: Elector) -> None:
+        self.electors = electors
+        self.samples: list[tuple[float, tuple[bool, ...]]] = []
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), tuple(e.leading for e in self.electors)))
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join()
+
+    def first(self, who: int, since: float = 0.0) -> float | None:
+        return next((t for t, leads in self.samples if t >= since and leads[who]), None)
+
+
+async def _leading(elector: Elector, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+    task = asyncio.create_task(elector.run(run))
+    assert await _wait(lambda: elector.leading)
+    return task
+
+
+async def test_a_leader_whose_loop_is_kept_busy_keeps_its_lease(cluster: Cluster, namespace: str) -> None:
+    """The operator's timing (10/7/1 s); the leader's event loop runs CPU-bound chunks of 50 ms in four tasks for three
+    renew deadlines, so each turn of the loop takes about 200 ms, as one with the watch decoders and a big snapshot
+    build does: it keeps its Lease without a lost term, and the standby never leads. (Renewed on that loop, as before,
+    the Lease was lost twice in 25 s of this.)"""
+    name = f"lease-{uuid.uuid4().hex[:6]}"
+    timing = Timing()
+    a = Elector(lambda: _kube(cluster), namespace, name, "a", timing)
+    busy_for = 3 * timing.renew_deadline
+    turns: list[float] = []
+
+    async def busy() -> None:
+        end = time.monotonic() + busy_for
+        while time.monotonic() < end:
+            _spin(0.05)
+            await asyncio.sleep(0)
+
+    async def probe() -> None:
+        end = time.monotonic() + busy_for
+        while time.monotonic() < end:
+            turns.append(time.monotonic())
+            await asyncio.sleep(0)
+
+    run = await _leading(a, lambda: asyncio.sleep(3600))
+    b = Replica(cluster, namespace, name, "b", timing)
+    watcher = Watcher(a, b.elector)
+    try:
+        await asyncio.gather(probe(), *(busy() for _ in range(4)))
+        watcher.stop()
+        gaps = [later - earlier for earlier, later in itertools.pairwise(turns)]
+        assert statistics.median(gaps) >= 0.15, f"the loop was not kept busy: median turn {statistics.median(gaps):.3f}s"
+        held = [leads for _, leads in watcher.samples]
+        assert held and all(a_leads and not b_leads for a_leads, b_leads in held), "a led throughout, b never"
+        assert a.lost == 0 and a.terms == 1, f"{a.lost} term(s) lost, {a.terms} term(s)"
+    finally:
+        watcher.stop()
+        b.stop()
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+
+
+async def test_a_leader_whose_loop_hangs_loses_its_lease_on_time(cluster: Cluster, namespace: str) -> None:
+    """The renewer's thread still runs while the leader's event loop is stuck in CPU-bound work for good (here 4 lease
+    durations): it renews only while the loop answers its heartbeat, so the standby takes over, `leading` turns
+    False before it does (never two leaders), and the term counts as lost once the loop runs again."""
+    name = f"lease-{uuid.uuid4().hex[:6]}"
+    a = Elector(lambda: _kube(cluster), namespace, name, "a", TIMING)
+    hang = 4 * TIMING.lease_duration
+    hung: list[float] = []
+
+    async def lead() -> None:
+        await asyncio.sleep(0.5)
+        hung.append(time.monotonic())
+        _spin(hang)
+        await asyncio.sleep(3600)
+
+    run = await _leading(a, lead)
+    b = Replica(cluster, namespace, name, "b", TIMING)
+    watcher = Watcher(a, b.elector)
+    try:
+        assert await _wait(lambda: bool(hung) and b.elector.leading, timeout=hang + 60)
+        watcher.stop()
+        assert not any(all(leads) for _, leads in watcher.samples), "never two leaders at once"
+        took_over = watcher.first(1)
+        assert took_over is not None and took_over - hung[0] < hang, "the standby took over while the loop was hung"
+        assert await _wait(lambda: a.lost == 1), "the hung term counts as lost"
+        assert not a.leading
+    finally:
+        watcher.stop()
+        b.stop()
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
 
 
 async def test_a_list_is_read_in_pages(cluster: Cluster, namespace: str) -> None:

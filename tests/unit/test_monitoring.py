@@ -13,6 +13,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 from prometheus_client import REGISTRY
 
 from phalanx import cli
+from phalanx.kube import lease
 from phalanx.localcluster import promtool
 from phalanx.scheduling import metrics
 
@@ -65,7 +66,7 @@ def test_prometheusrule_expressions_parse_with_promtool(tmp_path: Path) -> None:
     check = subprocess.run([str(promtool.binary()), "check", "rules", str(rules_file)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     count = sum(len(g["rules"]) for g in rule["spec"]["groups"])
-    assert count == 5 and f"SUCCESS: {count} rules found" in check.stdout, check.stdout
+    assert count == 6 and f"SUCCESS: {count} rules found" in check.stdout, check.stdout
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump({"groups": [{"name": "x", "rules": [{"alert": "X", "expr": "sum(rate(x[5m])"}]}]}))
     assert subprocess.run([str(promtool.binary()), "check", "rules", str(broken)], capture_output=True).returncode != 0
@@ -74,7 +75,7 @@ def test_prometheusrule_expressions_parse_with_promtool(tmp_path: Path) -> None:
 def test_every_queried_metric_is_defined() -> None:
     defined = {name for collector in list(REGISTRY._collector_to_names) for name in REGISTRY._collector_to_names[collector]}
     used = {n for e in _exprs() for n in re.findall(r"\bphalanx_[a-z_]+", e)}
-    assert metrics.INCOMPLETE_GROUP_DEVICES is not None and used
+    assert metrics.INCOMPLETE_GROUP_DEVICES is not None and lease.TERMS_LOST is not None and used
     assert used <= defined, sorted(used - defined)
 
 
@@ -160,3 +161,10 @@ def test_a_replica_near_its_memory_limit_fires_before_it_is_killed(tmp_path: Pat
     assert _rule_test(tmp_path, {near: " ".join(["NaN"] * 30)}, minutes=20) == []
     assert _rule_test(tmp_path, {near: "0.6x10 0.9x20"}, minutes=13) == [], "not yet 5 minutes above"
     assert _rule_test(tmp_path, {near: "0.6x10 0.9x20"}, minutes=20) == ["PhalanxMemoryNearLimit"]
+
+
+def test_a_replica_losing_its_lease_repeatedly_fires_an_alert(tmp_path: Path) -> None:
+    """Two losses in half an hour are an API server that stalled; three are a replica that cannot keep its Lease."""
+    lost = 'phalanx_leader_terms_lost_total{namespace="phalanx-system",pod="phalanx-0"}'
+    assert _rule_test(tmp_path, {lost: "0 0 1 1 1 2 2 2 2 2"}, minutes=9) == []
+    assert _rule_test(tmp_path, {lost: "0 0 1 1 2 2 3 3 3 3"}, minutes=9) == ["PhalanxLeaderLeaseFlapping"]

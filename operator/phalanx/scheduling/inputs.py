@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -58,6 +58,24 @@ from phalanx.scheduling.accessors import (
     shares,
     terminal,
 )
+from phalanx.scheduling.derived import Derived
+
+Requests = tuple[tuple[str, int], ...]
+
+
+@dataclass
+class Reuse:
+    """What `build` may take from the builds before it, each value by its object's version (`derived`): a pod's
+    requests and its view where it is placed, a node without its requests, a slice's devices, a claim."""
+
+    pods: Derived[tuple[Requests, Pod]] = field(default_factory=Derived)
+    nodes: Derived[Node] = field(default_factory=Derived)
+    slices: Derived[tuple[Device, ...]] = field(default_factory=Derived)
+    claims: Derived[Claim] = field(default_factory=Derived)
+
+    def sweep(self) -> None:
+        for derived in (self.pods, self.nodes, self.slices, self.claims):
+            derived.sweep()
 
 
 def containers(pod: Mapping[str, Any]) -> tuple[Container, ...]:
@@ -210,50 +228,60 @@ def rule_taints(rules: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, s
     return out
 
 
-def devices(slices: Iterable[Mapping[str, Any]], taint_rules: Iterable[Mapping[str, Any]] = ()) -> list[Device]:
-    """Devices of the newest generation of each complete pool, with the taints their slices and DeviceTaintRules give."""
+def devices(slices: Iterable[Mapping[str, Any]], taint_rules: Iterable[Mapping[str, Any]] = (), reuse: Reuse | None = None) -> list[Device]:
+    """Devices of the newest generation of each complete pool, with the taints their slices and DeviceTaintRules give.
+
+    A slice's devices are taken from `reuse` only while no DeviceTaintRule of another's applies (they would
+    depend on the rules too)."""
     rules = rule_taints(taint_rules)
     out: list[Device] = []
     for (driver, pool), objs in _pools(slices).items():
         for obj in objs:
-            spec = obj["spec"]
-            per_device = bool(spec.get("perDeviceNodeSelection"))
-            for d in spec.get("devices") or []:
-                where = d if per_device else spec
-                selector = selector_terms(where.get("nodeSelector")) if where.get("nodeSelector") else None
-                attributes = {(k if "/" in k else f"{driver}/{k}"): _attribute(v) for k, v in (d.get("attributes") or {}).items()}
-                capacity = {
-                    (k if "/" in k else f"{driver}/{k}"): quantity.amount("", v["value"]) for k, v in (d.get("capacity") or {}).items()
-                }
-                taints = _taints(d.get("taints") or ()) + tuple(
-                    t
-                    for sel, t in rules
-                    if sel.get("driver", driver) == driver and sel.get("pool", pool) == pool and sel.get("device", d["name"]) == d["name"]
-                )
-                out.append(
-                    Device(
-                        driver=driver,
-                        pool=pool,
-                        name=d["name"],
-                        node_name=where.get("nodeName"),
-                        node_selector=selector,
-                        all_nodes=bool(where.get("allNodes")),
-                        attributes=frozen_map(attributes),
-                        capacity=frozen_map(capacity),
-                        generation=spec["pool"].get("generation", 0),
-                        taints=taints,
-                        consumes=tuple(
-                            CounterUse(c["counterSet"], frozen_map({n: _exact(v["value"]) for n, v in (c.get("counters") or {}).items()}))
-                            for c in d.get("consumesCounters") or ()
-                        ),
-                        allow_multiple=bool(d.get("allowMultipleAllocations")),
-                        capacities=frozen_map({n: _capacity(v) for n, v in (d.get("capacity") or {}).items()}),
-                        binding_conditions=tuple(d.get("bindingConditions") or ()),
-                        binding_failure_conditions=tuple(d.get("bindingFailureConditions") or ()),
-                        binds_to_node=bool(d.get("bindsToNode")),
-                    )
-                )
+            if rules or reuse is None:
+                out.extend(_slice_devices(obj, driver, pool, rules))
+            else:
+                out.extend(reuse.slices.get(obj, None, lambda obj=obj, driver=driver, pool=pool: _slice_devices(obj, driver, pool, ())))
     return out
+
+
+def _slice_devices(obj: Mapping[str, Any], driver: str, pool: str, rules: list[tuple[Mapping[str, str], Taint]]) -> tuple[Device, ...]:
+    spec = obj["spec"]
+    per_device = bool(spec.get("perDeviceNodeSelection"))
+    out = []
+    for d in spec.get("devices") or []:
+        where = d if per_device else spec
+        selector = selector_terms(where.get("nodeSelector")) if where.get("nodeSelector") else None
+        attributes = {(k if "/" in k else f"{driver}/{k}"): _attribute(v) for k, v in (d.get("attributes") or {}).items()}
+        capacity = {(k if "/" in k else f"{driver}/{k}"): quantity.amount("", v["value"]) for k, v in (d.get("capacity") or {}).items()}
+        taints = _taints(d.get("taints") or ()) + tuple(
+            t
+            for sel, t in rules
+            if sel.get("driver", driver) == driver and sel.get("pool", pool) == pool and sel.get("device", d["name"]) == d["name"]
+        )
+        out.append(
+            Device(
+                driver=driver,
+                pool=pool,
+                name=d["name"],
+                node_name=where.get("nodeName"),
+                node_selector=selector,
+                all_nodes=bool(where.get("allNodes")),
+                attributes=frozen_map(attributes),
+                capacity=frozen_map(capacity),
+                generation=spec["pool"].get("generation", 0),
+                taints=taints,
+                consumes=tuple(
+                    CounterUse(c["counterSet"], frozen_map({n: _exact(v["value"]) for n, v in (c.get("counters") or {}).items()}))
+                    for c in d.get("consumesCounters") or ()
+                ),
+                allow_multiple=bool(d.get("allowMultipleAllocations")),
+                capacities=frozen_map({n: _capacity(v) for n, v in (d.get("capacity") or {}).items()}),
+                binding_conditions=tuple(d.get("bindingConditions") or ()),
+                binding_failure_conditions=tuple(d.get("bindingFailureConditions") or ()),
+                binds_to_node=bool(d.get("bindsToNode")),
+            )
+        )
+    return tuple(out)
 
 
 def counters(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Mapping[str, Decimal]]]:
@@ -470,32 +498,42 @@ def build(
     taint_rules: Iterable[Mapping[str, Any]] = (),
     pinned: Mapping[str, str] | None = None,
     awaiting: frozenset[DeviceId] = frozenset(),
+    reuse: Reuse | None = None,
 ) -> Snapshot:
-    """`awaiting`: devices planned for extended resources that kube-scheduler has yet to allocate, counted as held."""
-    requested: dict[str, Counter[str]] = {}
+    """`awaiting`: devices planned for extended resources that kube-scheduler has yet to allocate, counted as held.
+    `reuse`: what the builds before this one derived (the loop keeps one; None derives everything)."""
+    kept = Reuse() if reuse is None else reuse
+    requested: dict[str, dict[str, int]] = {}
     placed: list[Pod] = []
     for pod in pods:
         where = placed_on(pod, pinned)
         if where is None or terminal(pod):
             continue
-        placed.append(existing(pod, where))
-        counter = requested.setdefault(where, Counter())
-        counter.update(pod_requests(pod))
-        counter["pods"] += 1
+        requests, view = kept.pods.get(pod, where, lambda pod=pod, where=where: (tuple(pod_requests(pod).items()), existing(pod, where)))
+        placed.append(view)
+        total = requested.get(where)
+        if total is None:
+            total = requested[where] = {"pods": 0}
+        for name, value in requests:
+            total[name] = total.get(name, 0) + value
+        total["pods"] += 1
     claims = list(claims)
     slices = list(slices)
     classes = list(classes)
-    claim_objs = [claim(c) for c in claims]
+    claim_objs = [kept.claims.get(c, None, lambda c=c: claim(c)) for c in claims]
     held = {d for c in claims for d in dedicated_ids(c)}
     shared: dict[DeviceId, dict[str, Decimal]] = {}
     for c in claims:
         for device, consumed in shares(c):
-            total = shared.setdefault(device, {})
+            total_shared = shared.setdefault(device, {})
             for name, value in consumed.items():
-                total[name] = total.get(name, Decimal(0)) + value
-    return Snapshot(
-        nodes=tuple(node(n, requested.get(n["metadata"]["name"], Counter())) for n in nodes),
-        devices=tuple(devices(slices, taint_rules)),
+                total_shared[name] = total_shared.get(name, Decimal(0)) + value
+    built = Snapshot(
+        nodes=tuple(
+            replace(kept.nodes.get(n, None, lambda n=n: node(n, {})), requested=frozen_map(requested.get(n["metadata"]["name"])))
+            for n in nodes
+        ),
+        devices=tuple(devices(slices, taint_rules, kept)),
         classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
         claims=frozen_map({c.key: c for c in claim_objs}),
         held=frozenset(held) | awaiting,
@@ -505,6 +543,8 @@ def build(
         extended=frozen_map(extended_resources(classes)),
         incomplete=tuple(incomplete_pools(slices)),
     )
+    kept.sweep()
+    return built
 
 
 def snapshot(
