@@ -12,7 +12,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 from prometheus_client import REGISTRY
 
-from phalanx import cli
+from phalanx import cli, memorylimit
 from phalanx.kube import lease
 from phalanx.localcluster import promtool
 from phalanx.scheduling import metrics
@@ -75,7 +75,7 @@ def test_prometheusrule_expressions_parse_with_promtool(tmp_path: Path) -> None:
 def test_every_queried_metric_is_defined() -> None:
     defined = {name for collector in list(REGISTRY._collector_to_names) for name in REGISTRY._collector_to_names[collector]}
     used = {n for e in _exprs() for n in re.findall(r"\bphalanx_[a-z_]+", e)}
-    assert metrics.INCOMPLETE_GROUP_DEVICES is not None and lease.TERMS_LOST is not None and used
+    assert metrics.INCOMPLETE_GROUP_DEVICES is not None and lease.TERMS_LOST is not None and memorylimit.USED is not None and used
     assert used <= defined, sorted(used - defined)
 
 
