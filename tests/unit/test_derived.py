@@ -1,0 +1,105 @@
+"""What a snapshot reuses from the builds before it: served again only for the same version of the same object in the
+same place, so a reused build equals a fresh one through every kind of change."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from phalanx.scheduling import inputs
+from phalanx.scheduling.derived import Derived
+
+JSON = dict[str, Any]
+
+
+def _pod(name: str, version: str, *, node: str | None = "n1", cpu: str = "1", uid: str | None = None) -> JSON:
+    spec: JSON = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": uid or f"{name}-uid", "resourceVersion": version, "labels": {"app": name}},
+        "spec": spec,
+        "status": {"phase": "Running"},
+    }
+
+
+def _node(name: str, version: str = "1", cpu: str = "32") -> JSON:
+    return {
+        "metadata": {"name": name, "uid": f"{name}-uid", "resourceVersion": version},
+        "status": {"allocatable": {"cpu": cpu, "memory": "256Gi", "pods": "110"}},
+    }
+
+
+def _slice(node: str, version: str = "1", devices: int = 2) -> JSON:
+    return {
+        "metadata": {"name": f"{node}-gpu", "uid": f"{node}-slice-uid", "resourceVersion": version},
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(devices)],
+        },
+    }
+
+
+def _both(reuse: inputs.Reuse, nodes: list[JSON], pods: list[JSON], slices: list[JSON], pinned: dict[str, str] | None = None) -> Any:
+    """The reused build, checked against a fresh one of the same objects (deep copies: nothing shared with the cache)."""
+    reused = inputs.build(nodes, pods, slices, [], [], pinned=pinned, reuse=reuse)
+    fresh = inputs.build(copy.deepcopy(nodes), copy.deepcopy(pods), copy.deepcopy(slices), [], [], pinned=pinned)
+    assert reused == fresh
+    return reused
+
+
+def test_a_view_is_served_only_for_the_same_uid_version_and_context() -> None:
+    views: Derived[str] = Derived()
+    pod = _pod("a", "7")
+    assert views.get(pod, "n1", lambda: "first") == "first"
+    views.sweep()
+    assert views.get(pod, "n1", lambda: "again") == "first", "same uid, version and node: served"
+    assert views.get(pod, "n2", lambda: "moved") == "moved", "another node: derived again"
+    assert views.get(_pod("a", "8"), "n2", lambda: "newer") == "newer", "another version: derived again"
+    assert views.get(_pod("a", "8", uid="other-uid"), "n2", lambda: "recreated") == "recreated", "same name, new uid"
+    unversioned = _pod("a", "7")
+    del unversioned["metadata"]["resourceVersion"]
+    assert views.get(unversioned, "n1", lambda: "by hand") == "by hand", "an object made by hand is never served from the cache"
+    assert views.derived == 5
+
+
+def test_what_a_build_did_not_use_is_forgotten() -> None:
+    reuse = inputs.Reuse()
+    nodes = [_node("n1")]
+    _both(reuse, nodes, [_pod("a", "1"), _pod("b", "1")], [])
+    assert len(reuse.pods) == 2
+    _both(reuse, nodes, [_pod("b", "1")], [])
+    assert len(reuse.pods) == 1, "a's view went with it"
+
+
+def test_a_reused_build_equals_a_fresh_one_through_changes() -> None:
+    reuse = inputs.Reuse()
+    nodes = [_node("n1"), _node("n2")]
+    slices = [_slice("n1"), _slice("n2")]
+    pods = [_pod("a", "1"), _pod("b", "1", node="n2")]
+    first = _both(reuse, nodes, pods, slices)
+    derived = reuse.pods.derived
+    again = _both(reuse, nodes, pods, slices)
+    assert reuse.pods.derived == derived, "nothing changed: every pod's view served again"
+    assert again.pods[0] is first.pods[0]
+
+    pods = [_pod("a", "2", cpu="3"), _pod("b", "1", node="n2")]  # a new version asks for more
+    snapshot = _both(reuse, nodes, pods, slices)
+    assert snapshot.nodes[0].requested["cpu"] == 3000 and reuse.pods.derived == derived + 1
+
+    gated = _pod("c", "1", node=None)  # released, not yet bound: placed by Phalanx's pin, then on another node
+    _both(reuse, nodes, [*pods, gated], slices, pinned={"c-uid": "n1"})
+    moved = _both(reuse, nodes, [*pods, gated], slices, pinned={"c-uid": "n2"})
+    assert [p.node for p in moved.pods if p.name == "c"] == ["n2"]
+
+    finished = _pod("a", "3", cpu="3")
+    finished["status"]["phase"] = "Succeeded"
+    snapshot = _both(reuse, nodes, [finished, pods[1], gated], slices, pinned={"c-uid": "n2"})
+    assert "cpu" not in snapshot.nodes[0].requested, "a terminal pod counts nowhere"
+
+    nodes = [_node("n1", "2", cpu="16"), _node("n2")]
+    slices = [_slice("n1", "2", devices=4), _slice("n2")]
+    snapshot = _both(reuse, nodes, [pods[1]], slices)
+    assert snapshot.nodes[0].allocatable["cpu"] == 16000 and len(snapshot.devices) == 6
