@@ -26,6 +26,10 @@ this order:
             A level that cannot be reached within --scale-budget seconds of
             creation is cut short: the bench prints what it reached.
 
+After each workload the bench notes the load average and the Lease terms the
+operator lost so far (its log's "stopped leading" lines, which every version
+of the operator writes, and `phalanx_leader_terms_lost_total`).
+
 Prints the tables, and writes everything as JSON under benchmarks/results/.
 """
 
@@ -107,6 +111,22 @@ def scrape(operator: operatorproc.OperatorProcess) -> dict[str, float]:
             if not s.name.endswith("_bucket"):
                 out[f"{s.name}{{{labels}}}"] = s.value
     return out
+
+
+def leases(operator: operatorproc.OperatorProcess, workload: str, since: float) -> dict[str, Any]:
+    """Lease terms the operator lost since it started, and the load average, as `workload` ends."""
+    try:
+        metric: float | None = _sum(scrape(operator), "phalanx_leader_terms_lost_total")
+    except OSError:
+        metric = None
+    stopped = operator.logs().count("stopped leading")
+    return {
+        "workload": workload,
+        "minutes": (time.monotonic() - since) / 60,
+        "stopped_leading": stopped,
+        "terms_lost": metric,
+        "load": _load(),
+    }
 
 
 def _sum(samples: dict[str, float], prefix: str) -> float:
@@ -315,6 +335,12 @@ async def measure(
         opened.append(tree)
         ways |= {"vanilla": tw.Way("vanilla", upstream, tree.api, tree.pods), "in-tree": tree}
     workers = [f"worker-{i}" for i in range(1, plan.nodes + 1)]
+    since = time.monotonic()
+
+    def noted(workload: str) -> None:
+        out["leases"].append(leases(operator, workload, since))
+        say(f"after {workload}: {out['leases'][-1]}")
+
     try:
         if "latency" in plan.workloads:
             for size in plan.sizes:
@@ -323,18 +349,22 @@ async def measure(
                 for run in range(plan.runs):
                     for w in tw.WAYS:
                         sample = await tw.latency_run(ways[w], size, timeout=max(300.0, size * 0.8))
-                        samples[w].append(sample)
+                        samples[w].append({**sample, "load": _load()})
                         say(f"latency {size} ranks run {run + 1} {w}: {sample}")
+                noted(f"latency {size}")
         if "burst" in plan.workloads:
             for w in tw.WAYS:
-                out["burst"][w] = await burst_run(ways[w], plan.burst, timeout=1200)
+                out["burst"][w] = {**await burst_run(ways[w], plan.burst, timeout=1200), "load": _load()}
+            noted("burst")
         with contextlib.suppress(client.ApiException):
             await client.CoreV1Api(p.api).create_namespace({"metadata": {"name": "ballast"}})
         if "waiting" in plan.workloads:
             for waiting in (1, plan.waiting):
-                out["waiting"].append(await change_cost(p, waiting, plan.changes, workers))
+                out["waiting"].append({**await change_cost(p, waiting, plan.changes, workers), "load": _load()})
+                noted(f"waiting {waiting}")
         if "footprint" in plan.workloads:
             out["footprint"] = await footprint_levels(p, plan.levels, plan.budget, workers)
+            noted("footprint")
     finally:
         for w in opened:
             await w.pods.stop()
@@ -346,14 +376,15 @@ def tables(plan: ScalePlan, raw: dict[str, Any]) -> str:
     if raw["latency"]:
         lines += [
             f"scale {plan.nodes:,} nodes x 8 devices: one gang, 1 device per rank, creation to all bound, median of {plan.runs}, seconds",
-            "| ranks | vanilla | in-tree | Phalanx | Phalanx / vanilla | Phalanx / in-tree |",
-            "|---|---|---|---|---|---|",
+            "| ranks | vanilla | in-tree | Phalanx | Phalanx / vanilla | Phalanx / in-tree | load average (Phalanx's run) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for size, samples in raw["latency"].items():
             if any(not samples[w] for w in tw.WAYS):
                 continue
             v, t, p = (tw._median(samples[w], "create_to_bound") for w in ("vanilla", "in-tree", "phalanx"))
-            lines.append(f"| {size} | {tw._fmt(v)} | {tw._fmt(t)} | {tw._fmt(p)} | {tw._ratio(p, v)} | {tw._ratio(p, t)} |")
+            load = samples["phalanx"][-1].get("load", "-")
+            lines.append(f"| {size} | {tw._fmt(v)} | {tw._fmt(t)} | {tw._fmt(p)} | {tw._ratio(p, v)} | {tw._ratio(p, t)} | {load} |")
     if raw["burst"]:
         lines += [
             "",
@@ -378,13 +409,13 @@ def tables(plan: ScalePlan, raw: dict[str, Any]) -> str:
         lines += [
             "",
             f"waiting gangs (Phalanx): operator CPU per change, mean of {plan.changes}, idle CPU subtracted",
-            "| gangs waiting | of them seen Unschedulable | idle CPU | per pod added (bound, started) | per pod deleted (capacity freed) |",
-            "|---|---|---|---|---|",
+            "| gangs waiting | of them seen Unschedulable | idle CPU | per pod added (bound, started) | per pod deleted (capacity freed) | load average |",
+            "|---|---|---|---|---|---|",
         ]
         for row in raw["waiting"]:
             lines.append(
                 f"| {row['waiting']:,} | {row['unschedulable_seen']:,} | {row['idle_cpu_percent']:.1f}% | {row['cpu_per_pod_added_ms']:.0f} ms "
-                f"| {row['cpu_per_pod_deleted_ms']:.0f} ms |"
+                f"| {row['cpu_per_pod_deleted_ms']:.0f} ms | {row.get('load', '-')} |"
             )
         if len(raw["waiting"]) == 2:
             one, many = raw["waiting"]
@@ -404,6 +435,15 @@ def tables(plan: ScalePlan, raw: dict[str, Any]) -> str:
                 f"| {row['pods']:,} | {row['rss_mib']:.0f} MiB | {row['hwm_mib']:.0f} MiB | {row['cpu_idle_percent']:.1f}% "
                 f"| {row['cpu_while_creating_percent']:.1f}% | {row['create_seconds']:.0f} s |"
             )
+    if raw.get("leases"):
+        lines += [
+            "",
+            "Lease terms lost by the operator (cumulative, as each workload ended)",
+            "| after | minutes | terms lost | load average |",
+            "|---|---|---|---|",
+        ]
+        for row in raw["leases"]:
+            lines.append(f"| {row['workload']} | {row['minutes']:.0f} | {row['stopped_leading']} | {row['load']} |")
     return "\n".join(lines)
 
 
@@ -428,7 +468,7 @@ def run(args: Any) -> int:
     three = {"latency", "burst"} & set(plan.workloads)
     upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec)) if three else None
     started = time.monotonic()
-    raw: dict[str, Any] = {"latency": {}, "burst": {}, "waiting": [], "footprint": [], "grow_seconds": {}}
+    raw: dict[str, Any] = {"latency": {}, "burst": {}, "waiting": [], "footprint": [], "grow_seconds": {}, "leases": []}
 
     def prepare(cluster: LocalCluster) -> None:
         raw["grow_seconds"][cluster.spec.name] = asyncio.run(grow(cluster, plan.nodes, tw.GPUS_PER_WORKER))
