@@ -103,3 +103,16 @@ def test_a_reused_build_equals_a_fresh_one_through_changes() -> None:
     slices = [_slice("n1", "2", devices=4), _slice("n2")]
     snapshot = _both(reuse, nodes, [pods[1]], slices)
     assert snapshot.nodes[0].allocatable["cpu"] == 16000 and len(snapshot.devices) == 6
+
+
+def test_a_waiting_members_view_follows_its_version_and_its_claims() -> None:
+    group_obj = {"metadata": {"namespace": "ml", "name": "g"}, "spec": {}}
+    members: Derived[Any] = Derived()
+    pod = _pod("a", "1", node=None)
+    first = inputs.group(group_obj, [pod], 1, members)
+    assert inputs.group(group_obj, [copy.deepcopy(pod)], 1, members).members[0] is first.members[0]
+    claimed = _pod("a", "2", node=None, cpu="2")
+    claimed["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "a-gpu"}]
+    again = inputs.group(group_obj, [claimed], 1, members)
+    assert again.members[0].claims == ("a-gpu",) and again.members[0].requests["cpu"] == 2000
+    assert again == inputs.group(group_obj, [copy.deepcopy(claimed)], 1), "the same as derived afresh"

@@ -578,10 +578,13 @@ def nominated_elsewhere(built: Snapshot, podgroups: Iterable[Mapping[str, Any]],
     return replace(built, held=built.held | others) if others else built
 
 
-def group(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], quorum: int) -> Group:
-    """The planner's group: these pods as members, `quorum` of them needed together."""
+def group(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], quorum: int, derived: Derived[Member] | None = None) -> Group:
+    """The planner's group: these pods as members, `quorum` of them needed together. `derived`: each pod's member as
+    derived before, by its version and claims (the loop keeps one: a waiting gang is met every cycle)."""
     topology = (pod_group["spec"].get("schedulingConstraints") or {}).get("topology") or []
-    members = tuple(member(p, claim_names(p) or ()) for p in pods)
+    kept: Derived[Member] = Derived() if derived is None else derived
+    found = tuple((p, claim_names(p) or ()) for p in pods)
+    members = tuple(kept.get(p, claims, lambda p=p, claims=claims: member(p, claims)) for p, claims in found)
     return Group(
         pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], quorum, members, topology[0]["key"] if topology else None
     )

@@ -42,7 +42,7 @@ from phalanx.crashpoints import crash_point
 from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
-from phalanx.planner.model import Group, Snapshot
+from phalanx.planner.model import Group, Member, Snapshot
 from phalanx.planner.queue import takes_room
 from phalanx.scheduling import (
     accessors,
@@ -65,6 +65,7 @@ from phalanx.scheduling import (
     victims,
     waits,
 )
+from phalanx.scheduling.derived import Derived
 from phalanx.scheduling.holes import HELD, NOMINATED, Holes
 from phalanx.scheduling.nomination import PREEMPTED, Preemptor
 from phalanx.scheduling.nomination import intruders as nomination_intruders
@@ -157,6 +158,8 @@ class SchedulingLoop:
         """(view revision and pins, snapshot): built once per state of the view, not once per group or member."""
         self._reuse = inputs.Reuse()
         """What each build derived from each pod, node, slice and claim, reused by the next for the same version."""
+        self._members: Derived[Member] = Derived()
+        """Each waiting pod's planner member, by version and claims: a cycle meets every waiting gang again."""
         self.shortfalls = shortfall.Shortfalls()
         """Groups found short, planned again only when capacity they could use is freed or they change."""
         self._preempted: dict[str, str] = {}
@@ -198,6 +201,7 @@ class SchedulingLoop:
         return max(0.05, min([self.period, *due]))
 
     async def cycle(self) -> None:
+        self._members.sweep()
         self.releaser.forget({p["metadata"]["uid"] for p in self.view.pods.items()})
         self._pods_of = accessors.pods_by_group(self.view.podgroups.items(), self.view.pods.items(), self.owner)
         groups = [(g, sorted(filter(_live, self._pods_of[g["metadata"]["uid"]]), key=_name)) for g in self.view.podgroups.items()]
@@ -622,7 +626,7 @@ class SchedulingLoop:
         snapshot = await self._snapshot(pod_group)
         steps.done("snapshot")
         decided = time.monotonic()
-        group = inputs.group(pod_group, ready, min_count)
+        group = inputs.group(pod_group, ready, min_count, self._members)
         nomination = accessors.nomination(pod_group)
         key = shortfall.group_key(group, snapshot, self._priority(pod_group))
         if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
@@ -822,7 +826,7 @@ class SchedulingLoop:
         ready = [p for p in waiting if self._claims_ready(p)]
         if len(ready) >= quorum:
             # one plan, in a worker thread as every plan
-            group = inputs.group(pod_group, ready, quorum)
+            group = inputs.group(pod_group, ready, quorum, self._members)
             snapshot = await self._snapshot()
             result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
             ahead = await self._held_back(result) if isinstance(result, Fits) else None
