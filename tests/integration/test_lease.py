@@ -12,7 +12,7 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from conftest import Cluster
@@ -162,10 +162,24 @@ class Watcher:
         return next((t for t, leads in self.samples if t >= since and leads[who]), None)
 
 
-async def _leading(elector: Elector, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
-    task = asyncio.create_task(elector.run(run))
-    assert await _wait(lambda: elector.leading)
-    return task
+@contextlib.asynccontextmanager
+async def _leader_and_standby(
+    cluster: Cluster, namespace: str, timing: Timing, lead: Callable[[], Awaitable[None]]
+) -> AsyncIterator[tuple[Elector, Replica, Watcher]]:
+    """`a` leading on the test's event loop (running `lead`), then `b` standing by on a loop of its own, both watched."""
+    name = f"lease-{uuid.uuid4().hex[:6]}"
+    a = Elector(lambda: _kube(cluster), namespace, name, "a", timing)
+    run = asyncio.create_task(a.run(lead))
+    assert await _wait(lambda: a.leading)
+    b = Replica(cluster, namespace, name, "b", timing)
+    watcher = Watcher(a, b.elector)
+    try:
+        yield a, b, watcher
+    finally:
+        watcher.stop()
+        b.stop()
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
 
 
 async def test_a_leader_whose_loop_is_kept_busy_keeps_its_lease(cluster: Cluster, namespace: str) -> None:
@@ -173,9 +187,7 @@ async def test_a_leader_whose_loop_is_kept_busy_keeps_its_lease(cluster: Cluster
     renew deadlines, so each turn of the loop takes about 200 ms, as one with the watch decoders and a big snapshot
     build does: it keeps its Lease without a lost term, and the standby never leads. (Renewed on that loop, as before,
     the Lease was lost twice in 25 s of this.)"""
-    name = f"lease-{uuid.uuid4().hex[:6]}"
     timing = Timing()
-    a = Elector(lambda: _kube(cluster), namespace, name, "a", timing)
     busy_for = 3 * timing.renew_deadline
     turns: list[float] = []
 
@@ -191,10 +203,7 @@ async def test_a_leader_whose_loop_is_kept_busy_keeps_its_lease(cluster: Cluster
             turns.append(time.monotonic())
             await asyncio.sleep(0)
 
-    run = await _leading(a, lambda: asyncio.sleep(3600))
-    b = Replica(cluster, namespace, name, "b", timing)
-    watcher = Watcher(a, b.elector)
-    try:
+    async with _leader_and_standby(cluster, namespace, timing, lambda: asyncio.sleep(3600)) as (a, _, watcher):
         await asyncio.gather(probe(), *(busy() for _ in range(4)))
         watcher.stop()
         gaps = [later - earlier for earlier, later in itertools.pairwise(turns)]
@@ -202,19 +211,12 @@ async def test_a_leader_whose_loop_is_kept_busy_keeps_its_lease(cluster: Cluster
         held = [leads for _, leads in watcher.samples]
         assert held and all(a_leads and not b_leads for a_leads, b_leads in held), "a led throughout, b never"
         assert a.lost == 0 and a.terms == 1, f"{a.lost} term(s) lost, {a.terms} term(s)"
-    finally:
-        watcher.stop()
-        b.stop()
-        run.cancel()
-        await asyncio.gather(run, return_exceptions=True)
 
 
 async def test_a_leader_whose_loop_hangs_loses_its_lease_on_time(cluster: Cluster, namespace: str) -> None:
     """The renewer's thread still runs while the leader's event loop is stuck in CPU-bound work for good (here 4 lease
     durations): it renews only while the loop answers its heartbeat, so the standby takes over, `leading` turns
     False before it does (never two leaders), and the term counts as lost once the loop runs again."""
-    name = f"lease-{uuid.uuid4().hex[:6]}"
-    a = Elector(lambda: _kube(cluster), namespace, name, "a", TIMING)
     hang = 4 * TIMING.lease_duration
     hung: list[float] = []
 
@@ -224,10 +226,7 @@ async def test_a_leader_whose_loop_hangs_loses_its_lease_on_time(cluster: Cluste
         _spin(hang)
         await asyncio.sleep(3600)
 
-    run = await _leading(a, lead)
-    b = Replica(cluster, namespace, name, "b", TIMING)
-    watcher = Watcher(a, b.elector)
-    try:
+    async with _leader_and_standby(cluster, namespace, TIMING, lead) as (a, b, watcher):
         assert await _wait(lambda: bool(hung) and b.elector.leading, timeout=hang + 60)
         watcher.stop()
         assert not any(all(leads) for _, leads in watcher.samples), "never two leaders at once"
@@ -235,11 +234,6 @@ async def test_a_leader_whose_loop_hangs_loses_its_lease_on_time(cluster: Cluste
         assert took_over is not None and took_over - hung[0] < hang, "the standby took over while the loop was hung"
         assert await _wait(lambda: a.lost == 1), "the hung term counts as lost"
         assert not a.leading
-    finally:
-        watcher.stop()
-        b.stop()
-        run.cancel()
-        await asyncio.gather(run, return_exceptions=True)
 
 
 async def test_a_list_is_read_in_pages(cluster: Cluster, namespace: str) -> None:

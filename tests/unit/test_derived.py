@@ -116,3 +116,9 @@ def test_a_waiting_members_view_follows_its_version_and_its_claims() -> None:
     again = inputs.group(group_obj, [claimed], 1, members)
     assert again.members[0].claims == ("a-gpu",) and again.members[0].requests["cpu"] == 2000
     assert again == inputs.group(group_obj, [copy.deepcopy(claimed)], 1), "the same as derived afresh"
+
+
+def test_objects_made_by_hand_sharing_a_uid_and_version_are_told_apart_by_name() -> None:
+    views: Derived[str] = Derived()
+    assert views.get(_pod("a", "1", uid="same"), None, lambda: "a") == "a"
+    assert views.get(_pod("b", "1", uid="same"), None, lambda: "b") == "b"
