@@ -72,10 +72,17 @@ class Reuse:
     nodes: Derived[Node] = field(default_factory=Derived)
     slices: Derived[tuple[Device, ...]] = field(default_factory=Derived)
     claims: Derived[Claim] = field(default_factory=Derived)
+    requests: dict[Requests, Requests] = field(default_factory=dict)
+    """Each distinct set of requests once: most pods ask alike, and 100,000 copies would cost 16 MiB."""
+
+    def shared(self, requests: Requests) -> Requests:
+        return self.requests.setdefault(requests, requests)
 
     def sweep(self) -> None:
         for derived in (self.pods, self.nodes, self.slices, self.claims):
             derived.sweep()
+        if len(self.requests) > 4 * len(self.pods) + 1024:  # sets no pod asks for any more
+            self.requests.clear()
 
 
 def containers(pod: Mapping[str, Any]) -> tuple[Container, ...]:
@@ -509,7 +516,9 @@ def build(
         where = placed_on(pod, pinned)
         if where is None or terminal(pod):
             continue
-        requests, view = kept.pods.get(pod, where, lambda pod=pod, where=where: (tuple(pod_requests(pod).items()), existing(pod, where)))
+        requests, view = kept.pods.get(
+            pod, where, lambda pod=pod, where=where: (kept.shared(tuple(pod_requests(pod).items())), existing(pod, where))
+        )
         placed.append(view)
         total = requested.get(where)
         if total is None:
