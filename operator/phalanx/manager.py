@@ -29,12 +29,14 @@ from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
 from phalanx.kube.readiness import Readiness
 from phalanx.kube.webhookserver import WebhookServer
+from phalanx.podgroups import webhooks as pod_group_webhooks
 from phalanx.scheduling.loop import SchedulingLoop
 
 __all__ = [
     "controller",
     "jobset_controller",
     "jobset_webhooks",
+    "pod_group_webhooks",
     "memorylimit",
     "webhooks",
 ]  # imported for their Kopf handlers and metrics, registered on import

@@ -305,6 +305,12 @@ class PodGroupStatus(Model):
     readiness: Readiness | None = None
     members: int | None = Field(default=None, ge=0, description="Pods of the group that exist and are not terminal.")
     bound: int | None = Field(default=None, ge=0, description="Members bound to a node.")
+    late_members: int | None = Field(
+        default=None,
+        ge=0,
+        description="Members behind the gate of a group already placed (a replacement, a pod created after the release), "
+        "each released as it fits.",
+    )
     resource_claim_statuses: list[PodGroupResourceClaimStatus] | None = Field(
         default=None,
         max_length=4,

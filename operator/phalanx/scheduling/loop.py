@@ -349,7 +349,7 @@ class SchedulingLoop:
             return await self._resume(pod_group, reservation, pods)  # type: ignore[arg-type]
         bound = [p for p in pods if p["spec"].get("nodeName")]
         waiting = [p for p in pods if accessors.gated(p)]
-        await self._counters(pod_group, len(pods), len(bound))
+        await self._counters(pod_group, len(pods), len(bound), len(waiting) if scheduled or released else 0)
         if now is phase.Phase.EACH and not gang:
             await self._release_each(pod_group, waiting)
             return True
@@ -957,11 +957,14 @@ class SchedulingLoop:
                 metrics.REPAIRS.labels(action="eviction").inc()
             self._evicting[uid] = now + (30.0 if gone else 5.0)
 
-    async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int) -> None:
+    async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int, late: int) -> None:
+        """status.members, .bound and .lateMembers (members behind the gate of a group already placed: a Job's
+        replacements, a labelled pod created after the release), written at most every COUNTS_EVERY."""
         uid = pod_group["metadata"]["uid"]
         current = pod_group.get("status") or {}
         remembered = self.memory.of(uid)
-        if current.get("members") == members and current.get("bound") == bound:
+        counts = {"members": members, "bound": bound, "lateMembers": late}
+        if all(current.get(k, 0 if k == "lateMembers" else None) == v for k, v in counts.items()):
             remembered.counts_due = False
             return
         now = time.monotonic()
@@ -971,7 +974,7 @@ class SchedulingLoop:
         remembered.counts_at = now
         remembered.counts_due = False
         await self.kube.merge_patch(
-            custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"members": members, "bound": bound}}
+            custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": counts}
         )
 
     async def _set(
