@@ -67,8 +67,9 @@ class PodGroups:
         return accessors.min_count(owner) if accessors.gang(owner) else None
 
     def ref(self, pod_group: Mapping[str, Any]) -> JSON | None:
-        """None: the group is the owner, and every Event names it already."""
-        return None
+        """The group itself (the loop's Events name it once, not twice)."""
+        meta = pod_group["metadata"]
+        return {"apiVersion": keys.API_VERSION, "kind": self.kind, "metadata": {k: meta[k] for k in ("name", "namespace", "uid")}}
 
     def member_order(self, pod: Mapping[str, Any]) -> tuple[int, str, str]:
         """Oldest first: a bare pod has no index."""

@@ -1004,6 +1004,6 @@ class SchedulingLoop:
     async def _event(self, pod_group: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         refs = [{"apiVersion": schema.API_VERSION, "kind": "PodGroup", "metadata": pod_group["metadata"]}]
         owner = self.owner.ref(pod_group)
-        if owner is not None:
+        if owner is not None and owner["metadata"].get("uid") != pod_group["metadata"]["uid"]:  # a group its own owner
             refs.append(owner)
         await all_answered(self.kube.event(ref, type_=type_, reason=reason, message=message) for ref in refs)
