@@ -36,8 +36,8 @@ __all__ = [
     "controller",
     "jobset_controller",
     "jobset_webhooks",
-    "pod_group_webhooks",
     "memorylimit",
+    "pod_group_webhooks",
     "webhooks",
 ]  # imported for their Kopf handlers and metrics, registered on import
 

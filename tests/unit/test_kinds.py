@@ -79,7 +79,11 @@ def test_a_user_podgroup_gangs_the_labelled_pods_of_any_owner_and_none_elsewhere
     members = accessors.pods_by_group([mpi], pods, KINDS)
     assert [p["metadata"]["name"] for p in members["uid-mpi"]] == ["launcher-0", "worker-0", "worker-1", "bare"]
     assert KINDS.of(mpi) is PODGROUPS and KINDS.name(mpi) == "mpi"
-    assert KINDS.ref(mpi) == {"apiVersion": keys.API_VERSION, "kind": "PodGroup", "metadata": {"name": "mpi", "namespace": "ml", "uid": "uid-mpi"}}
+    assert KINDS.ref(mpi) == {
+        "apiVersion": keys.API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": "mpi", "namespace": "ml", "uid": "uid-mpi"},
+    }
     owner = {**mpi, "kind": "PodGroup"}
     assert KINDS.state(owner, "2026-12-01T00:00:00Z") is OwnerState.ACTIVE
     assert KINDS.min_count(owner) == 3

@@ -52,9 +52,11 @@ def test_in_cluster_endpoint_is_a_service() -> None:
 def test_blast_radius_is_gang_jobs_outside_system_namespaces() -> None:
     configs = webhook_config.configurations(webhook_config.Endpoint(url="https://x"), b"CA", "phalanx-system")
     (_, pods, _, labelled) = configs["MutatingWebhookConfiguration"]["webhooks"]
-    assert pods["rules"] == labelled["rules"] == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"], "scope": "Namespaced"}
-    ]
+    assert (
+        pods["rules"]
+        == labelled["rules"]
+        == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"], "scope": "Namespaced"}]
+    )
     # only pods that carry the pod-group label reach it, and those fail closed (ungated, they would run alone)
     assert labelled["objectSelector"] == {"matchExpressions": [{"key": keys.POD_GROUP_LABEL, "operator": "Exists"}]}
     assert "matchConditions" not in labelled and labelled["failurePolicy"] == "Fail"

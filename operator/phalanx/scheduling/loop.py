@@ -973,9 +973,7 @@ class SchedulingLoop:
             return
         remembered.counts_at = now
         remembered.counts_due = False
-        await self.kube.merge_patch(
-            custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": counts}
-        )
+        await self.kube.merge_patch(custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": counts})
 
     async def _set(
         self, pod_group: dict[str, Any], ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
