@@ -202,7 +202,10 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
     wrong = subprocess.run(
         [cluster.kubectl_binary, "phalanx", "explain", "first", "-n", "default"], env=env, capture_output=True, text=True
     )
-    assert wrong.returncode == 1 and "error: no PodGroup for Job or JobSet 'first' in namespace 'default'" in wrong.stderr, wrong.stderr
+    assert (
+        wrong.returncode == 1
+        and "error: no PodGroup for Job or JobSet or PodGroup 'first' in namespace 'default', nor one of that name" in wrong.stderr
+    ), wrong.stderr
     claims = {c["metadata"]["name"]: c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
     for pod in first:
         row = next(m for m in data["member_rows"] if m["name"] == pod["metadata"]["name"])
