@@ -12,7 +12,7 @@ from typing import Any
 
 from conftest import WORKLOADS, Cluster, Operator, wait_for
 
-from jobs import gpu_gang, one_gpu_pod_spec
+from jobs import gpu_gang, one_gpu_pod_spec, priority_classes
 from phalanx.api import keys
 from phalanx.localcluster import demo
 
@@ -68,10 +68,7 @@ def _condition(cluster: Cluster, namespace: str, group: str, type_: str) -> dict
 def _hold(cluster: Cluster, namespace: str, gpus: int) -> None:
     """A gang Job of its own that takes `gpus` of the 6 GPUs, running."""
     _apply(cluster, namespace, gpu_gang("holder", gpus))
-    wait_for(
-        lambda: len([p for p in cluster.get("-n", namespace, "pods", "-l", "app=holder")["items"] if p["spec"].get("nodeName")]) == gpus,
-        "the holder running",
-    )
+    wait_for(lambda: _running_job(cluster, namespace, "holder", gpus), "the holder running")
 
 
 def _waits_unplaced(cluster: Cluster, namespace: str, group: str, size: int) -> None:
@@ -104,7 +101,8 @@ def _others_down(cluster: Cluster, namespace: str, group: str, others: set[str])
 def test_four_bare_pods_wait_whole_then_run_whole_and_go_down_together(cluster: Cluster, operator: Operator, namespace: str) -> None:
     """Example 2 with bare pods: a PodGroup of minCount 4 and 4 labelled pods, one GPU each, wait with none bound
     while a gang Job holds 4 of the 6 GPUs (one by one, two would start), run whole once it goes, and in
-    disruptionMode all one eviction takes the other three down (bare pods are not made again)."""
+    disruptionMode all one eviction takes the other three down (bare pods are not made again). A pod labelled after
+    the release is admitted as a late member, told so, and counted in status.lateMembers."""
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     _hold(cluster, namespace, 4)
     _apply(cluster, namespace, pod_group("train", 4), *(bare_pod(f"rank-{i}", "train") for i in range(4)))
@@ -118,6 +116,12 @@ def test_four_bare_pods_wait_whole_then_run_whole_and_go_down_together(cluster: 
     assert "4 members, 4 bound" in cluster.explain("train", namespace)
     released = cluster.get("-n", namespace, "events", "--field-selector", "involvedObject.kind=PodGroup,involvedObject.name=train")["items"]
     assert [e["reason"] for e in released].count("Released") == 1, "the group is its own owner: one Event, not two"
+    late = bare_pod("rank-late", "train")
+    late["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "64"  # more than any node has: it stays behind the gate
+    joined = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(late))
+    assert "joins it as a late member" in joined.stderr, joined.stderr
+    wait_for(lambda: (cluster.get("-n", namespace, "podgroup", "train").get("status") or {}).get("lateMembers") == 1, "lateMembers 1")
+    cluster.kubectl("-n", namespace, "delete", "pod", "rank-late", "--wait=false")
 
     _evict(cluster, namespace, running[0]["metadata"]["name"])
     others = {p["metadata"]["uid"] for p in running[1:]}
@@ -193,3 +197,28 @@ def test_a_gang_job_whose_template_names_a_podgroup_is_refused(cluster: Cluster,
     refused = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(job), check=False)
     assert refused.returncode != 0
     assert f"spec.template.metadata.labels[{keys.POD_GROUP_LABEL}]" in refused.stderr and "two groups" in refused.stderr, refused.stderr
+
+
+def test_an_urgent_podgroup_of_bare_pods_preempts_a_lower_priority_gang_job(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """A gang Job of priority 100 holds 4 of the 6 GPUs; a PodGroup of 4 bare pods of priority 10000 takes its devices
+    (the Job's pods evicted as a unit, told by whom), and runs whole."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    with priority_classes(cluster.kubectl, namespace) as (low, urgent):
+        _apply(cluster, namespace, gpu_gang("holder", 4, mode="all", priority_class=low))
+        wait_for(lambda: _running_job(cluster, namespace, "holder", 4), "the low-priority Job running")
+        group = pod_group("urgent", 4)
+        group["spec"]["priorityClassName"] = urgent
+        pods = [bare_pod(f"rank-{i}", "urgent") for i in range(4)]
+        for p in pods:
+            p["spec"]["priorityClassName"] = urgent
+        _apply(cluster, namespace, group, *pods)
+        running = wait_for(lambda: _running(cluster, namespace, "urgent", 4), "the urgent PodGroup running", timeout=120)
+        _placed_by_phalanx(running)
+        events = cluster.get("events", "-n", namespace, "--field-selector", "reason=PreemptedByGang")["items"]
+        assert len({e["involvedObject"]["name"] for e in events}) == 4, events
+        assert all(f"{namespace}/urgent" in e["message"] for e in events), events[0]["message"]
+
+
+def _running_job(cluster: Cluster, namespace: str, job: str, size: int) -> bool:
+    pods = cluster.get("-n", namespace, "pods", "-l", f"batch.kubernetes.io/job-name={job}")["items"]
+    return len([p for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")]) == size
