@@ -222,3 +222,18 @@ def test_an_urgent_podgroup_of_bare_pods_preempts_a_lower_priority_gang_job(clus
 def _running_job(cluster: Cluster, namespace: str, job: str, size: int) -> bool:
     pods = cluster.get("-n", namespace, "pods", "-l", f"batch.kubernetes.io/job-name={job}")["items"]
     return len([p for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")]) == size
+
+
+def test_a_tenant_cannot_move_a_waiting_member_to_another_group_or_out(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """The label ties a pod to its gang: while Phalanx's gate holds the pod, a tenant (RBAC: patch pods) may neither
+    change nor remove it, as with any key under scheduling.phalanx.dev/."""
+    waiting = bare_pod("member", "big")
+    waiting["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "64"
+    _apply(cluster, namespace, pod_group("big", 2), pod_group("other", 1), waiting)
+    cluster.kubectl("create", "role", "tenant-pods", "-n", namespace, "--verb=get,patch", "--resource=pods")
+    cluster.kubectl("create", "rolebinding", "tenant-pods", "-n", namespace, "--role=tenant-pods", "--user=tenant")
+    tenant = ("--as=tenant", "--as-group=system:authenticated", "-n", namespace)
+    for change in (f"{keys.POD_GROUP_LABEL}=other", f"{keys.POD_GROUP_LABEL}-"):
+        proc = cluster.kubectl(*tenant, "label", "pod", "member", change, "--overwrite", check=False)
+        assert proc.returncode != 0 and f"refused: a change to {keys.POD_GROUP_LABEL}" in proc.stderr, proc.stderr
+    assert cluster.get("-n", namespace, "pod", "member")["metadata"]["labels"][keys.POD_GROUP_LABEL] == "big"
