@@ -144,6 +144,10 @@ def test_a_label_naming_no_group_or_another_namespace_is_refused_and_unlabelled_
     elsewhere = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(bare_pod("far", "other/train")), check=False)
     assert elsewhere.returncode != 0
     assert "a pod joins a PodGroup of its own namespace only" in elsewhere.stderr, elsewhere.stderr
+    basic = pod_group("basic", 1)
+    basic["spec"]["schedulingPolicy"] = {"basic": {}}
+    proc = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(basic), check=False)
+    assert proc.returncode != 0 and "disruptionMode all needs schedulingPolicy gang" in proc.stderr, proc.stderr
     _apply(cluster, namespace, pod_group("later", 2), bare_pod("member", "later"))
     plain = {
         "apiVersion": "v1",
