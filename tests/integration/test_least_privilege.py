@@ -226,6 +226,12 @@ def test_a_tenant_cannot_write_pod_group_status(installed: Cluster, namespace: s
     installed.kubectl("-n", namespace, "create", "-f", "-", stdin=json.dumps(pod_group))
     installed.kubectl("-n", namespace, "create", "rolebinding", "alice-edit", "--clusterrole=edit", "--user=alice")
     assert installed.kubectl("auth", "can-i", "create", "jobs.batch", "-n", namespace, "--as=alice", check=False).returncode == 0
+    for verb in ("create", "delete"):  # a PodGroup of their own (aggregated into edit), never its status
+        proc = installed.kubectl("auth", "can-i", verb, "podgroups.scheduling.phalanx.dev", "-n", namespace, "--as=alice", check=False)
+        assert proc.returncode == 0, f"{verb}: {proc.stdout}"
+    installed.kubectl("-n", namespace, "create", "rolebinding", "bob-view", "--clusterrole=view", "--user=bob")
+    seen = installed.kubectl("--as=bob", "-n", namespace, "get", "podgroups.scheduling.phalanx.dev,workloads.scheduling.phalanx.dev")
+    assert "pg" in seen.stdout, seen.stdout
     can = installed.kubectl(
         "auth", "can-i", "patch", "podgroups.scheduling.phalanx.dev", "--subresource=status", "-n", namespace, "--as=alice", check=False
     )
