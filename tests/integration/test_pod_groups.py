@@ -241,3 +241,21 @@ def test_a_tenant_cannot_move_a_waiting_member_to_another_group_or_out(cluster: 
         proc = cluster.kubectl(*tenant, "label", "pod", "member", change, "--overwrite", check=False)
         assert proc.returncode != 0 and f"refused: a change to {keys.POD_GROUP_LABEL}" in proc.stderr, proc.stderr
     assert cluster.get("-n", namespace, "pod", "member")["metadata"]["labels"][keys.POD_GROUP_LABEL] == "big"
+
+
+def test_labelled_pods_the_webhook_never_sees_are_reported_as_running_alone(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """kube-system is left out of the webhooks (the cluster must stay repairable): a labelled pod there comes ungated,
+    and its PodGroup gets a Warning naming it, instead of a silent one-by-one start."""
+    name = f"loose-{namespace}"
+    pod = bare_pod(name, name)
+    pod["spec"] = {"containers": [{"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "10m"}}}]}
+    try:
+        _apply(cluster, "kube-system", pod_group(name, 2), pod)
+        assert not cluster.get("-n", "kube-system", "pod", name)["spec"].get("schedulingGates"), "no webhook there"
+        selector = f"involvedObject.kind=PodGroup,involvedObject.name={name},reason=GangNotEnforced"
+        told = wait_for(lambda: cluster.get("-n", "kube-system", "events", "--field-selector", selector)["items"], "the Warning")
+        assert f"member(s) {name} came without the scheduling gate" in told[0]["message"], told[0]["message"]
+        assert told[0]["type"] == "Warning"
+    finally:
+        cluster.kubectl("-n", "kube-system", "delete", "pod", name, "--grace-period=0", "--force", "--ignore-not-found", check=False)
+        cluster.kubectl("-n", "kube-system", "delete", "podgroup", name, "--ignore-not-found", check=False)

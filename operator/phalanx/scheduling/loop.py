@@ -350,6 +350,7 @@ class SchedulingLoop:
         bound = [p for p in pods if p["spec"].get("nodeName")]
         waiting = [p for p in pods if accessors.gated(p)]
         await self._counters(pod_group, len(pods), len(bound), len(waiting) if scheduled or released else 0)
+        await self._ungated(pod_group, pods)
         if now is phase.Phase.EACH and not gang:
             await self._release_each(pod_group, waiting)
             return True
@@ -956,6 +957,32 @@ class SchedulingLoop:
             if gone:
                 metrics.REPAIRS.labels(action="eviction").inc()
             self._evicting[uid] = now + (30.0 if gone else 5.0)
+
+    async def _ungated(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> None:
+        """A group of its own whose members came without the gate and were never placed by Phalanx (the pod webhook
+        absent, or a namespace it leaves out): they are scheduled one by one, so the group is told, once per member.
+        An owner's group is its controller's to tell (GangNotEnforced on the owner, from its template)."""
+        ref = self.owner.ref(pod_group)
+        if ref is None or ref["metadata"].get("uid") != pod_group["metadata"]["uid"]:
+            return
+        loose = {
+            p["metadata"]["name"]
+            for p in pods
+            if not accessors.gated(p) and keys.PINNED_NODE not in (p["metadata"].get("annotations") or {})
+        }
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
+        new = loose - remembered.ungated_told
+        if not new:
+            return
+        message = (
+            f"member(s) {', '.join(sorted(new))} came without the scheduling gate {keys.SCHEDULING_GATE}: admitted without "
+            "Phalanx's pod webhook (not installed, the operator down in local mode, or a namespace it leaves out: "
+            "kube-system and the operator's), they are scheduled one by one and may deadlock; delete them and create "
+            "them again where the webhook runs"
+        )
+        logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), message)
+        await self._event(pod_group, "Warning", "GangNotEnforced", message)
+        remembered.ungated_told = remembered.ungated_told | new
 
     async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int, late: int) -> None:
         """status.members, .bound and .lateMembers (members behind the gate of a group already placed: a Job's
