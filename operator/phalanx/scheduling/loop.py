@@ -158,6 +158,8 @@ class SchedulingLoop:
         """(view revision and pins, snapshot): built once per state of the view, not once per group or member."""
         self._reuse = inputs.Reuse()
         """What each build derived from each pod, node, slice and claim, reused by the next for the same version."""
+        self._built_cpu = 0.0
+        """CPU seconds this cycle's snapshot builds took in their worker thread (the budget counts them)."""
         self._members: Derived[Member] = Derived()
         """Each waiting pod's planner member, by version and claims: a cycle meets every waiting gang again."""
         self.shortfalls = shortfall.Shortfalls()
@@ -180,7 +182,7 @@ class SchedulingLoop:
                 await asyncio.wait_for(self.view.changed.wait(), timeout=self._next_wake())
             self._woken_for = self.view.changed_since if self.view.changed.is_set() else time.monotonic()
             self.view.changed.clear()
-            cpu = time.thread_time()
+            cpu, self._built_cpu = time.thread_time(), 0.0
             try:
                 await self.cycle()
             except asyncio.CancelledError:
@@ -188,7 +190,7 @@ class SchedulingLoop:
             except Exception:  # only a bug in the loop itself gets here; every group is guarded
                 logger.exception("scheduling cycle failed; retrying on the next change")
                 await asyncio.sleep(1)
-            await asyncio.sleep(self._budget.rest(time.monotonic(), time.thread_time() - cpu))
+            await asyncio.sleep(self._budget.rest(time.monotonic(), time.thread_time() - cpu + self._built_cpu))
 
     def _next_wake(self) -> float:
         now = time.monotonic()
@@ -605,10 +607,13 @@ class SchedulingLoop:
     def _build(
         self, sources: list[list[dict[str, Any]]], podgroups: list[dict[str, Any]], pins: dict[str, str], policy: tuple[Any, ...]
     ) -> tuple[Snapshot, shortfall.Capacity]:
+        started = time.thread_time()
         nodes, pods, slices, claims, classes, rules = sources
         awaiting = inputs.awaiting_kube_scheduler(podgroups, pods, claims)
         built = inputs.build(nodes, pods, slices, claims, classes, rules, pinned=pins, awaiting=awaiting, reuse=self._reuse)
-        return built, shortfall.capacity(inputs.nominated_elsewhere(built, podgroups, None), policy)
+        capacity = shortfall.capacity(inputs.nominated_elsewhere(built, podgroups, None), policy)
+        self._built_cpu += time.thread_time() - started  # this worker's CPU counts against the cycle's budget too
+        return built, capacity
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
