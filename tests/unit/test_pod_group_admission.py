@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from phalanx.api import keys
+from phalanx.api import keys, naming
 from phalanx.api.intent import GangSpecError
 from phalanx.jobs import admission as job_admission
 from phalanx.jobs import objects
@@ -132,3 +132,31 @@ def test_a_gang_jobset_whose_replicated_job_names_a_podgroup_is_refused() -> Non
     with pytest.raises(GangSpecError) as caught:
         jobset_admission.validate_jobset(jobset, None)
     assert f"spec.replicatedJobs[0].template.spec.template.metadata.labels[{keys.POD_GROUP_LABEL}]" in str(caught.value)
+
+
+def _sharing(pod_: dict[str, Any], entry: dict[str, str]) -> dict[str, Any]:
+    pod_["spec"]["resourceClaims"] = [entry, {"name": "scratch", "resourceClaimTemplateName": "one-gpu"}]
+    return pod_
+
+
+def test_an_entry_of_a_group_claim_is_pointed_at_the_groups_claim_and_the_pods_own_stay() -> None:
+    shared = group()
+    shared["spec"]["resourceClaims"] = [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}]
+    entries = admission.mutate_pod(_sharing(pod(), {"name": "fabric", "resourceClaimTemplateName": "one-channel"}), shared).patch["spec"][
+        "resourceClaims"
+    ]
+    assert entries == [
+        {"name": "fabric", "resourceClaimName": naming.group_claim_name("train", "fabric")},
+        {"name": "scratch", "resourceClaimTemplateName": "one-gpu"},
+    ]
+    resolved = _sharing(pod(), entries[0])
+    assert "resourceClaims" not in admission.mutate_pod(resolved, shared).patch["spec"], "an entry already pointed is left as it is"
+
+
+def test_an_entry_named_as_a_group_claim_with_another_source_is_refused() -> None:
+    shared = group()
+    shared["spec"]["resourceClaims"] = [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}]
+    message = refusal(_sharing(pod(), {"name": "fabric", "resourceClaimTemplateName": "two-channels"}), shared)
+    assert message.startswith('spec.resourceClaims[0]: Invalid value: {"resourceClaimTemplateName": "two-channels"}'), message
+    assert "PodGroup train shares the claim fabric" in message
+    assert "write the entry as" in message and "or rename it" in message
