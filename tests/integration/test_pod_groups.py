@@ -176,6 +176,14 @@ def test_a_label_naming_no_group_or_another_namespace_is_refused_and_unlabelled_
     basic["spec"]["schedulingPolicy"] = {"basic": {}}
     proc = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(basic), check=False)
     assert proc.returncode != 0 and "disruptionMode all needs schedulingPolicy gang" in proc.stderr, proc.stderr
+    typo = pod_group("typo", 2)
+    typo["metadata"]["annotations"] = {f"{keys.ANNOTATION_PREFIX}ready-deadlin": "5m"}
+    proc = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(typo), check=False)
+    assert proc.returncode != 0 and f"did you mean {keys.READY_DEADLINE}?" in proc.stderr, proc.stderr
+    typo["metadata"]["annotations"] = {keys.READY_DEADLINE: "5m"}
+    _apply(cluster, namespace, typo)
+    proc = cluster.kubectl("-n", namespace, "annotate", "podgroup", "typo", f"{keys.MIN_COUNT}=2", check=False)
+    assert proc.returncode != 0 and "set spec.schedulingPolicy.gang.minCount instead" in proc.stderr, proc.stderr
     _apply(cluster, namespace, pod_group("later", 2), bare_pod("member", "later"))
     plain = {
         "apiVersion": "v1",

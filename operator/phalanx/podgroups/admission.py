@@ -1,4 +1,5 @@
-"""Admission of a pod labelled into a PodGroup, as pure functions: what to refuse, and the gate to add.
+"""Admission of a pod labelled into a PodGroup, and of a user's PodGroup, as pure functions: what to refuse, and
+the gate to add.
 
 The pod webhook sees only pods that carry the label (its objectSelector), so
 no other pod ever waits for Phalanx. It gates the pod at creation (a gate
@@ -16,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from phalanx.api import keys, naming
+from phalanx.api import intent, keys, naming
 from phalanx.api.intent import FieldError, GangSpecError, GroupClaim, group_claims
 from phalanx.jobs import podclaims
 from phalanx.jobs.admission import Mutation
@@ -157,3 +158,41 @@ def _two_groups(pod: JSON) -> list[FieldError]:
             f"take the gang annotations ({keys.ANNOTATION_PREFIX}*) off the owner, or this label off its pod template",
         )
     ]
+
+
+SPEC_OF = {
+    keys.POLICY: "spec.schedulingPolicy",
+    keys.MIN_COUNT: "spec.schedulingPolicy.gang.minCount",
+    keys.DISRUPTION_MODE: "spec.disruptionMode",
+    keys.TOPOLOGY_KEY: "spec.schedulingConstraints.topology[0].key",
+    keys.RESOURCE_CLAIMS: "spec.resourceClaims",
+}
+"""A Job's gang annotation, and where a PodGroup says the same."""
+
+
+def validate_group(pod_group: JSON, old: JSON | None) -> None:
+    """A user's PodGroup may carry only the annotations the loop reads on it (`keys.POD_GROUP_ANNOTATIONS`), with
+    values it can read: a typo, a Job's gang annotation or a bad duration would be ignored without a word, and the
+    deadline or hold it meant would never apply. Only what the request sets or changes counts, so a group admitted
+    before can still be updated. Raises GangSpecError."""
+    annotations = (pod_group.get("metadata") or {}).get("annotations") or {}
+    previous = ((old or {}).get("metadata") or {}).get("annotations") or {}
+    changed = {k: v for k, v in annotations.items() if k.startswith(keys.ANNOTATION_PREFIX) and previous.get(k) != v}
+    errors = [
+        FieldError(
+            intent.annotation_path(key),
+            value,
+            "a Job's gang annotation, which a PodGroup does not read: its spec says the gang",
+            f"set {SPEC_OF[key]} instead, and remove the annotation",
+        )
+        for key, value in sorted(changed.items())
+        if key in SPEC_OF
+    ]
+    errors += intent.unknown_keys({k: v for k, v in changed.items() if k not in SPEC_OF}, known=keys.POD_GROUP_ANNOTATIONS)
+    for read in (intent.ready_deadline, intent.hold_after):
+        try:
+            read(changed)
+        except GangSpecError as exc:
+            errors += exc.errors
+    if errors:
+        raise GangSpecError(errors)
