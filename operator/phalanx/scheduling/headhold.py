@@ -159,14 +159,15 @@ class HeadHold:
         self,
         line: Sequence[Ahead],
         podgroups: Sequence[Mapping[str, Any]],
-        snapshot: Snapshot,
+        snapshot: Callable[[], Snapshot],
         revision: Hashable,
         matcher: DeviceMatcher,
         backing_off: Collection[str] = (),
     ) -> bool:
         """Hold for the head of `line` (this cycle's, in queue order) what its plan needs, give back the rest. True when
-        devices were given back (the caller plans every short group again). `backing_off`: the uids of the groups
-        the cycle passed over for their back-off."""
+        devices were given back (the caller plans every short group again). `snapshot` builds the cluster at
+        `revision`, called only when the head's hold is planned again; `backing_off`: the uids of the groups the
+        cycle passed over for their back-off."""
         if self.rules.served is None:
             await self.rules.load()
         desired = await self._desired(line, podgroups, snapshot, revision, matcher, self._backing_off(podgroups, backing_off))
@@ -209,7 +210,7 @@ class HeadHold:
         self,
         line: Sequence[Ahead],
         podgroups: Sequence[Mapping[str, Any]],
-        snapshot: Snapshot,
+        snapshot: Callable[[], Snapshot],
         revision: Hashable,
         matcher: DeviceMatcher,
         kept_for: tuple[Held, tuple[int, str, str]] | None = None,
@@ -246,7 +247,7 @@ class HeadHold:
         self,
         ahead: Ahead,
         podgroups: Sequence[Mapping[str, Any]],
-        snapshot: Snapshot,
+        snapshot: Callable[[], Snapshot],
         revision: Hashable,
         kept: frozenset[DeviceId],
         matcher: DeviceMatcher,
@@ -262,7 +263,7 @@ class HeadHold:
             for d in accessors.nominated_devices(n)
         )
         # in a worker thread, as every plan
-        found = await asyncio.to_thread(hold_for, replace(snapshot, held=others), ahead.group, kept, matcher)
+        found = await asyncio.to_thread(hold_for, replace(snapshot(), held=others), ahead.group, kept, matcher)
         self._planned = (key, found)
         return found
 

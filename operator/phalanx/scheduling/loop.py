@@ -268,11 +268,12 @@ class SchedulingLoop:
     async def _hold_for_head(self) -> None:
         """After every group was met in queue order: devices held for the head of the line, the rest given back."""
         try:
-            snapshot = self._snapshot()
             now = time.monotonic()
             backing_off = {uid for uid, m in self.memory.items() if m.backoff is not None and m.backoff[0] > now}
+            # the snapshot only if the head's hold is planned again: a cycle with no gang waiting (a recovering gang
+            # waits for its quorum) builds none for it, however much the pods churn
             if await self.headhold.update(
-                self.line.ahead, self.view.podgroups.items(), snapshot, self._base and self._base[0], self.matcher, backing_off
+                self.line.ahead, self.view.podgroups.items(), self._snapshot, self._revision(), self.matcher, backing_off
             ):
                 self.shortfalls.short.clear()  # devices given back are room for every group known short
         except asyncio.CancelledError:
@@ -595,7 +596,7 @@ class SchedulingLoop:
         each build is what `shortfalls` compares capacity on.
         """
         view = self.view
-        key = (view.revision, tuple(sorted(self.releaser.pinned.items())))
+        key = self._revision()
         if self._base is None or self._base[0] != key:
             sources = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules)
             awaiting = inputs.awaiting_kube_scheduler(view.podgroups.items(), view.pods.items(), view.claims.items())
@@ -605,6 +606,10 @@ class SchedulingLoop:
         return self.headhold.elsewhere(
             inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group), for_group, self._priority
         )
+
+    def _revision(self) -> tuple[Any, ...]:
+        """The state of the view (and of this process's pins) a snapshot is built from."""
+        return (self.view.revision, tuple(sorted(self.releaser.pinned.items())))
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
