@@ -230,9 +230,11 @@ def test_the_hold_survives_the_holders_back_off_after_an_aborted_release(
         return len(cluster.get("events", "-n", namespace, "--field-selector", selector)["items"])
 
     # two releases undone, the second after the back-off the first began; or the hold gone meanwhile
-    wait_for(lambda: rolled_back() >= 2 or set(_rules(cluster).items()) != set(before.items()), "a second release undone")
-    after = {d: r["metadata"]["uid"] for d, r in _rules(cluster).items()}
-    assert after == before, "the same rules hold the same devices while the holder backs off"
+    def rule_uids() -> dict[str, str]:
+        return {d: r["metadata"]["uid"] for d, r in _rules(cluster).items()}
+
+    wait_for(lambda: rolled_back() >= 2 or rule_uids() != before, "a second release undone")
+    assert rule_uids() == before, "the same rules hold the same devices while the holder backs off"
     assert _hold(cluster, namespace) == hold, "status.hold unchanged"
     stolen = {p: d for p, d in _devices_of(cluster, namespace).items() if p in later and d in before}
     assert not stolen, f"pods waiting behind the gang got devices held for it: {stolen}"
