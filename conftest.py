@@ -70,6 +70,15 @@ class Cluster:
     def get(self, *args: str) -> dict:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
+    def explain(self, name: str, namespace: str, *extra: str) -> str:
+        """`kubectl phalanx explain`: kubectl finds the `kubectl-phalanx` executable the install put beside python on PATH."""
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PATH=path)
+        args = [self.kubectl_binary, "phalanx", "explain", name, "-n", namespace, *extra]
+        proc = subprocess.run(args, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """SIGTERM (CI timeouts, `kill`) unwinds like Ctrl-C, so fixtures still stop every process they started."""

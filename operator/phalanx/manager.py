@@ -29,6 +29,7 @@ from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
 from phalanx.kube.readiness import Readiness
 from phalanx.kube.webhookserver import WebhookServer
+from phalanx.podgroups import webhooks as pod_group_webhooks
 from phalanx.scheduling.loop import SchedulingLoop
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "jobset_controller",
     "jobset_webhooks",
     "memorylimit",
+    "pod_group_webhooks",
     "webhooks",
 ]  # imported for their Kopf handlers and metrics, registered on import
 

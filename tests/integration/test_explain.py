@@ -29,16 +29,6 @@ ROOT = Path(__file__).parents[2]
 WORKERS = ("worker-1", "worker-2", "worker-3")
 
 
-def _explain(cluster: Cluster, namespace: str, job: str, *extra: str) -> str:
-    """`kubectl phalanx explain`: kubectl finds the `kubectl-phalanx` executable the install put beside python on PATH."""
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), PATH=path)
-    args = [cluster.kubectl_binary, "phalanx", "explain", job, "-n", namespace, *extra]
-    proc = subprocess.run(args, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
 def _normalised(out: str, namespace: str, pod_group: str) -> list[str]:
     """Names that differ per run (namespace, PodGroup hash, pod suffixes) and ages replaced; nothing else touched."""
     out = out.replace(pod_group, "PG").replace(namespace, "NS")
@@ -117,7 +107,7 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
 
     # pending: what fits, what is short and where, who is excluded, what preemption would do
     pending = _pod_group(cluster, namespace, "second")
-    lines = _normalised(_explain(cluster, namespace, "second"), namespace, pending["metadata"]["name"])
+    lines = _normalised(cluster.explain("second", namespace), namespace, pending["metadata"]["name"])
     print("\n".join(lines))
     message = _condition(pending, keys.INITIALLY_SCHEDULED)["message"]
     assert lines == [
@@ -166,7 +156,7 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
     selector = f"involvedObject.uid={member['metadata']['uid']},reason=WaitingForGang"
     (event,) = cluster.get("events", "-n", namespace, "--field-selector", selector)["items"]
     assert event["count"] == 1, event
-    data = json.loads(_explain(cluster, namespace, "second", "-o", "json"))
+    data = json.loads(cluster.explain("second", namespace, "-o", "json"))
     assert data["holders"] == [{"resource": "gpu.example.com", "holder": f"{namespace}/first", "held": "4", "total": "6", "priority": 0}]
     assert data["plan"]["fit"] == 2 and data["plan"]["shortages"] == [{"resource": "gpu.example.com", "needed": 4, "free": 2, "total": 6}]
     assert {n["name"]: n["devices_free"] for n in data["plan"]["nodes"]} == {
@@ -178,7 +168,7 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
 
     # running: members, nodes, devices
     running = _pod_group(cluster, namespace, "first")
-    out = _explain(cluster, namespace, "first")
+    out = cluster.explain("first", namespace)
     print(out)
     lines = _normalised(out, namespace, running["metadata"]["name"])
     assert lines == [
@@ -203,7 +193,7 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
         "and their gates lifted; waiting up to 60s for minCount 4 to be bound",
         "  AGE  Normal  Scheduled  podgroup/PG  4 of 4 members bound to 2 node(s)",
     ]
-    data = json.loads(_explain(cluster, namespace, "first", "-o", "json"))
+    data = json.loads(cluster.explain("first", namespace, "-o", "json"))
     assert data["state"] == "Running" and data["bound"] == 4, data
 
     # a Job that is not a gang here: a clear error naming the fix, not a traceback
@@ -212,7 +202,10 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
     wrong = subprocess.run(
         [cluster.kubectl_binary, "phalanx", "explain", "first", "-n", "default"], env=env, capture_output=True, text=True
     )
-    assert wrong.returncode == 1 and "error: no PodGroup for Job or JobSet 'first' in namespace 'default'" in wrong.stderr, wrong.stderr
+    assert (
+        wrong.returncode == 1
+        and "error: no PodGroup for Job or JobSet or PodGroup 'first' in namespace 'default', nor one of that name" in wrong.stderr
+    ), wrong.stderr
     claims = {c["metadata"]["name"]: c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
     for pod in first:
         row = next(m for m in data["member_rows"] if m["name"] == pod["metadata"]["name"])
@@ -238,7 +231,7 @@ def test_disrupted_gang(cluster: Cluster, operator: Operator, namespace: str, co
     # kubectl get says it runs below quorum, though STATUS stays Scheduled
     (row,) = cluster.kubectl("get", "podgroups.scheduling.phalanx.dev", "-n", namespace, "--no-headers").stdout.splitlines()
     assert row.split()[3:6] == ["Scheduled", "3", "BelowMinCount"], row
-    out = _explain(cluster, namespace, "research")
+    out = cluster.explain("research", namespace)
     print(out)
     lines = _normalised(out, namespace, pg["metadata"]["name"])
     below = "below minCount: 3 of minCount 4 members run; lost research-0-xxxxx (failed: container rank exited 1)"
@@ -273,7 +266,7 @@ def test_disrupted_gang(cluster: Cluster, operator: Operator, namespace: str, co
         "  AGE  Normal  Scheduled  podgroup/PG  4 of 4 members bound to 2 node(s)",
         f"  AGE  Warning  BelowMinCount  podgroup/PG  {below}",
     ]
-    data = json.loads(_explain(cluster, namespace, "research", "-o", "json"))
+    data = json.loads(cluster.explain("research", namespace, "-o", "json"))
     assert data["devices_below_min_count"] == 3
     if operator.handle is not None:  # the operator's gauge counts the same 3 devices
         wait_for(lambda: _gauge(operator) == 3, "phalanx_incomplete_group_devices 3")
@@ -289,7 +282,7 @@ def test_preempted_and_oversized_gangs(cluster: Cluster, operator: Operator, nam
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("urgent", 4, priority_class="urgent")))
     _running(cluster, namespace, "urgent", 4)
     wait_for(lambda: not _pods(cluster, namespace, "victim"), "victim: its pods gone, the Job's back-off holding new ones")
-    out = _explain(cluster, namespace, "victim")
+    out = cluster.explain("victim", namespace)
     print(out)
     lines = _normalised(out, namespace, _pod_group(cluster, namespace, "victim")["metadata"]["name"])
     assert lines[1] == "State:  Disrupted: waiting for quorum: 0 of minCount 4 members created with their claims", lines
@@ -307,7 +300,7 @@ def test_preempted_and_oversized_gangs(cluster: Cluster, operator: Operator, nam
         lambda: _condition(_pod_group(cluster, namespace, "huge"), keys.INITIALLY_SCHEDULED).get("reason") == "Unschedulable",
         "huge: Unschedulable",
     )
-    lines = _normalised(_explain(cluster, namespace, "huge"), namespace, _pod_group(cluster, namespace, "huge")["metadata"]["name"])
+    lines = _normalised(cluster.explain("huge", namespace), namespace, _pod_group(cluster, namespace, "huge")["metadata"]["name"])
     assert lines[1] == "State:  Pending: minCount 8: 2 of 8 members fit; can never fit: needs 8 x gpu.example.com, the cluster has 6", lines
     assert "To run:  nothing while it needs more than the cluster has: lower minCount, or add 2 x gpu.example.com" in lines, lines
     assert not [line for line in lines if line.startswith("Held by:")], lines

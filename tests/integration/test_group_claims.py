@@ -24,7 +24,6 @@ from jobs import IGNORE_DISRUPTIONS, as_json, bound_pods, job_pods, priority_cla
 from phalanx.api import keys, naming
 from phalanx.crashpoints import ENV
 from phalanx.localcluster import operatorproc
-from test_explain import _explain
 
 ROOT = Path(__file__).parents[2]
 
@@ -486,7 +485,7 @@ def test_explain_counts_a_waiting_gang_s_group_claim_once(cluster: Cluster, oper
         "second: Unschedulable",
         timeout=60,
     )
-    out = _explain(cluster, namespace, "second")
+    out = cluster.explain("second", namespace)
     print(out)
     lines = [re.sub(r" {2,}", "  ", line) for line in out.replace(namespace, "NS").splitlines()]
     # the class counts every device of the driver (the IMEX domain too, free): the 2 channels the claim asks for, once
@@ -495,7 +494,7 @@ def test_explain_counts_a_waiting_gang_s_group_claim_once(cluster: Cluster, oper
     assert "Held by:  2 of 3 groupclaims held by NS/first, priority 0" in lines, lines
     assert "  groupclaims  2  1  3  1" in lines, lines
     assert "To run:  1 more groupclaims free, or a PriorityClass above 0, the holders' (preemption would then evict 2 pod(s))" in lines
-    data = json.loads(_explain(cluster, namespace, "second", "-o", "json"))
+    data = json.loads(cluster.explain("second", namespace, "-o", "json"))
     assert data["plan"]["shortages"] == [{"resource": "groupclaims", "needed": 2, "free": 1, "total": 3}], data["plan"]
     assert data["holders"] == [{"resource": "groupclaims", "holder": f"{namespace}/first", "held": "2", "total": "3", "priority": 0}]
 

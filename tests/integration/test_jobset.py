@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from conftest import WORKLOADS, Cluster, Operator, wait_for
@@ -88,14 +85,6 @@ def test_its_webhooks_see_jobsets_and_their_pods_only(cluster: Cluster, namespac
     cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=jobset_manifest("accepted", workers=1))
 
 
-def _explain(cluster: Cluster, namespace: str, name: str) -> str:
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), PATH=path)
-    proc = subprocess.run([cluster.kubectl_binary, "phalanx", "explain", name, "-n", namespace], env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
 def _members(cluster: Cluster, namespace: str, name: str) -> list[dict]:
     return _pods(cluster, namespace, f"{jobset.JOBSET_NAME_LABEL}={name}")
 
@@ -138,7 +127,7 @@ def test_a_gang_jobset_is_placed_whole_only_when_all_of_it_fits(cluster: Cluster
     roles = sorted(p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] for p in bound)
     assert roles == ["leader", "workers", "workers", "workers"]
     assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in bound), "Phalanx placed each"
-    explained = _explain(cluster, namespace, "train")
+    explained = cluster.explain("train", namespace)
     assert explained.splitlines()[0].startswith(f"JobSet {namespace}/train  PodGroup "), explained
     assert "4 members, 4 bound" in explained, explained
     created = cluster.get("-n", namespace, "events", "--field-selector", "involvedObject.kind=JobSet,involvedObject.name=train")["items"]

@@ -197,6 +197,25 @@ def test_the_operator_may_change_a_pod_only_as_phalanx_does(installed: Cluster, 
     assert proc.returncode != 0 and "cannot delete resource" in proc.stderr, "evictions only"
 
 
+def test_the_operator_pins_a_bare_pod_only_when_it_is_labelled_into_a_pod_group(installed: Cluster, namespace: str) -> None:
+    """A PodGroup's member may be a pod of no controller: the policy lets Phalanx pin and release it as a Job's pod,
+    and still no other bare pod (no webhook runs here, so the pods carry the gate as written)."""
+
+    def bare(name: str, labels: dict) -> dict:
+        spec = {"schedulingGates": [{"name": keys.SCHEDULING_GATE}], "containers": [{"name": "c", "image": "busybox:1.36"}]}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
+
+    installed.kubectl("-n", namespace, "create", "role", "read-pods", "--verb=get", "--resource=pods")
+    installed.kubectl("-n", namespace, "create", "rolebinding", "read-pods", "--role=read-pods", "--serviceaccount=phalanx-system:phalanx")
+    pods = [bare("member", {keys.POD_GROUP_LABEL: "train"}), bare("stranger", {})]
+    installed.kubectl("-n", namespace, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    proc = _as_operator(installed, namespace, "stranger", _pin("worker-1"))
+    assert proc.returncode != 0 and "may change no pod annotation but" in proc.stderr, proc.stderr
+    assert _as_operator(installed, namespace, "member", _pin("worker-1")).returncode == 0, "the pin"
+    assert _as_operator(installed, namespace, "member", {"spec": {"schedulingGates": None}}).returncode == 0, "the gate lift"
+    assert not installed.get("pod", "member", "-n", namespace)["spec"].get("schedulingGates")
+
+
 def test_a_tenant_cannot_write_pod_group_status(installed: Cluster, namespace: str) -> None:
     pod_group = {
         "apiVersion": keys.API_VERSION,
@@ -207,6 +226,12 @@ def test_a_tenant_cannot_write_pod_group_status(installed: Cluster, namespace: s
     installed.kubectl("-n", namespace, "create", "-f", "-", stdin=json.dumps(pod_group))
     installed.kubectl("-n", namespace, "create", "rolebinding", "alice-edit", "--clusterrole=edit", "--user=alice")
     assert installed.kubectl("auth", "can-i", "create", "jobs.batch", "-n", namespace, "--as=alice", check=False).returncode == 0
+    for verb in ("create", "delete"):  # a PodGroup of their own (aggregated into edit), never its status
+        proc = installed.kubectl("auth", "can-i", verb, "podgroups.scheduling.phalanx.dev", "-n", namespace, "--as=alice", check=False)
+        assert proc.returncode == 0, f"{verb}: {proc.stdout}"
+    installed.kubectl("-n", namespace, "create", "rolebinding", "bob-view", "--clusterrole=view", "--user=bob")
+    seen = installed.kubectl("--as=bob", "-n", namespace, "get", "podgroups.scheduling.phalanx.dev,workloads.scheduling.phalanx.dev")
+    assert "pg" in seen.stdout, seen.stdout
     can = installed.kubectl(
         "auth", "can-i", "patch", "podgroups.scheduling.phalanx.dev", "--subresource=status", "-n", namespace, "--as=alice", check=False
     )

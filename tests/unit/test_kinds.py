@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
+
+from phalanx.api import keys
 from phalanx.jobs.owner import JOBS
 from phalanx.jobsets.objects import JOBSET_UID_LABEL
 from phalanx.kinds import KINDS
+from phalanx.podgroups.owner import PODGROUPS
 from phalanx.scheduling import accessors
 from phalanx.scheduling.phase import OwnerState
 
@@ -48,3 +52,49 @@ def test_each_group_answers_to_its_owners_kind() -> None:
     assert KINDS.state(finished, None) is OwnerState.FINISHED
     suspended = {"kind": "JobSet", "metadata": {}, "spec": {"suspend": True}}
     assert KINDS.state(suspended, None) is OwnerState.SUSPENDED
+
+
+def user_group(name: str, namespace: str = "ml") -> dict:
+    spec = {"schedulingPolicy": {"gang": {"minCount": 3}}, "disruptionMode": {"all": {}}}
+    return {"metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"}, "spec": spec}
+
+
+def labelled(p: dict, group_name: str) -> dict:
+    p["metadata"]["labels"][keys.POD_GROUP_LABEL] = group_name
+    return p
+
+
+def test_a_user_podgroup_gangs_the_labelled_pods_of_any_owner_and_none_elsewhere() -> None:
+    """A launcher Job's pod, a worker Job's pods and a bare pod in one PodGroup; the Jobs have no group of their own."""
+    bare = {"metadata": {"name": "bare", "namespace": "ml", "uid": "bare", "labels": {keys.POD_GROUP_LABEL: "mpi"}}}
+    pods = [
+        labelled(pod("launcher-0", "job-l"), "mpi"),
+        labelled(pod("worker-0", "job-w"), "mpi"),
+        labelled(pod("worker-1", "job-w"), "mpi"),
+        bare,
+        labelled(pod("elsewhere", "job-x", namespace="other"), "mpi"),
+        labelled(pod("another", "job-y"), "other-group"),
+    ]
+    mpi = user_group("mpi")
+    members = accessors.pods_by_group([mpi], pods, KINDS)
+    assert [p["metadata"]["name"] for p in members["uid-mpi"]] == ["launcher-0", "worker-0", "worker-1", "bare"]
+    assert KINDS.of(mpi) is PODGROUPS and KINDS.name(mpi) == "mpi"
+    assert KINDS.ref(mpi) == {
+        "apiVersion": keys.API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": "mpi", "namespace": "ml", "uid": "uid-mpi"},
+    }
+    owner = {**mpi, "kind": "PodGroup"}
+    assert KINDS.state(owner, "2026-12-01T00:00:00Z") is OwnerState.ACTIVE
+    assert KINDS.min_count(owner) == 3
+    assert KINDS.pods_owed(owner, mpi, 1, datetime.datetime.now(datetime.UTC)) is None
+
+
+def test_a_group_phalanx_made_for_a_job_answers_to_the_job_not_to_labels() -> None:
+    made = group("g-job", "Job", "job-s")
+    made["metadata"]["labels"] = {keys.JOB_NAME_LABEL: "solo"}
+    made["spec"] = user_group("x")["spec"]
+    assert KINDS.of(made) is JOBS
+    assert PODGROUPS.owner_uid(made) is None
+    members = accessors.pods_by_group([made], [pod("solo", "job-s"), labelled(pod("copied", "job-c"), "g-job")], KINDS)
+    assert [p["metadata"]["name"] for p in members["g-job"]] == ["solo"], "a label naming a Job's group makes no member"

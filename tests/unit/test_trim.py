@@ -194,9 +194,13 @@ def test_every_workload_kind_whose_pods_may_be_members_keeps_them_whole() -> Non
     member = copy.deepcopy(KWOK_RUNNING)  # a JobSet's member: a pod its Job controls, with the JobSet's uid label
     member["metadata"]["labels"][JOBSET_UID_LABEL] = "js-uid"
     member["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j-uid", "controller": True}]
-    assert {k.kind for k in KINDS.kinds} == {"Job", "JobSet"}, "a new kind: give this test a member of it"
+    bare = copy.deepcopy(KWOK_RUNNING)  # a PodGroup's member: a pod of no controller, released, with the label
+    bare["metadata"]["labels"][keys.POD_GROUP_LABEL] = "train"
+    bare["metadata"].pop("ownerReferences", None)
+    members = {"Job": member, "JobSet": member, "PodGroup": bare}
+    assert {k.kind for k in KINDS.kinds} == set(members), "a new kind: give this test a member of it"
     for adapter in KINDS.kinds:
-        pod = member
+        pod = members[adapter.kind]
         assert adapter.member_uids(pod), adapter.kind
         assert trim.pod(copy.deepcopy(pod))["spec"]["tolerations"] == KWOK_RUNNING["spec"]["tolerations"], adapter.kind
     gated = copy.deepcopy(KWOK_RUNNING)

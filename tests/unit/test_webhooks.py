@@ -12,13 +12,15 @@ import cel
 import pytest
 import yaml
 
+from phalanx.api import keys
 from phalanx.jobs import webhook_config
 
 
 def test_local_endpoint_is_a_url_per_handler() -> None:
     configs = webhook_config.configurations(webhook_config.Endpoint(url="https://127.0.0.1:9443"), b"CA", "phalanx-system")
-    (mutating, pods, jobsets) = configs["MutatingWebhookConfiguration"]["webhooks"]
+    (mutating, pods, jobsets, labelled) = configs["MutatingWebhookConfiguration"]["webhooks"]
     (validating, validating_jobsets) = configs["ValidatingWebhookConfiguration"]["webhooks"]
+    assert labelled["clientConfig"]["url"] == "https://127.0.0.1:9443/pod-group-member"
     assert mutating["clientConfig"] == {"caBundle": base64.b64encode(b"CA").decode(), "url": "https://127.0.0.1:9443/job-gang-mutate"}
     assert pods["clientConfig"]["url"] == "https://127.0.0.1:9443/pod-group-claims"
     assert validating["clientConfig"]["url"] == "https://127.0.0.1:9443/job-gang-validate"
@@ -49,10 +51,16 @@ def test_in_cluster_endpoint_is_a_service() -> None:
 
 def test_blast_radius_is_gang_jobs_outside_system_namespaces() -> None:
     configs = webhook_config.configurations(webhook_config.Endpoint(url="https://x"), b"CA", "phalanx-system")
-    (_, pods, _) = configs["MutatingWebhookConfiguration"]["webhooks"]
-    assert pods["rules"] == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"], "scope": "Namespaced"}
-    ]
+    (_, pods, _, labelled) = configs["MutatingWebhookConfiguration"]["webhooks"]
+    assert (
+        pods["rules"]
+        == labelled["rules"]
+        == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"], "scope": "Namespaced"}]
+    )
+    # only pods that carry the pod-group label reach it, and those fail closed (ungated, they would run alone)
+    assert labelled["objectSelector"] == {"matchExpressions": [{"key": keys.POD_GROUP_LABEL, "operator": "Exists"}]}
+    assert "matchConditions" not in labelled and labelled["failurePolicy"] == "Fail"
+    assert labelled.get("reinvocationPolicy", "Never") == "Never", "a gated Job pod seen again would look like two gangs"
     assert pods["matchConditions"] == [{"name": "group-claims", "expression": webhook_config.POD_MATCH_CONDITION}]
     assert (
         pods["failurePolicy"] == "Fail"
@@ -258,4 +266,6 @@ def test_in_cluster_the_operator_patches_only_the_ca_bundle() -> None:
         {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
         {"op": "test", "path": "/webhooks/2/name", "value": "jobsets-mutate.scheduling.phalanx.dev"},
         {"op": "add", "path": "/webhooks/2/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
+        {"op": "test", "path": "/webhooks/3/name", "value": "pods-group-member.scheduling.phalanx.dev"},
+        {"op": "add", "path": "/webhooks/3/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
     ]

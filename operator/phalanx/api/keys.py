@@ -36,6 +36,10 @@ SCHEDULING_GATE = f"{GROUP}/gang"
 TEMPLATE_LABEL = f"{GROUP}/pod-group-template"
 """On pods: the PodGroup template they belong to (the Job's name is all admission knows; absent with generateName)."""
 
+POD_GROUP_LABEL = f"{GROUP}/pod-group"
+"""On pods of any controller (or none): the name of a PodGroup of theirs, in their namespace, that gangs them
+(`podgroups`); the pod webhook gates every pod that carries it, and no other."""
+
 PINNED_NODE = f"{GROUP}/node"
 """On pods Phalanx pinned: the node, so a pinned but not yet bound pod is counted there."""
 

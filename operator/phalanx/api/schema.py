@@ -153,8 +153,15 @@ class WorkloadReference(Model):
     template_name: str = Field(min_length=1, max_length=63)
 
 
+_ALL_NEEDS_GANG = {
+    "rule": "!(has(self.schedulingPolicy.basic) && has(self.disruptionMode.all))",
+    "message": "disruptionMode all needs schedulingPolicy gang: a basic group's members are placed one by one",
+}
+"""Upstream's rule; a Job's admission refuses it too, this is for a PodGroup a user writes."""
+
+
 class PodGroupSpec(Model):
-    model_config = ConfigDict(json_schema_extra=_rules(_GROUP_CLAIMS_FIXED))
+    model_config = ConfigDict(json_schema_extra=_rules(_GROUP_CLAIMS_FIXED, _ALL_NEEDS_GANG))
 
     workload_ref: WorkloadReference | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
     scheduling_policy: PodGroupSchedulingPolicy
@@ -305,6 +312,12 @@ class PodGroupStatus(Model):
     readiness: Readiness | None = None
     members: int | None = Field(default=None, ge=0, description="Pods of the group that exist and are not terminal.")
     bound: int | None = Field(default=None, ge=0, description="Members bound to a node.")
+    late_members: int | None = Field(
+        default=None,
+        ge=0,
+        description="Members behind the gate of a group already placed (a replacement, a pod created after the release), "
+        "each released as it fits.",
+    )
     resource_claim_statuses: list[PodGroupResourceClaimStatus] | None = Field(
         default=None,
         max_length=4,

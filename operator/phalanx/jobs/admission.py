@@ -171,6 +171,27 @@ def _check(job: dict[str, Any], old: dict[str, Any] | None, previous: GangIntent
         validate_scale(intent.min_count, parallelism, completions)
     validate(intent, parallelism, completions, paths)
     validate_group_claims(intent, _pod_claims(job), parallelism, completions, paths)
+    if (two := two_groups(job, "Job")) is not None:
+        raise GangSpecError([two])
+
+
+def two_groups(owner: dict[str, Any], kind: str, template_path: str = "spec.template") -> FieldError | None:
+    """A gang owner whose pod template also names a PodGroup by label would put each pod in two groups: its own
+    and the labelled one. A template with the label alone is fine: the owner is then no gang of its own."""
+    template = owner
+    for part in template_path.split("."):
+        template = (template.get(part) or {}) if isinstance(template, dict) else {}
+    name = ((template.get("metadata") or {}).get("labels") or {}).get(keys.POD_GROUP_LABEL)
+    if name is None:
+        return None
+    return FieldError(
+        f"{template_path}.metadata.labels[{keys.POD_GROUP_LABEL}]",
+        name,
+        f"the {kind} asks for a gang of its own ({keys.ANNOTATION_PREFIX}* annotations) and its pods name PodGroup "
+        f"{name} too: each pod would be in two groups",
+        f"drop the {kind}'s gang annotations to gang its pods in PodGroup {name} (with other owners' pods), "
+        f"or drop the label to gang the {kind} alone",
+    )
 
 
 def _pod_claims(job: dict[str, Any]) -> list[dict[str, Any]]:

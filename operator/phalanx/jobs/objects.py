@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import keys, naming, schema
-from phalanx.api.intent import GangIntent, from_annotations
+from phalanx.api.intent import GangIntent, GangSpecError, from_annotations
+from phalanx.jobs import admission
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ def from_job(job: dict[str, Any]) -> GangSource | None:
     intent = from_annotations(meta.get("annotations"))
     if intent is None:
         return None
+    if (two := admission.two_groups(job, "Job")) is not None:
+        raise GangSpecError([two])  # admitted without the webhook: told on the Job, and no Workload or PodGroup made
     spec = job.get("spec") or {}
     pod_spec = (spec.get("template") or {}).get("spec") or {}
     return GangSource(

@@ -6,9 +6,10 @@ own (shipped static in `manifests/webhooks.yaml` for a cluster, written by the
 operator in the local mode), so that the blast radius is as small as the API allows:
 
 * only `batch/v1` Jobs and `jobset.x-k8s.io/v1alpha2` JobSets, CREATE and
-  UPDATE (never status), and the CREATE of a
+  UPDATE (never status), the CREATE of a
   gang member that uses a group claim (gated, with Phalanx's resource-claims
-  annotation: no other pod waits for Phalanx);
+  annotation), and the CREATE of a pod labelled into a PodGroup (an
+  objectSelector on that label alone): no other pod waits for Phalanx;
 * a CEL `matchCondition` sends only gang Jobs being created and updates that
   change gang settings (annotations, `spec.scheduling`, a gang's parallelism);
   any other request, including deleting a gang Job, never waits for Phalanx,
@@ -33,12 +34,13 @@ from typing import Any
 
 import yaml
 
-from phalanx.api.keys import ANNOTATION_PREFIX, GROUP, RESOURCE_CLAIMS, SCHEDULING_GATE
+from phalanx.api.keys import ANNOTATION_PREFIX, GROUP, POD_GROUP_LABEL, RESOURCE_CLAIMS, SCHEDULING_GATE
 from phalanx.kube.client import Invalid, Kube, NotFound
 
 MUTATE_ID = "job-gang-mutate"
 VALIDATE_ID = "job-gang-validate"
 POD_MUTATE_ID = "pod-group-claims"
+POD_GROUP_MUTATE_ID = "pod-group-member"
 JOBSET_MUTATE_ID = "jobset-gang-mutate"
 JOBSET_VALIDATE_ID = "jobset-gang-validate"
 CONFIGURATION_NAME = f"jobs.{GROUP}"
@@ -135,12 +137,12 @@ class Endpoint:
 def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace: str) -> dict[str, dict[str, Any]]:
     """Kind -> configuration object, ready to create or patch (without a caBundle: the one `manifests/` ships)."""
 
-    def webhook(name: str, handler_id: str, *, pods: bool = False, jobsets: bool = False) -> dict[str, Any]:
+    def webhook(name: str, handler_id: str, *, pods: bool = False, jobsets: bool = False, labelled: bool = False) -> dict[str, Any]:
         rule = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"]}
-        condition = {"name": "gang-settings", "expression": MATCH_CONDITION}
-        if pods:
+        condition: dict[str, str] | None = {"name": "gang-settings", "expression": MATCH_CONDITION}
+        if pods or labelled:
             rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
-            condition = {"name": "group-claims", "expression": POD_MATCH_CONDITION}
+            condition = None if labelled else {"name": "group-claims", "expression": POD_MATCH_CONDITION}
         if jobsets:
             rule = {
                 "apiGroups": ["jobset.x-k8s.io"],
@@ -149,6 +151,9 @@ def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace:
                 "operations": ["CREATE", "UPDATE"],
             }
             condition = {"name": "gang-settings", "expression": JOBSET_MATCH_CONDITION}
+        scope: dict[str, Any] = {"matchConditions": [condition]} if condition else {}
+        if labelled:
+            scope["objectSelector"] = {"matchExpressions": [{"key": POD_GROUP_LABEL, "operator": "Exists"}]}
         return {
             "name": f"{name}.{GROUP}",
             "clientConfig": endpoint.client_config(handler_id, ca_pem),
@@ -162,7 +167,7 @@ def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace:
                     }
                 ]
             },
-            "matchConditions": [condition],
+            **scope,
             "failurePolicy": "Fail",
             "sideEffects": "None",
             "timeoutSeconds": 10,
@@ -179,7 +184,12 @@ def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace:
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": metadata,
-            "webhooks": [mutating, webhook("pods-group-claims", POD_MUTATE_ID, pods=True), jobsets],
+            "webhooks": [
+                mutating,
+                webhook("pods-group-claims", POD_MUTATE_ID, pods=True),
+                jobsets,
+                webhook("pods-group-member", POD_GROUP_MUTATE_ID, labelled=True),
+            ],
         },
         "ValidatingWebhookConfiguration": {
             "apiVersion": "admissionregistration.k8s.io/v1",

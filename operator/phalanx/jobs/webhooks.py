@@ -22,7 +22,7 @@ def mutate_job(body: Any, old: Any, patch: kopf.Patch, warnings: list[str], memo
         )
     except GangSpecError as exc:
         raise kopf.AdmissionError(str(exc), code=exc.code) from None
-    _merge_into(patch, mutation.patch)
+    merge_into(patch, mutation.patch)
     warnings.extend(mutation.warnings)
 
 
@@ -41,13 +41,13 @@ def mutate_pod(body: Any, patch: kopf.Patch, **_: Any) -> None:
         mutation = podclaims.mutate_pod(dict(body))
     except (GangSpecError, ValueError) as exc:
         raise kopf.AdmissionError(str(exc), code=422) from None
-    _merge_into(patch, mutation.patch)
+    merge_into(patch, mutation.patch)
 
 
-def _merge_into(target: Any, source: dict[str, Any]) -> None:
+def merge_into(target: Any, source: dict[str, Any]) -> None:
     for key, value in source.items():
         if isinstance(value, dict):
             target.setdefault(key, {})
-            _merge_into(target[key], value)
+            merge_into(target[key], value)
         else:
             target[key] = value

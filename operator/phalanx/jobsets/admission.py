@@ -169,6 +169,8 @@ def _check(jobset: dict[str, Any], old: dict[str, Any] | None, previous: GangInt
                     "remove them: the JobSet's annotations make one gang of all its Jobs",
                 )
             )
+        if (two := job_admission.two_groups(rjob, "JobSet", "template.spec.template")) is not None:
+            errors.append(replace(two, path=f"spec.replicatedJobs[{i}].{two.path}"))
     order = ((jobset.get("spec") or {}).get("startupPolicy") or {}).get("startupPolicyOrder")
     if order == "InOrder" and intent.policy == "gang":
         errors.append(

@@ -56,8 +56,8 @@ MEMBER_ONLY = ("tolerations", "nodeSelector", "topologySpreadConstraints", "pree
 only podAntiAffinity is read (`inputs.existing`: other pods' plans must respect it)."""
 MEMBER_CONTROLLERS = frozenset({"Job"})
 """The controllers of gang members' pods (a Job's, and a JobSet's, whose members are its Jobs' pods; a test checks a
-member of each workload kind in `phalanx.kinds`): a pod controlled by none, and not held by the gang gate, is kept
-without MEMBER_ONLY."""
+member of each workload kind in `phalanx.kinds`): a pod controlled by none, not held by the gang gate and not labelled
+into a PodGroup, is kept without MEMBER_ONLY."""
 INTERN_UP_TO = 64
 """Strings up to this long are interned: keys, phases, node and label values, ...; a longer one is rarely repeated."""
 
@@ -95,8 +95,11 @@ def _container(container: JSON) -> JSON:
 def _may_be_member(obj: JSON) -> bool:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     gates = (obj.get("spec") or {}).get("schedulingGates") or []
-    return any(r.get("kind") in MEMBER_CONTROLLERS and r.get("controller") for r in refs) or any(
-        g.get("name") == keys.SCHEDULING_GATE for g in gates
+    labelled = keys.POD_GROUP_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
+    return (
+        labelled
+        or any(r.get("kind") in MEMBER_CONTROLLERS and r.get("controller") for r in refs)
+        or any(g.get("name") == keys.SCHEDULING_GATE for g in gates)
     )
 
 

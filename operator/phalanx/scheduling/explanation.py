@@ -188,8 +188,9 @@ def find_pod_group(objects: Objects, namespace: str, job: str, kind: OwnerKind) 
     found = found or [g for g in mine if g["metadata"]["name"] == job]
     if not found:
         raise NotFoundError(
-            f"no PodGroup for {kind.kind} {job!r} in namespace {namespace!r}: is it a gang {kind.kind} "
-            f"(spec.scheduling or the {keys.MIN_COUNT} annotation), and is the namespace right (-n)?"
+            f"no PodGroup for {kind.kind} {job!r} in namespace {namespace!r}, nor one of that name: is it a gang "
+            f"(spec.scheduling or the {keys.MIN_COUNT} annotation on its owner, or a PodGroup of its own), and is the "
+            "namespace right (-n)?"
         )
     return max(found, key=lambda g: g["metadata"].get("creationTimestamp", ""))
 

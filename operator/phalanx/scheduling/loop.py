@@ -364,7 +364,8 @@ class SchedulingLoop:
             return await self._resume(pod_group, reservation, pods)  # type: ignore[arg-type]
         bound = [p for p in pods if p["spec"].get("nodeName")]
         waiting = [p for p in pods if accessors.gated(p)]
-        await self._counters(pod_group, len(pods), len(bound))
+        await self._counters(pod_group, len(pods), len(bound), len(waiting) if scheduled or released else 0)
+        await self._ungated(pod_group, pods)
         if now is phase.Phase.EACH and not gang:
             await self._release_each(pod_group, waiting)
             return True
@@ -977,11 +978,40 @@ class SchedulingLoop:
                 metrics.REPAIRS.labels(action="eviction").inc()
             self._evicting[uid] = now + (30.0 if gone else 5.0)
 
-    async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int) -> None:
+    async def _ungated(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> None:
+        """A group of its own whose members came without the gate and were never placed by Phalanx (the pod webhook
+        absent, or a namespace it leaves out): they are scheduled one by one, so the group is told, once per member.
+        An owner's group is its controller's to tell (GangNotEnforced on the owner, from its template)."""
+        ref = self.owner.ref(pod_group)
+        if ref is None or ref["metadata"].get("uid") != pod_group["metadata"]["uid"]:
+            return
+        loose = {
+            p["metadata"]["name"]
+            for p in pods
+            if not accessors.gated(p) and keys.PINNED_NODE not in (p["metadata"].get("annotations") or {})
+        }
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
+        new = loose - remembered.ungated_told
+        if not new:
+            return
+        message = (
+            f"member(s) {', '.join(sorted(new))} came without the scheduling gate {keys.SCHEDULING_GATE}: admitted without "
+            "Phalanx's pod webhook (not installed, the operator down in local mode, or a namespace it leaves out: "
+            "kube-system and the operator's), they are scheduled one by one and may deadlock; delete them and create "
+            "them again where the webhook runs"
+        )
+        logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), message)
+        await self._event(pod_group, "Warning", "GangNotEnforced", message)
+        remembered.ungated_told = remembered.ungated_told | new
+
+    async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int, late: int) -> None:
+        """status.members, .bound and .lateMembers (members behind the gate of a group already placed: a Job's
+        replacements, a labelled pod created after the release), written at most every COUNTS_EVERY."""
         uid = pod_group["metadata"]["uid"]
         current = pod_group.get("status") or {}
         remembered = self.memory.of(uid)
-        if current.get("members") == members and current.get("bound") == bound:
+        counts = {"members": members, "bound": bound, "lateMembers": late}
+        if all(current.get(k, 0 if k == "lateMembers" else None) == v for k, v in counts.items()):
             remembered.counts_due = False
             return
         now = time.monotonic()
@@ -990,9 +1020,7 @@ class SchedulingLoop:
             return
         remembered.counts_at = now
         remembered.counts_due = False
-        await self.kube.merge_patch(
-            custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"members": members, "bound": bound}}
-        )
+        await self.kube.merge_patch(custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": counts})
 
     async def _set(
         self, pod_group: dict[str, Any], ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
@@ -1021,6 +1049,6 @@ class SchedulingLoop:
     async def _event(self, pod_group: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         refs = [{"apiVersion": schema.API_VERSION, "kind": "PodGroup", "metadata": pod_group["metadata"]}]
         owner = self.owner.ref(pod_group)
-        if owner is not None:
+        if owner is not None and owner["metadata"].get("uid") != pod_group["metadata"]["uid"]:  # a group its own owner
             refs.append(owner)
         await all_answered(self.kube.event(ref, type_=type_, reason=reason, message=message) for ref in refs)

@@ -39,6 +39,8 @@ class GroupMemory:
     """The `status.readiness` this loop last wrote."""
     due: float | None = None
     """When its ready deadline or back-off ends: the loop wakes for it."""
+    ungated_told: frozenset[str] = frozenset()
+    """Members of a group of its own admitted without the gate that a Warning already named."""
 
 
 class Memory:

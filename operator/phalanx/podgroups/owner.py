@@ -1,0 +1,85 @@
+"""A user's PodGroup behind the owner seam (`scheduling.owner.OwnerKind`): the group is its own owner.
+
+Pods of any controller (or none) join a PodGroup by the label
+`scheduling.phalanx.dev/pod-group: <name>`. A pod carries only the group's
+name, so the member key is the name (`podgroup:<name>`), matched within the
+pod's namespace as every kind's is (`accessors.pods_by_group`): no lookup of
+the group's uid at pod creation, no second index. A group deleted and made
+again under the same name takes the pods that name it, which is what their
+label says. The pod webhook (`podgroups.webhooks`) admits the label only
+when the group exists; as with a Job's pods, anyone who may create pods in
+the namespace may join a group there, and waits behind its quorum.
+
+A PodGroup Phalanx made for an owner carries the job-name label (`jobs.objects`)
+and answers to that owner's kind; every other PodGroup is its own.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from phalanx.api import keys
+from phalanx.kube.client import Kube, custom_path
+from phalanx.scheduling import accessors
+from phalanx.scheduling.phase import OwnerState
+
+JSON = dict[str, Any]
+KEY_PREFIX = "podgroup:"
+
+
+def member_key(name: str) -> str:
+    return f"{KEY_PREFIX}{name}"
+
+
+class PodGroups:
+    kind = "PodGroup"
+
+    def owner_uid(self, obj: Mapping[str, Any]) -> str | None:
+        meta = obj["metadata"]
+        if "schedulingPolicy" not in (obj.get("spec") or {}) or keys.JOB_NAME_LABEL in (meta.get("labels") or {}):
+            return None  # a pod, or a group Phalanx made for an owner of another kind
+        return member_key(meta["name"])
+
+    def member_uids(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
+        name = (pod["metadata"].get("labels") or {}).get(keys.POD_GROUP_LABEL)
+        return (member_key(name),) if name else ()
+
+    def name(self, pod_group: Mapping[str, Any]) -> str | None:
+        return pod_group["metadata"]["name"]
+
+    def list_path(self, namespace: str) -> str:
+        return custom_path("podgroups", namespace)
+
+    async def read(self, kube: Kube, pod_group: Mapping[str, Any]) -> JSON | None:
+        meta = pod_group["metadata"]
+        now = await kube.get(custom_path("podgroups", meta["namespace"], meta["name"]))
+        if now is None or now["metadata"].get("deletionTimestamp") or now["metadata"]["uid"] != meta["uid"]:
+            return None
+        return {**now, "kind": self.kind}
+
+    def state(self, owner: Mapping[str, Any], released_at: str | None) -> OwnerState:
+        """A group of its own is never suspended nor finished: it goes on while it exists (its members end alone)."""
+        return OwnerState.ACTIVE
+
+    def min_count(self, owner: Mapping[str, Any]) -> int | None:
+        return accessors.min_count(owner) if accessors.gang(owner) else None
+
+    def ref(self, pod_group: Mapping[str, Any]) -> JSON | None:
+        """The group itself (the loop's Events name it once, not twice)."""
+        meta = pod_group["metadata"]
+        return {"apiVersion": keys.API_VERSION, "kind": self.kind, "metadata": {k: meta[k] for k in ("name", "namespace", "uid")}}
+
+    def member_order(self, pod: Mapping[str, Any]) -> tuple[int, str, str]:
+        """Oldest first: a bare pod has no index."""
+        meta = pod["metadata"]
+        return (1 << 30, meta.get("creationTimestamp", ""), meta["name"])
+
+    def pods_owed(self, owner: JSON | None, pod_group: JSON, live: int, now: datetime.datetime) -> str | None:
+        """None: nobody is known to owe the group pods (bare pods torn down are not made again; a controller's are
+        its own to make)."""
+        return None
+
+
+PODGROUPS = PodGroups()

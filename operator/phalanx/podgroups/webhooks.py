@@ -1,0 +1,33 @@
+"""The pod webhook for labelled pods, served by Kopf, decided by `podgroups.admission`.
+
+Its configuration's objectSelector sends it only pods that carry the
+pod-group label (`jobs.webhook_config`), so no other pod waits for Phalanx;
+for those it fails closed: a labelled pod admitted ungated would run alone.
+The group is read from the API server, not the informers' cache: a PodGroup
+created a moment before its pods may not have reached the cache yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from phalanx.api.intent import GangSpecError
+from phalanx.jobs.webhook_config import POD_GROUP_MUTATE_ID
+from phalanx.jobs.webhooks import merge_into
+from phalanx.kube.client import custom_path
+from phalanx.podgroups import admission
+
+
+@kopf.on.mutate("", "v1", "pods", id=POD_GROUP_MUTATE_ID, operations=["CREATE"])
+async def gate_member(body: Any, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
+    pod = dict(body)
+    try:
+        name = admission.group_name(pod)
+        pod_group = await memo.kube.get(custom_path("podgroups", pod["metadata"]["namespace"], name))
+        mutation = admission.mutate_pod(pod, pod_group)
+    except GangSpecError as exc:
+        raise kopf.AdmissionError(str(exc), code=exc.code) from None
+    merge_into(patch, mutation.patch)
+    warnings.extend(mutation.warnings)
