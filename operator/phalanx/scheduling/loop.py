@@ -142,6 +142,8 @@ class SchedulingLoop:
         """What the loop remembers of each group between cycles."""
         self.matcher = DeviceMatcher()
         self.holes = Holes(kube)
+        self.freeing = teardown.Freeing(kube)
+        """The claims of members torn down, freed as they stop."""
         self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
         self.preemptor = Preemptor(kube, view, Holes(kube, NOMINATED))
         self.pointers = pointers.Pointers(kube, owner.name)
@@ -213,6 +215,16 @@ class SchedulingLoop:
         except Exception:
             metrics.ERRORS.labels(stage="repair").inc()
             logger.exception("double-allocation repair failed; retrying next cycle")
+        if self.freeing.pending and self.leading():
+            try:
+                freed = await self.freeing.sweep({p["metadata"]["uid"]: p for p in self.view.pods.items()}, self.view.claims.get)
+                if freed:
+                    logger.info("freed the devices of %d claim(s) of members torn down, now stopped", freed)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                metrics.ERRORS.labels(stage="free").inc()
+                logger.exception("claims of members torn down not freed; the resourceclaim controller frees them, or the next cycle")
         self._preempted = {v.uid: self._preempted_by(g) for g, _ in groups if (n := accessors.nomination(g)) is not None for v in n.victims}
         metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
         waits.publish(waits.current(groups, self._quorum_since(), time.monotonic()))  # every cycle: fresh on a quiet cluster
@@ -256,9 +268,12 @@ class SchedulingLoop:
     async def _hold_for_head(self) -> None:
         """After every group was met in queue order: devices held for the head of the line, the rest given back."""
         try:
-            snapshot = self._snapshot()
+            now = time.monotonic()
+            backing_off = {uid for uid, m in self.memory.items() if m.backoff is not None and m.backoff[0] > now}
+            # the snapshot only if the head's hold is planned again: a cycle with no gang waiting (a recovering gang
+            # waits for its quorum) builds none for it, however much the pods churn
             if await self.headhold.update(
-                self.line.ahead, self.view.podgroups.items(), snapshot, self._base and self._base[0], self.matcher
+                self.line.ahead, self.view.podgroups.items(), self._snapshot, self._revision(), self.matcher, backing_off
             ):
                 self.shortfalls.short.clear()  # devices given back are room for every group known short
         except asyncio.CancelledError:
@@ -582,7 +597,7 @@ class SchedulingLoop:
         each build is what `shortfalls` compares capacity on.
         """
         view = self.view
-        key = (view.revision, tuple(sorted(self.releaser.pinned.items())))
+        key = self._revision()
         if self._base is None or self._base[0] != key:
             sources = (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules)
             awaiting = inputs.awaiting_kube_scheduler(view.podgroups.items(), view.pods.items(), view.claims.items())
@@ -592,6 +607,10 @@ class SchedulingLoop:
         return self.headhold.elsewhere(
             inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group), for_group, self._priority
         )
+
+    def _revision(self) -> tuple[Any, ...]:
+        """The state of the view (and of this process's pins) a snapshot is built from."""
+        return (self.view.revision, tuple(sorted(self.releaser.pinned.items())))
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
@@ -886,6 +905,7 @@ class SchedulingLoop:
         spared = {p["metadata"]["uid"] for p in released} - set(lost)
         standing = await teardown.evict_all(self.kube, released, reason=reason, message=message, uncount=spared)
         crash_point("teardown.after-evictions")
+        self.freeing.watch(self._pods_of.get(pod_group["metadata"]["uid"], pods), self.view.claims.get)
         if reservation is not None:
             # judged on every pod of the Job, terminating ones included: a member evicted on an earlier pass runs out
             # its grace period on its devices, and the resourceclaim controller frees them once it is done
