@@ -443,60 +443,40 @@ class SchedulingLoop:
     async def _ready_by_deadline(
         self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation, min_count: int
     ) -> bool | None:
-        """A released gang whose members are not all Ready by the ready deadline is torn down as a unit; the record
-        counts the attempt, names the member and its state, and sets when the group may be admitted again.
-        None when there is nothing to do (no deadline, all were Ready once, or time is left)."""
-        deadline = self._deadline_of(pod_group)
-        released_at = reservation.released_at or ""
-        record = self._ready_record(pod_group)
-        if not deadline or (record.ready_at is not None and record.ready_at >= released_at):
-            return None
+        """A released gang whose members are not all Ready by the ready deadline is torn down as a unit
+        (`podsready.judge`); None when there is nothing to do."""
         placed = {p.uid for p in reservation.placements}
-        members = [p for p in pods if p["metadata"]["uid"] in placed]
-        missing = podsready.first_not_ready(members)
-        uid = pod_group["metadata"]["uid"]
-        if missing is None and len(members) >= min_count:
-            self.memory.of(uid).due = None
-            await self._write_readiness(pod_group, record.model_copy(update={"attempts": 0, "ready_at": conditions.now()}))
-            return None
-        left = deadline - _since(reservation.released_at)
-        if left > 0:
-            self.memory.of(uid).due = time.monotonic() + left
-            return None
-        member, why = missing if missing is not None else ("-", f"only {len(members)} of minCount {min_count} members exist")
-        if record.timed_out_at is None or record.timed_out_at < released_at:  # counted once per release
-            attempts = record.attempts + 1
-            delay = podsready.backoff(attempts, *self.ready_backoff)
-            not_before = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=delay)
-            record = schema.Readiness(
-                attempts=attempts,
-                member=member,
-                reason=why,
-                timed_out_at=conditions.now(),
-                not_before=not_before.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            )
-            await self._write_readiness(pod_group, record)
-            metrics.READY_TIMEOUTS.inc()
-        delay = podsready.backoff(record.attempts, *self.ready_backoff)
-        text = (
-            f"member {record.member} not Ready {deadline:.0f}s after release ({record.reason}); timeout {record.attempts} in a row, "
-            f"admitted again after {delay:.0f}s"
+        verdict = podsready.judge(
+            self._ready_record(pod_group),
+            self._deadline_of(pod_group),
+            reservation.released_at,
+            [p for p in pods if p["metadata"]["uid"] in placed],
+            min_count,
+            now=datetime.datetime.now(datetime.UTC),
+            backoffs=self.ready_backoff,
         )
-        return await self._tear_down(pod_group, pods, reservation, text, reason=READY_TIMEOUT)
+        if verdict is None:
+            return None
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
+        if verdict.wake_in is not None:
+            remembered.due = time.monotonic() + verdict.wake_in
+        elif verdict.tear_down is None:
+            remembered.due = None  # every member Ready: nothing to wake for
+        if verdict.record is not None:
+            await self._write_readiness(pod_group, verdict.record)
+        if verdict.counted:
+            metrics.READY_TIMEOUTS.inc()
+        if verdict.tear_down is None:
+            return None
+        return await self._tear_down(pod_group, pods, reservation, verdict.tear_down, reason=READY_TIMEOUT)
 
     async def _ready_backoff(self, pod_group: dict[str, Any]) -> bool:
         """True while a gang torn down at its ready deadline waits out its back-off (the condition says until when)."""
-        record = self._ready_record(pod_group)
-        if record.not_before is None or (record.ready_at is not None and record.ready_at >= (record.timed_out_at or "")):
+        waiting = podsready.backing_off(self._ready_record(pod_group), datetime.datetime.now(datetime.UTC))
+        if waiting is None:
             return False
-        left = -_since(record.not_before)
-        if left <= 0:
-            return False
+        left, why = waiting
         self.memory.of(pod_group["metadata"]["uid"]).due = time.monotonic() + left
-        why = (
-            f"back-off after {record.attempts} ready deadline timeout(s) in a row (member {record.member}: {record.reason}); "
-            f"admitted again at {record.not_before}"
-        )
         await self._set(pod_group, False, READY_TIMEOUT, why)
         return True
 
