@@ -131,16 +131,18 @@ def job(name: str, size: int, way: str, *, recoverable: bool = False) -> dict[st
 
 
 class Pods:
-    """Every pod of the bench namespace, from one list-then-watch; `changed` ticks on each event."""
+    """Every pod (or, with `lister`, every object of another kind) of the bench namespace, from one list-then-watch;
+    `changed` ticks on each event."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, lister: Callable[..., Any] | None = None) -> None:
         self.core = client.CoreV1Api(api)
+        self.lister = lister or self.core.list_namespaced_pod
         self.store: dict[str, dict[str, Any]] = {}
         self._tick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        listed = await self.core.list_namespaced_pod(NAMESPACE)
+        listed = await self.lister(NAMESPACE)
         self.store = {p.metadata.name: self.core.api_client.sanitize_for_serialization(p) for p in listed.items}
         self._task = asyncio.create_task(self._run(listed.metadata.resource_version))
 
@@ -149,7 +151,7 @@ class Pods:
             try:
                 async with watch.Watch() as stream:
                     async for event in stream.stream(
-                        self.core.list_namespaced_pod, NAMESPACE, resource_version=version, timeout_seconds=600, _request_timeout=620
+                        self.lister, NAMESPACE, resource_version=version, timeout_seconds=600, _request_timeout=620
                     ):
                         pod = event["raw_object"]
                         version = pod["metadata"]["resourceVersion"]
@@ -162,7 +164,7 @@ class Pods:
             except asyncio.CancelledError:
                 raise
             except Exception:  # an expired version: list again
-                listed = await self.core.list_namespaced_pod(NAMESPACE)
+                listed = await self.lister(NAMESPACE)
                 self.store = {p.metadata.name: self.core.api_client.sanitize_for_serialization(p) for p in listed.items}
                 version = listed.metadata.resource_version
 
@@ -290,10 +292,13 @@ async def recovery_run(way: Way, size: int, timeout: float) -> dict[str, float |
     name = f"rec-{size}"
     await way.submit(name, size, recoverable=True)
     none = {"evict_to_last_stopped": None, "last_stopped_to_running": None} | dict.fromkeys(RECOVERY_TIMELINE)
+    claims = Pods(way.api, client.ResourceV1Api(way.api).list_namespaced_resource_claim)
+    await claims.start()
     try:
         if not await way.pods.until(lambda: sum(map(_running, way.pods.of(name))) >= size, max(120.0, size * 0.6)):
             return none
         first = {p["metadata"]["uid"]: p for p in way.pods.of(name)}
+        held = {c["metadata"]["uid"] for c in claims.store.values() if (c.get("status") or {}).get("allocation")}
         victim = next(iter(first.values()))["metadata"]["name"]
         evicted = time.monotonic()
         await client.CoreV1Api(way.api).create_namespaced_pod_eviction(
@@ -308,6 +313,8 @@ async def recovery_run(way: Way, size: int, timeout: float) -> dict[str, float |
             new = [p for uid, p in by_uid.items() if uid not in first]
             if new:
                 seen.setdefault("first_created", now)
+            if not any(c["metadata"]["uid"] in held and (c.get("status") or {}).get("allocation") for c in claims.store.values()):
+                seen.setdefault("old_freed", now)
             if len(new) >= size:
                 seen.setdefault("all_created", now)
                 if all((p.get("status") or {}).get("resourceClaimStatuses") for p in new):
@@ -333,20 +340,27 @@ async def recovery_run(way: Way, size: int, timeout: float) -> dict[str, float |
         }
         return {"evict_to_last_stopped": last - evicted, "last_stopped_to_running": time.monotonic() - last} | timeline
     finally:
+        await claims.stop()
         await way.finish(name)
         await way.drained()
 
 
 RECOVERY_TIMELINE = (
+    "last_stopped_to_old_freed",
     "last_stopped_to_first_created",
     "last_stopped_to_all_created",
     "last_stopped_to_all_claimed",
     "last_stopped_to_all_lifted",
     "last_stopped_to_all_bound",
 )
-"""Where a recovery's time goes, from the last member stopped: the Job's first new pod seen (its back-off over), every
+"""Where a recovery's time goes, from the last member stopped: every device of the first incarnation free (its claims
+deallocated or gone), the Job's first new pod seen (its back-off over), every
 new pod created, every one with its claim (the resourceclaim controller's), every gate lifted (Phalanx's release), and
 every stopped one replaced and bound (a point reached before the last one stopped reads negative)."""
+
+RECOVERY_LOG = ("members released", "torn down", "undone", "leader election", "Unschedulable", "freed the devices")
+"""What the operator logs of a recovery that the bench prints under its sample: the teardown, each release's steps,
+an attempt undone, a Lease lost, the claims of the members torn down that Phalanx freed."""
 
 RECOVERY_TARGET = 15.0
 """Issue 22: a torn-down gang runs again within this many seconds of its last member stopping."""
@@ -472,11 +486,14 @@ class Plan:
     workloads: tuple[str, ...] = ("latency", "throughput", "footprint", "recovery", "starvation", "queue")
     starvation_size: int = 64
     starvation_limit: float = 180.0
+    recovery_ways: tuple[str, ...] = ("vanilla", "phalanx")
 
     @property
     def in_tree(self) -> bool:
-        """Whether a workload compares with the in-tree cluster (starvation and queue need none)."""
-        return any(w in self.workloads for w in ("latency", "throughput", "footprint", "recovery"))
+        """Whether a workload compares with the in-tree cluster (starvation, queue and a Phalanx-only recovery need none)."""
+        if "recovery" in self.workloads and "vanilla" in self.recovery_ways:
+            return True
+        return any(w in self.workloads for w in ("latency", "throughput", "footprint"))
 
 
 QUICK = Plan(sizes=[4, 32], runs=2, gangs=24, capacity=6, limit=90, ballast=2000, idle=10, recovery_sizes=[4, 32])
@@ -548,13 +565,20 @@ async def measure(
             for w in (p, tree):
                 await _taint(w, off, False)
         for size in plan.recovery_sizes if "recovery" in plan.workloads else []:
-            runs: dict[str, list[dict[str, float | None]]] = {w: [] for w in ("vanilla", "phalanx")}
+            runs: dict[str, list[dict[str, float | None]]] = {w: [] for w in plan.recovery_ways}
             out["recovery"][size] = runs
             for run in range(plan.runs):
                 for w in runs:
+                    seen = len(operator.logs()) if w == "phalanx" else 0
                     sample = await recovery_run(ways[w], size, timeout=900)
                     runs[w].append(sample)
                     _say(f"recovery {size} ranks run {run + 1} {w}: {sample}")
+                    if w == "phalanx":
+                        lines = operator.logs()[seen:].splitlines()
+                        sample["lease_lost"] = float(sum(1 for line in lines if "stopped leading" in line))
+                        for line in lines:
+                            if any(word in line for word in RECOVERY_LOG):
+                                _say(f"  operator: {line}")
         if "footprint" in plan.workloads:
             out["footprint"] = await footprint(p, plan.ballast, plan.idle)
             _say(f"footprint: {out['footprint']}")
@@ -603,6 +627,7 @@ def summarise(plan: Plan, raw: dict[str, Any]) -> dict[str, Any]:
         for w, samples in runs.items():
             row[w] = {key: _median(samples, key) for key in ("evict_to_last_stopped", "last_stopped_to_running", *RECOVERY_TIMELINE)}
             row[w]["runs"] = len(samples)
+            row[w]["lease_lost"] = sum(s.get("lease_lost") or 0 for s in samples)
         recovery.append(row)
     return {
         "latency": latency,
@@ -689,18 +714,21 @@ def _rest_table(plan: Plan, summary: dict[str, Any]) -> list[str]:
             "",
             f"recovery: one gang running, one member evicted (1 s grace, podFailurePolicy Ignore on DisruptionTarget), "
             f"median of {plan.runs} runs, seconds; target: running again within {RECOVERY_TARGET:.0f} s of the last stop",
-            "| ranks | Phalanx eviction->last member stopped | Phalanx last stopped->first new pod "
-            "| Phalanx last stopped->all bound | Phalanx last stopped->all running "
-            "| vanilla (the evicted pod alone) stopped->running | Phalanx within target |",
-            "|---|---|---|---|---|---|---|",
+            "| ranks | Phalanx eviction->last member stopped | last stopped->old devices free | ->first new pod | ->all claimed "
+            "| ->all lifted | ->all bound | ->all running | vanilla (the evicted pod alone) stopped->running | within target "
+            "| Leases lost |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in summary["recovery"]:
-            p, v = row["phalanx"], row["vanilla"]
+            p, v = row["phalanx"], row.get("vanilla")
             back = p["last_stopped_to_running"]
             ok = "-" if back is None else ("yes" if back <= RECOVERY_TARGET else "no")
             lines.append(
-                f"| {row['ranks']} | {_fmt(p['evict_to_last_stopped'])} | {_fmt(p.get('last_stopped_to_first_created'))} "
-                f"| {_fmt(p.get('last_stopped_to_all_bound'))} | {_fmt(back)} | {_fmt(v['last_stopped_to_running'])} | {ok} |"
+                f"| {row['ranks']} | {_fmt(p['evict_to_last_stopped'])} | {_fmt(p.get('last_stopped_to_old_freed'))} "
+                f"| {_fmt(p.get('last_stopped_to_first_created'))} "
+                f"| {_fmt(p.get('last_stopped_to_all_claimed'))} | {_fmt(p.get('last_stopped_to_all_lifted'))} "
+                f"| {_fmt(p.get('last_stopped_to_all_bound'))} | {_fmt(back)} "
+                f"| {_fmt(v['last_stopped_to_running']) if v else 'not run'} | {ok} | {p.get('lease_lost', 0):.0f} |"
             )
     if summary.get("starvation"):
         lines += starvation.table(plan.starvation_size, summary["starvation_devices"], summary["starvation"])
@@ -729,6 +757,9 @@ def main() -> int:
     parser.add_argument("--capacity", type=int, help="throughput: gangs that fit at once (default 60; quick 6)")
     parser.add_argument("--pods", type=int, help="footprint: pods in the cluster (default 10,000; quick 2,000)")
     parser.add_argument("--recovery-sizes", help="recovery: gang sizes, comma separated (default 4,32,128; quick 4,32)")
+    parser.add_argument(
+        "--recovery-ways", help="recovery: which to run, comma separated (default vanilla,phalanx; phalanx alone needs no in-tree cluster)"
+    )
     parser.add_argument("--workloads", help="which to run, comma separated (default latency,throughput,footprint,recovery)")
     parser.add_argument("--starvation-size", type=int, help="starvation: ranks of the head gang (default 64)")
     parser.add_argument("--name", default="bench", help="cluster name prefix (two clusters: NAME-phalanx, NAME-intree)")
@@ -758,6 +789,8 @@ def main() -> int:
         plan = Plan(**{**plan.__dict__, "workloads": tuple(args.workloads.split(","))})
     if args.starvation_size:
         plan = Plan(**{**plan.__dict__, "starvation_size": args.starvation_size})
+    if args.recovery_ways:
+        plan = Plan(**{**plan.__dict__, "recovery_ways": tuple(args.recovery_ways.split(","))})
     largest = max([1, *(plan.sizes if "latency" in plan.workloads else []), *(plan.recovery_sizes if "recovery" in plan.workloads else [])])
     workers = max(math.ceil(largest / GPUS_PER_WORKER), plan.capacity if "throughput" in plan.workloads else 1)
     if "starvation" in plan.workloads:

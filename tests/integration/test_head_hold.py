@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 from conftest import ROOT, WORKLOADS, Cluster, wait_for
 
+import test_release_path
 from jobs import bound_pods, gpu_gang, one_gpu_pod_spec
 from phalanx.api import keys
 from phalanx.localcluster import demo, operatorproc
 
 HEAD = "head"
+admission_policy = test_release_path.admission_policy
 
 
 @pytest.fixture
@@ -196,3 +198,47 @@ def test_the_hold_survives_a_restart_unchanged_and_is_gone_when_the_gang_is_dele
     cluster.kubectl("delete", "job", "big", "-n", namespace, "--wait=false")
     wait_for(lambda: not _rules(cluster), "the hold given back once the gang is deleted")
     wait_for(lambda: _pod_group(cluster, namespace, "big") is None, "the PodGroup gone with its Job")
+
+
+def test_the_hold_survives_the_holders_back_off_after_an_aborted_release(
+    cluster: Cluster, own_operator: list[operatorproc.OperatorProcess], namespace: str, admission_policy: Any
+) -> None:
+    """Every gate lift of the gang is refused (a policy), so each release it tries is rolled back and it backs off.
+    Its hold stays while it does: the same rules on the same devices, none given to the stream pods waiting behind
+    it. Before, the holder backing off was not in the line, and the cycle that undid its release gave the hold
+    back: the pods waiting took the devices it had waited for."""
+    _fill(cluster, namespace)
+    hold = wait_for(lambda: _hold(cluster, namespace), "a hold for the gang at the head of the line")
+    before = {d: r["metadata"]["uid"] for d, r in _rules(cluster).items()}
+    assert set(before) == set(hold["devices"])
+    gate = keys.SCHEDULING_GATE
+    admission_policy(
+        policy := f"no-big-lift-{namespace}",
+        namespace,
+        ["pods"],
+        f"!(object.metadata.name.startsWith('big-') && has(oldObject.spec.schedulingGates) "
+        f"&& oldObject.spec.schedulingGates.exists(g, g.name == '{gate}') "
+        f"&& !(has(object.spec.schedulingGates) && object.spec.schedulingGates.exists(g, g.name == '{gate}')))",
+        "test policy: the gang stays gated",
+    )
+    later = {"s-6", "s-7", "s-8"}
+    for pod in sorted(p for p, d in _devices_of(cluster, namespace).items() if d in before):
+        cluster.kubectl("delete", "pod", pod, "-n", namespace, "--grace-period=0", "--force", "--wait=false")
+
+    def rolled_back() -> int:
+        selector = "involvedObject.kind=PodGroup,reason=ReservationRolledBack"
+        return len(cluster.get("events", "-n", namespace, "--field-selector", selector)["items"])
+
+    # two releases undone, the second after the back-off the first began; or the hold gone meanwhile
+    def rule_uids() -> dict[str, str]:
+        return {d: r["metadata"]["uid"] for d, r in _rules(cluster).items()}
+
+    wait_for(lambda: rolled_back() >= 2 or rule_uids() != before, "a second release undone")
+    assert rule_uids() == before, "the same rules hold the same devices while the holder backs off"
+    assert _hold(cluster, namespace) == hold, "status.hold unchanged"
+    stolen = {p: d for p, d in _devices_of(cluster, namespace).items() if p in later and d in before}
+    assert not stolen, f"pods waiting behind the gang got devices held for it: {stolen}"
+
+    test_release_path.remove_policy(cluster, policy)
+    bound_pods(cluster, namespace, "big", 4)
+    wait_for(lambda: not _rules(cluster) and _hold(cluster, namespace) is None, "the hold given back once the gang runs")

@@ -13,7 +13,7 @@ from typing import Any
 from conftest import WORKLOADS, Cluster, Operator, wait_for
 
 from jobs import gpu_gang, one_gpu_pod_spec, priority_classes
-from phalanx.api import keys
+from phalanx.api import keys, naming
 from phalanx.localcluster import demo
 
 
@@ -133,6 +133,34 @@ def test_four_bare_pods_wait_whole_then_run_whole_and_go_down_together(cluster: 
     wait_for(lambda: not _live(_members(cluster, namespace, "train")), "every member gone: nobody makes bare pods again")
 
 
+def test_bare_pods_share_their_groups_claim_one_device_for_all(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """A PodGroup of your own with a group claim (`spec.resourceClaims`): each member's entry of that name and
+    template is pointed at the group's one claim as it is created (no claim per pod), the claim is allocated once
+    with every member in reservedFor, and the node-local GPU puts all 4 on its node. An entry of that name with
+    another source is refused."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    shared = pod_group("share", 4)
+    shared["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    _apply(cluster, namespace, shared, *(bare_pod(f"rank-{i}", "share") for i in range(4)))
+    claim = naming.group_claim_name("share", "gpu")
+    pods = wait_for(lambda: _running(cluster, namespace, "share", 4), "the 4 pods running on one shared claim", timeout=120)
+    _placed_by_phalanx(pods)
+    assert all(p["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimName": claim}] for p in pods), pods[0]["spec"]
+    assert len({p["spec"]["nodeName"] for p in pods}) == 1, "the shared node-local device puts every member on its node"
+    claims = cluster.get("-n", namespace, "resourceclaims")["items"]
+    assert [c["metadata"]["name"] for c in claims] == [claim], "one claim for the group, none per pod"
+    made = claims[0]
+    assert made["metadata"]["ownerReferences"][0]["kind"] == "PodGroup"
+    assert len(made["status"]["allocation"]["devices"]["results"]) == 1
+    assert {r["name"] for r in made["status"]["reservedFor"]} == {p["metadata"]["name"] for p in pods}
+
+    other = bare_pod("other", "share")
+    other["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "two-gpus"}]
+    refused = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(other), check=False)
+    assert refused.returncode != 0 and "PodGroup share shares the claim gpu" in refused.stderr, refused.stderr
+    assert "spec.resourceClaims[0]" in refused.stderr, refused.stderr
+
+
 def test_a_label_naming_no_group_or_another_namespace_is_refused_and_unlabelled_pods_never_wait(
     cluster: Cluster, operator: Operator, namespace: str
 ) -> None:
@@ -148,6 +176,14 @@ def test_a_label_naming_no_group_or_another_namespace_is_refused_and_unlabelled_
     basic["spec"]["schedulingPolicy"] = {"basic": {}}
     proc = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(basic), check=False)
     assert proc.returncode != 0 and "disruptionMode all needs schedulingPolicy gang" in proc.stderr, proc.stderr
+    typo = pod_group("typo", 2)
+    typo["metadata"]["annotations"] = {f"{keys.ANNOTATION_PREFIX}ready-deadlin": "5m"}
+    proc = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(typo), check=False)
+    assert proc.returncode != 0 and f"did you mean {keys.READY_DEADLINE}?" in proc.stderr, proc.stderr
+    typo["metadata"]["annotations"] = {keys.READY_DEADLINE: "5m"}
+    _apply(cluster, namespace, typo)
+    proc = cluster.kubectl("-n", namespace, "annotate", "podgroup", "typo", f"{keys.MIN_COUNT}=2", check=False)
+    assert proc.returncode != 0 and "set spec.schedulingPolicy.gang.minCount instead" in proc.stderr, proc.stderr
     _apply(cluster, namespace, pod_group("later", 2), bare_pod("member", "later"))
     plain = {
         "apiVersion": "v1",

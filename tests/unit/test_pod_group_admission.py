@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from phalanx.api import keys
+from phalanx.api import keys, naming
 from phalanx.api.intent import GangSpecError
 from phalanx.jobs import admission as job_admission
 from phalanx.jobs import objects
@@ -132,3 +132,63 @@ def test_a_gang_jobset_whose_replicated_job_names_a_podgroup_is_refused() -> Non
     with pytest.raises(GangSpecError) as caught:
         jobset_admission.validate_jobset(jobset, None)
     assert f"spec.replicatedJobs[0].template.spec.template.metadata.labels[{keys.POD_GROUP_LABEL}]" in str(caught.value)
+
+
+def _sharing(pod_: dict[str, Any], entry: dict[str, str]) -> dict[str, Any]:
+    pod_["spec"]["resourceClaims"] = [entry, {"name": "scratch", "resourceClaimTemplateName": "one-gpu"}]
+    return pod_
+
+
+def test_an_entry_of_a_group_claim_is_pointed_at_the_groups_claim_and_the_pods_own_stay() -> None:
+    shared = group()
+    shared["spec"]["resourceClaims"] = [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}]
+    entries = admission.mutate_pod(_sharing(pod(), {"name": "fabric", "resourceClaimTemplateName": "one-channel"}), shared).patch["spec"][
+        "resourceClaims"
+    ]
+    assert entries == [
+        {"name": "fabric", "resourceClaimName": naming.group_claim_name("train", "fabric")},
+        {"name": "scratch", "resourceClaimTemplateName": "one-gpu"},
+    ]
+    resolved = _sharing(pod(), entries[0])
+    assert "resourceClaims" not in admission.mutate_pod(resolved, shared).patch["spec"], "an entry already pointed is left as it is"
+
+
+def test_an_entry_named_as_a_group_claim_with_another_source_is_refused() -> None:
+    shared = group()
+    shared["spec"]["resourceClaims"] = [{"name": "fabric", "resourceClaimTemplateName": "one-channel"}]
+    message = refusal(_sharing(pod(), {"name": "fabric", "resourceClaimTemplateName": "two-channels"}), shared)
+    assert message.startswith('spec.resourceClaims[0]: Invalid value: {"resourceClaimTemplateName": "two-channels"}'), message
+    assert "PodGroup train shares the claim fabric" in message
+    assert "write the entry as" in message and "or rename it" in message
+
+
+def _annotated(**annotations: str) -> dict[str, Any]:
+    annotated = group()
+    annotated["metadata"]["annotations"] = {f"{keys.ANNOTATION_PREFIX}{k}": v for k, v in annotations.items()}
+    return annotated
+
+
+def group_refusal(new: dict[str, Any], old: dict[str, Any] | None = None) -> str:
+    with pytest.raises(GangSpecError) as caught:
+        admission.validate_group(new, old)
+    return str(caught.value)
+
+
+def test_a_podgroups_deadline_and_hold_are_read_and_a_typo_is_refused_naming_the_key_it_meant() -> None:
+    admission.validate_group(_annotated(**{"ready-deadline": "5m", "hold-after": "0"}), None)
+    message = group_refusal(_annotated(**{"ready-deadlin": "5m"}))
+    assert message.startswith(f'metadata.annotations[{keys.ANNOTATION_PREFIX}ready-deadlin]: Invalid value: "5m": unknown key'), message
+    assert f"did you mean {keys.READY_DEADLINE}?" in message
+
+
+def test_a_podgroups_bad_duration_and_a_jobs_gang_annotation_are_refused_naming_the_fix() -> None:
+    message = group_refusal(_annotated(**{"hold-after": "soon", "min-count": "4"}))
+    assert f'metadata.annotations[{keys.MIN_COUNT}]: Invalid value: "4"' in message
+    assert "set spec.schedulingPolicy.gang.minCount instead" in message
+    assert f'metadata.annotations[{keys.HOLD_AFTER}]: Invalid value: "soon": must be a duration' in message
+
+
+def test_a_podgroup_admitted_before_with_a_bad_annotation_can_still_be_updated() -> None:
+    old = _annotated(**{"ready-deadlin": "5m"})
+    admission.validate_group(_annotated(**{"ready-deadlin": "5m", "hold-after": "10m"}), old)
+    assert "hold-after" in group_refusal(_annotated(**{"ready-deadlin": "5m", "hold-after": "10 minutes"}), old)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
-from phalanx.api import keys
+from phalanx.api import keys, schema
 from phalanx.api.intent import GangSpecError, ready_deadline, unknown_keys
 from phalanx.scheduling import podsready
 
@@ -53,3 +55,51 @@ def test_a_bad_deadline_is_refused_naming_the_annotation_and_the_key_is_known() 
     assert unknown_keys({keys.READY_DEADLINE: "5m"}) == []
     (typo,) = unknown_keys({"scheduling.phalanx.dev/readydeadline": "5m"})
     assert "did you mean scheduling.phalanx.dev/ready-deadline?" in str(typo)
+
+
+NOW = datetime.datetime(2026, 12, 1, 12, 0, 0, tzinfo=datetime.UTC)
+RELEASED = "2026-12-01T11:58:00Z"  # two minutes before NOW
+BACKOFFS = (60.0, 3600.0)
+
+
+def _judge(record: schema.Readiness, members: list[dict], deadline: float = 300.0, **kw) -> podsready.Deadline | None:
+    return podsready.judge(record, deadline, kw.get("released", RELEASED), members, kw.get("min_count", 2), now=NOW, backoffs=BACKOFFS)
+
+
+def test_the_deadline_says_nothing_when_off_or_once_every_member_was_ready_since_the_release() -> None:
+    assert _judge(schema.Readiness(), [_pod("a")], deadline=0) is None
+    assert _judge(schema.Readiness(ready_at="2026-12-01T11:59:00Z"), [_pod("a")]) is None
+
+
+def test_all_ready_is_recorded_and_resets_the_count_and_time_left_is_a_wake() -> None:
+    ready = _judge(schema.Readiness(attempts=3), [_pod("a", ready=True), _pod("b", ready=True)])
+    assert ready == podsready.Deadline(record=schema.Readiness(attempts=0, ready_at="2026-12-01T12:00:00Z"))
+    waiting = _judge(schema.Readiness(), [_pod("a", ready=True), _pod("b")])
+    assert waiting == podsready.Deadline(wake_in=180.0)
+    short = _judge(schema.Readiness(), [_pod("a", ready=True)])
+    assert short == podsready.Deadline(wake_in=180.0), "fewer members than minCount are not all Ready"
+
+
+def test_past_the_deadline_the_timeout_is_counted_once_per_release_and_names_the_member() -> None:
+    first = _judge(schema.Readiness(attempts=1), [_pod("a", ready=True), _pod("b")], deadline=60)
+    assert first is not None and first.counted and first.record is not None
+    assert (first.record.attempts, first.record.member, first.record.timed_out_at) == (2, "b", "2026-12-01T12:00:00Z")
+    assert first.record.not_before == "2026-12-01T12:02:00Z", "the second timeout in a row waits base x 2"
+    assert first.tear_down == (
+        "member b not Ready 60s after release (phase Running on worker-1: no container started (the node has not run it)); "
+        "timeout 2 in a row, admitted again after 120s"
+    )
+    again = _judge(first.record, [_pod("a", ready=True), _pod("b")], deadline=60)
+    assert again is not None and not again.counted and again.record is None, "the same release is not counted twice"
+    assert again.tear_down == first.tear_down
+    gone = _judge(schema.Readiness(), [_pod("a", ready=True)], deadline=60)
+    assert gone is not None and gone.record is not None and gone.record.reason == "only 1 of minCount 2 members exist"
+
+
+def test_the_back_off_holds_until_not_before_and_ends_with_a_ready_release() -> None:
+    record = schema.Readiness(attempts=2, member="b", reason="x", timed_out_at="2026-12-01T11:59:00Z", not_before="2026-12-01T12:01:00Z")
+    left, why = podsready.backing_off(record, NOW) or (None, "")
+    assert left == 60.0 and "admitted again at 2026-12-01T12:01:00Z" in why and "member b: x" in why
+    assert podsready.backing_off(record, NOW + datetime.timedelta(minutes=2)) is None
+    assert podsready.backing_off(record.model_copy(update={"ready_at": "2026-12-01T11:59:30Z"}), NOW) is None
+    assert podsready.backing_off(schema.Readiness(), NOW) is None

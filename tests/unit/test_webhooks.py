@@ -19,7 +19,17 @@ from phalanx.jobs import webhook_config
 def test_local_endpoint_is_a_url_per_handler() -> None:
     configs = webhook_config.configurations(webhook_config.Endpoint(url="https://127.0.0.1:9443"), b"CA", "phalanx-system")
     (mutating, pods, jobsets, labelled) = configs["MutatingWebhookConfiguration"]["webhooks"]
-    (validating, validating_jobsets) = configs["ValidatingWebhookConfiguration"]["webhooks"]
+    (validating, validating_jobsets, validating_groups) = configs["ValidatingWebhookConfiguration"]["webhooks"]
+    assert validating_groups["clientConfig"]["url"] == "https://127.0.0.1:9443/podgroup-validate"
+    assert validating_groups["rules"] == [
+        {
+            "apiGroups": ["scheduling.phalanx.dev"],
+            "apiVersions": ["v1beta1"],
+            "resources": ["podgroups"],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Namespaced",
+        }
+    ]
     assert labelled["clientConfig"]["url"] == "https://127.0.0.1:9443/pod-group-member"
     assert mutating["clientConfig"] == {"caBundle": base64.b64encode(b"CA").decode(), "url": "https://127.0.0.1:9443/job-gang-mutate"}
     assert pods["clientConfig"]["url"] == "https://127.0.0.1:9443/pod-group-claims"
@@ -223,6 +233,34 @@ GATE = [{"name": "scheduling.phalanx.dev/gang"}]
 )
 def test_only_gang_jobset_changes_reach_the_jobset_webhooks(operation: str, new: dict, old: dict | None, sent: bool) -> None:
     verdict = cel.compile(webhook_config.JOBSET_MATCH_CONDITION).execute(
+        {"request": {"operation": operation}, "object": new, "oldObject": old}
+    )
+    assert verdict is sent
+
+
+def _group(annotations: dict[str, str], made_for: str | None = None) -> dict:
+    labels = {"scheduling.phalanx.dev/job-name": made_for} if made_for else {"team": "a"}
+    return {"metadata": {"name": "train", "labels": labels, "annotations": annotations}, "spec": {}}
+
+
+DEADLINE = {"scheduling.phalanx.dev/ready-deadline": "5m"}
+
+
+@pytest.mark.parametrize(
+    ("operation", "new", "old", "sent"),
+    [
+        pytest.param("CREATE", _group(DEADLINE), None, True, id="create-annotated"),
+        pytest.param("CREATE", _group({"team": "a"}), None, False, id="create-plain"),
+        pytest.param("CREATE", _group(DEADLINE, made_for="train"), None, False, id="made-by-phalanx"),
+        pytest.param("UPDATE", _group({**DEADLINE, "team": "b"}), _group(DEADLINE), False, id="other-annotation"),
+        pytest.param("UPDATE", _group({"scheduling.phalanx.dev/ready-deadline": "1m"}), _group(DEADLINE), True, id="deadline-changed"),
+        pytest.param("UPDATE", _group({}), _group(DEADLINE), True, id="deadline-removed"),
+    ],
+)
+def test_only_users_podgroups_changing_our_annotations_reach_the_podgroup_webhook(
+    operation: str, new: dict, old: dict | None, sent: bool
+) -> None:
+    verdict = cel.compile(webhook_config.POD_GROUP_MATCH_CONDITION).execute(
         {"request": {"operation": operation}, "object": new, "oldObject": old}
     )
     assert verdict is sent

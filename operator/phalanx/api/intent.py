@@ -164,17 +164,22 @@ ANNOTATION_PATHS = {
 """Where each setting is in the portable spelling."""
 
 
-def unknown_keys(annotations: dict[str, str] | None, previous: dict[str, str] | None = None) -> list[FieldError]:
-    """Keys under our prefix that Phalanx does not read: a typo (`mincount`) would admit the Job ungated, with no word.
+def unknown_keys(
+    annotations: dict[str, str] | None, previous: dict[str, str] | None = None, known: tuple[str, ...] = JOB_ANNOTATIONS
+) -> list[FieldError]:
+    """Keys under our prefix that Phalanx does not read (`known`: those it reads on this kind): a typo (`mincount`)
+    would admit the object with no word, and the setting it meant would never apply.
 
     Only keys the request adds count (`previous`: the annotations before an
-    update), so a Job an older Phalanx admitted with one can still be updated
-    and the key removed.
+    update), so an object an older Phalanx admitted with one can still be
+    updated and the key removed.
     """
     return [
-        FieldError(annotation_path(key), value, f"unknown key under {ANNOTATION_PREFIX}, which Phalanx would ignore", _nearest_key(key))
+        FieldError(
+            annotation_path(key), value, f"unknown key under {ANNOTATION_PREFIX}, which Phalanx would ignore", _nearest_key(key, known)
+        )
         for key, value in sorted((annotations or {}).items())
-        if key.startswith(ANNOTATION_PREFIX) and key not in JOB_ANNOTATIONS and key not in (previous or {})
+        if key.startswith(ANNOTATION_PREFIX) and key not in known and key not in (previous or {})
     ]
 
 
@@ -203,13 +208,13 @@ def _duration(annotations: dict[str, str] | None, key: str, zero: str) -> float 
     return float(int(found.group(1)) * _UNIT[found.group(2)])
 
 
-def _nearest_key(key: str) -> str:
+def _nearest_key(key: str, known: tuple[str, ...]) -> str:
     """Matched on the part after the prefix, which every key shares and would make any two look alike."""
-    names = {k.removeprefix(ANNOTATION_PREFIX): k for k in JOB_ANNOTATIONS}
+    names = {k.removeprefix(ANNOTATION_PREFIX): k for k in known}
     close = difflib.get_close_matches(key.removeprefix(ANNOTATION_PREFIX).lower(), names, n=1)
     if close:
         return f"did you mean {names[close[0]]}?"
-    return f"use one of {', '.join(JOB_ANNOTATIONS)}, or remove it"
+    return f"use one of {', '.join(known)}, or remove it"
 
 
 def from_annotations(annotations: dict[str, str] | None) -> GangIntent | None:

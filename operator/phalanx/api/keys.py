@@ -30,6 +30,9 @@ plan needs are held for it as they free; on the Job, copied onto its PodGroup. D
 JOB_ANNOTATIONS = (*INTENT_ANNOTATIONS, READY_DEADLINE, HOLD_AFTER)
 """The only ANNOTATION_PREFIX keys a Job may carry: Phalanx writes no other onto Jobs, and admission refuses the rest (a typo would run the Job ungated)."""
 
+POD_GROUP_ANNOTATIONS = (READY_DEADLINE, HOLD_AFTER)
+"""The only ANNOTATION_PREFIX keys a user's PodGroup may carry: its spec says the rest of the gang intent."""
+
 SCHEDULING_GATE = f"{GROUP}/gang"
 """The gate on every gang pod; only Phalanx lifts it, once the whole group is reserved."""
 

@@ -50,12 +50,15 @@ def mutate_pod(pod: dict[str, Any]) -> Mutation:
         claims = None
     if claims is None:
         raise GangSpecError(errors) if errors else ValueError(f"annotation {keys.RESOURCE_CLAIMS} is not JSON")
-    pod_group = pod_group_of(owner["name"], owner["uid"])
+    resolved = resolve(pod, claims, pod_group_of(owner["name"], owner["uid"]))
+    return Mutation(patch={"spec": {"resourceClaims": resolved}}) if resolved is not None else Mutation()
+
+
+def resolve(pod: dict[str, Any], claims: tuple[GroupClaim, ...], pod_group: str) -> list[dict[str, Any]] | None:
+    """The pod's claim entries with each of the group's pointed at the group's claim; None when none changes."""
     entries = list(pod.get("spec", {}).get("resourceClaims") or [])
     resolved = [_resolved(e, claims, pod_group) for e in entries]
-    if resolved == entries:
-        return Mutation()
-    return Mutation(patch={"spec": {"resourceClaims": resolved}})
+    return resolved if resolved != entries else None
 
 
 def _resolved(entry: dict[str, Any], claims: tuple[GroupClaim, ...], pod_group: str) -> dict[str, Any]:

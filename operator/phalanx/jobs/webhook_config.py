@@ -10,6 +10,8 @@ operator in the local mode), so that the blast radius is as small as the API all
   gang member that uses a group claim (gated, with Phalanx's resource-claims
   annotation), and the CREATE of a pod labelled into a PodGroup (an
   objectSelector on that label alone): no other pod waits for Phalanx;
+  and a user's PodGroup whose `scheduling.phalanx.dev/*` annotations are
+  set or changed (never one Phalanx made);
 * a CEL `matchCondition` sends only gang Jobs being created and updates that
   change gang settings (annotations, `spec.scheduling`, a gang's parallelism);
   any other request, including deleting a gang Job, never waits for Phalanx,
@@ -29,12 +31,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from phalanx.api.keys import ANNOTATION_PREFIX, GROUP, POD_GROUP_LABEL, RESOURCE_CLAIMS, SCHEDULING_GATE
+from phalanx.api.keys import ANNOTATION_PREFIX, GROUP, JOB_NAME_LABEL, POD_GROUP_LABEL, RESOURCE_CLAIMS, SCHEDULING_GATE, VERSION
 from phalanx.kube.client import Invalid, Kube, NotFound
 
 MUTATE_ID = "job-gang-mutate"
@@ -43,6 +46,7 @@ POD_MUTATE_ID = "pod-group-claims"
 POD_GROUP_MUTATE_ID = "pod-group-member"
 JOBSET_MUTATE_ID = "jobset-gang-mutate"
 JOBSET_VALIDATE_ID = "jobset-gang-validate"
+POD_GROUP_VALIDATE_ID = "podgroup-validate"
 CONFIGURATION_NAME = f"jobs.{GROUP}"
 
 
@@ -107,6 +111,19 @@ JOBSET_MATCH_CONDITION = (
 """Gang JobSets being created, and updates that touch their gang settings or their templates' gate."""
 
 
+POD_GROUP_MATCH_CONDITION = (
+    f"!(has(object.metadata.labels) && '{JOB_NAME_LABEL}' in object.metadata.labels) && "
+    f"(request.operation == 'CREATE' ? size({_NEW}) > 0 : !({_NEW}.all(a, a in {_OLD}) && {_OLD}.all(a, a in {_NEW})))"
+)
+"""A user's PodGroup created with `scheduling.phalanx.dev/*` annotations, or updated to change them; the groups
+Phalanx makes for Jobs and JobSets (their annotations copied from an owner already checked) never wait for it."""
+
+_JOBS = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"]}
+_JOBSETS = {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "resources": ["jobsets"], "operations": ["CREATE", "UPDATE"]}
+_POD_CREATE = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+_POD_GROUPS = {"apiGroups": [GROUP], "apiVersions": [VERSION], "resources": ["podgroups"], "operations": ["CREATE", "UPDATE"]}
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where the API server reaches the webhook server: a URL (local) or a Service (in cluster)."""
@@ -137,27 +154,16 @@ class Endpoint:
 def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace: str) -> dict[str, dict[str, Any]]:
     """Kind -> configuration object, ready to create or patch (without a caBundle: the one `manifests/` ships)."""
 
-    def webhook(name: str, handler_id: str, *, pods: bool = False, jobsets: bool = False, labelled: bool = False) -> dict[str, Any]:
-        rule = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"]}
-        condition: dict[str, str] | None = {"name": "gang-settings", "expression": MATCH_CONDITION}
-        if pods or labelled:
-            rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
-            condition = None if labelled else {"name": "group-claims", "expression": POD_MATCH_CONDITION}
-        if jobsets:
-            rule = {
-                "apiGroups": ["jobset.x-k8s.io"],
-                "apiVersions": ["v1alpha2"],
-                "resources": ["jobsets"],
-                "operations": ["CREATE", "UPDATE"],
-            }
-            condition = {"name": "gang-settings", "expression": JOBSET_MATCH_CONDITION}
-        scope: dict[str, Any] = {"matchConditions": [condition]} if condition else {}
+    def webhook(
+        name: str, handler_id: str, rule: dict[str, Any], condition: tuple[str, str] | None, labelled: bool = False
+    ) -> dict[str, Any]:
+        scope: dict[str, Any] = {"matchConditions": [{"name": condition[0], "expression": condition[1]}]} if condition else {}
         if labelled:
             scope["objectSelector"] = {"matchExpressions": [{"key": POD_GROUP_LABEL, "operator": "Exists"}]}
         return {
             "name": f"{name}.{GROUP}",
             "clientConfig": endpoint.client_config(handler_id, ca_pem),
-            "rules": [{**rule, "scope": "Namespaced"}],
+            "rules": [{**copy.deepcopy(rule), "scope": "Namespaced"}],
             "namespaceSelector": {
                 "matchExpressions": [
                     {
@@ -175,9 +181,11 @@ def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace:
         }
 
     metadata = {"name": CONFIGURATION_NAME, "labels": {"app.kubernetes.io/name": "phalanx"}}
-    mutating = webhook("jobs-mutate", MUTATE_ID)
+    gang_jobs = ("gang-settings", MATCH_CONDITION)
+    gang_jobsets = ("gang-settings", JOBSET_MATCH_CONDITION)
+    mutating = webhook("jobs-mutate", MUTATE_ID, _JOBS, gang_jobs)
     mutating["reinvocationPolicy"] = "IfNeeded"
-    jobsets = webhook("jobsets-mutate", JOBSET_MUTATE_ID, jobsets=True)
+    jobsets = webhook("jobsets-mutate", JOBSET_MUTATE_ID, _JOBSETS, gang_jobsets)
     jobsets["reinvocationPolicy"] = "IfNeeded"
     return {
         "MutatingWebhookConfiguration": {
@@ -186,16 +194,20 @@ def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace:
             "metadata": metadata,
             "webhooks": [
                 mutating,
-                webhook("pods-group-claims", POD_MUTATE_ID, pods=True),
+                webhook("pods-group-claims", POD_MUTATE_ID, _POD_CREATE, ("group-claims", POD_MATCH_CONDITION)),
                 jobsets,
-                webhook("pods-group-member", POD_GROUP_MUTATE_ID, labelled=True),
+                webhook("pods-group-member", POD_GROUP_MUTATE_ID, _POD_CREATE, None, labelled=True),
             ],
         },
         "ValidatingWebhookConfiguration": {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
             "metadata": metadata,
-            "webhooks": [webhook("jobs-validate", VALIDATE_ID), webhook("jobsets-validate", JOBSET_VALIDATE_ID, jobsets=True)],
+            "webhooks": [
+                webhook("jobs-validate", VALIDATE_ID, _JOBS, gang_jobs),
+                webhook("jobsets-validate", JOBSET_VALIDATE_ID, _JOBSETS, gang_jobsets),
+                webhook("podgroups-validate", POD_GROUP_VALIDATE_ID, _POD_GROUPS, ("phalanx-annotations", POD_GROUP_MATCH_CONDITION)),
+            ],
         },
     }
 

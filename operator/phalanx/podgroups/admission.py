@@ -1,4 +1,5 @@
-"""Admission of a pod labelled into a PodGroup, as pure functions: what to refuse, and the gate to add.
+"""Admission of a pod labelled into a PodGroup, and of a user's PodGroup, as pure functions: what to refuse, and
+the gate to add.
 
 The pod webhook sees only pods that carry the label (its objectSelector), so
 no other pod ever waits for Phalanx. It gates the pod at creation (a gate
@@ -16,8 +17,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from phalanx.api import keys
-from phalanx.api.intent import FieldError, GangSpecError
+from phalanx.api import intent, keys, naming
+from phalanx.api.intent import FieldError, GangSpecError, GroupClaim, group_claims
+from phalanx.jobs import podclaims
 from phalanx.jobs.admission import Mutation
 from phalanx.scheduling import conditions
 
@@ -71,9 +73,44 @@ def mutate_pod(pod: JSON, pod_group: JSON | None) -> Mutation:
             f"PodGroup {namespace}/{name} was placed already: this pod joins it as a late member, released alone once "
             "it fits (status.lateMembers counts the late members still waiting)",
         )
-    if any(g.get("name") == keys.SCHEDULING_GATE for g in gates):
-        return Mutation(warnings=warnings)
-    return Mutation(patch={"spec": {"schedulingGates": [*gates, {"name": keys.SCHEDULING_GATE}]}}, warnings=warnings)
+    patch: JSON = {}
+    if not any(g.get("name") == keys.SCHEDULING_GATE for g in gates):
+        patch["schedulingGates"] = [*gates, {"name": keys.SCHEDULING_GATE}]
+    shared = _group_claims(pod_group)  # type: ignore[arg-type]
+    _refuse_other_sources(pod, shared, name)
+    claims = podclaims.resolve(pod, shared, name)
+    if claims is not None:
+        patch["resourceClaims"] = claims
+    return Mutation(patch={"spec": patch} if patch else {}, warnings=warnings)
+
+
+def _refuse_other_sources(pod: JSON, shared: tuple[GroupClaim, ...], group: str) -> None:
+    """An entry named as a group claim but with another source would get a claim of its own without a word (as
+    upstream does), and the member would not share the group's device."""
+    by_name = {c.name: c for c in shared}
+    errors = []
+    for i, entry in enumerate((pod.get("spec") or {}).get("resourceClaims") or []):
+        claim = by_name.get(entry.get("name"))
+        source = {k: v for k, v in entry.items() if k != "name"}
+        if claim is None or source in (claim.source(), {"resourceClaimName": naming.group_claim_name(group, claim.name)}):
+            continue
+        errors.append(
+            FieldError(
+                f"spec.resourceClaims[{i}]",
+                source,
+                f"PodGroup {group} shares the claim {claim.name} as {claim.source()}; this entry of that name has another source",
+                f"write the entry as {claim.wire()} to share the group's claim, or rename it to keep a claim of the pod's own",
+            )
+        )
+    if errors:
+        raise GangSpecError(errors)
+
+
+def _group_claims(pod_group: JSON) -> tuple[GroupClaim, ...]:
+    """The claims the group shares (`spec.resourceClaims`, checked by the CRD's schema): a member's entry of the same
+    name and template is pointed at the group's claim, as a gang Job's is (`jobs.podclaims`)."""
+    errors: list[FieldError] = []
+    return group_claims(pod_group["spec"].get("resourceClaims") or [], "spec.resourceClaims", errors) or ()
 
 
 def _unusable(pod_group: JSON | None, name: str, namespace: str) -> FieldError | None:
@@ -121,3 +158,41 @@ def _two_groups(pod: JSON) -> list[FieldError]:
             f"take the gang annotations ({keys.ANNOTATION_PREFIX}*) off the owner, or this label off its pod template",
         )
     ]
+
+
+SPEC_OF = {
+    keys.POLICY: "spec.schedulingPolicy",
+    keys.MIN_COUNT: "spec.schedulingPolicy.gang.minCount",
+    keys.DISRUPTION_MODE: "spec.disruptionMode",
+    keys.TOPOLOGY_KEY: "spec.schedulingConstraints.topology[0].key",
+    keys.RESOURCE_CLAIMS: "spec.resourceClaims",
+}
+"""A Job's gang annotation, and where a PodGroup says the same."""
+
+
+def validate_group(pod_group: JSON, old: JSON | None) -> None:
+    """A user's PodGroup may carry only the annotations the loop reads on it (`keys.POD_GROUP_ANNOTATIONS`), with
+    values it can read: a typo, a Job's gang annotation or a bad duration would be ignored without a word, and the
+    deadline or hold it meant would never apply. Only what the request sets or changes counts, so a group admitted
+    before can still be updated. Raises GangSpecError."""
+    annotations = (pod_group.get("metadata") or {}).get("annotations") or {}
+    previous = ((old or {}).get("metadata") or {}).get("annotations") or {}
+    changed = {k: v for k, v in annotations.items() if k.startswith(keys.ANNOTATION_PREFIX) and previous.get(k) != v}
+    errors = [
+        FieldError(
+            intent.annotation_path(key),
+            value,
+            "a Job's gang annotation, which a PodGroup does not read: its spec says the gang",
+            f"set {SPEC_OF[key]} instead, and remove the annotation",
+        )
+        for key, value in sorted(changed.items())
+        if key in SPEC_OF
+    ]
+    errors += intent.unknown_keys({k: v for k, v in changed.items() if k not in SPEC_OF}, known=keys.POD_GROUP_ANNOTATIONS)
+    for read in (intent.ready_deadline, intent.hold_after):
+        try:
+            read(changed)
+        except GangSpecError as exc:
+            errors += exc.errors
+    if errors:
+        raise GangSpecError(errors)

@@ -1,4 +1,4 @@
-"""The pod webhook for labelled pods, served by Kopf, decided by `podgroups.admission`.
+"""The webhooks for labelled pods and for users' PodGroups, served by Kopf, decided by `podgroups.admission`.
 
 Its configuration's objectSelector sends it only pods that carry the
 pod-group label (`jobs.webhook_config`), so no other pod waits for Phalanx;
@@ -14,7 +14,8 @@ from typing import Any
 import kopf
 
 from phalanx.api.intent import GangSpecError
-from phalanx.jobs.webhook_config import POD_GROUP_MUTATE_ID
+from phalanx.api.keys import GROUP, VERSION
+from phalanx.jobs.webhook_config import POD_GROUP_MUTATE_ID, POD_GROUP_VALIDATE_ID
 from phalanx.jobs.webhooks import merge_into
 from phalanx.kube.client import custom_path
 from phalanx.podgroups import admission
@@ -31,3 +32,13 @@ async def gate_member(body: Any, patch: kopf.Patch, warnings: list[str], memo: k
         raise kopf.AdmissionError(str(exc), code=exc.code) from None
     merge_into(patch, mutation.patch)
     warnings.extend(mutation.warnings)
+
+
+@kopf.on.validate(GROUP, VERSION, "podgroups", id=POD_GROUP_VALIDATE_ID, operations=["CREATE", "UPDATE"])
+def validate_group(body: Any, old: Any, **_: Any) -> None:
+    """Only a user's PodGroup whose annotations under our prefix change gets here (the configuration's match
+    condition)."""
+    try:
+        admission.validate_group(dict(body), dict(old) if old is not None else None)
+    except GangSpecError as exc:
+        raise kopf.AdmissionError(str(exc), code=exc.code) from None

@@ -20,7 +20,10 @@ repairs and preemptions (`holes`, purpose `head`). Each cycle, after every group
 4. the hold is what the line says each cycle: given back (rules deleted, `status.hold` cleared) when the head is
    released, deleted, needs fewer devices (a lower minCount), or is no longer at the head; a restarted operator loads
    the rules and `status.hold` and reconciles them the same way. Devices given back are room for everyone: every
-   group known short is planned again.
+   group known short is planned again. A holder backing off after an attempt undone (its release aborted) is not in
+   the line, as it holds no group behind it back, but it is still at the head: its hold is kept as it was, unless a
+   group ahead of it in queue order has become the head meanwhile. Given back, the devices it waited for would go to
+   the first pod or group to ask in the back-off (a stream of small pods at once), and its wait would start over.
 
 Node resources (cpu, memory, pods) are not held: a backfill pod may take them, and the head then waits for those too.
 A request that tolerates every taint (`operator: Exists`) is not kept off a held device.
@@ -32,7 +35,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,7 +46,7 @@ from phalanx.planner.model import DeviceId, Snapshot
 from phalanx.planner.queue import hold_for
 from phalanx.scheduling import accessors, conditions, metrics
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.queue import Ahead
+from phalanx.scheduling.queue import Ahead, order
 
 logger = logging.getLogger(__name__)
 
@@ -153,13 +156,21 @@ class HeadHold:
         return elsewhere(snapshot, self.current, for_group, priority)
 
     async def update(
-        self, line: Sequence[Ahead], podgroups: Sequence[Mapping[str, Any]], snapshot: Snapshot, revision: Hashable, matcher: DeviceMatcher
+        self,
+        line: Sequence[Ahead],
+        podgroups: Sequence[Mapping[str, Any]],
+        snapshot: Callable[[], Awaitable[Snapshot]],
+        revision: Hashable,
+        matcher: DeviceMatcher,
+        backing_off: Collection[str] = (),
     ) -> bool:
         """Hold for the head of `line` (this cycle's, in queue order) what its plan needs, give back the rest. True when
-        devices were given back (the caller plans every short group again)."""
+        devices were given back (the caller plans every short group again). `snapshot` builds the cluster at
+        `revision`, called only when the head's hold is planned again; `backing_off`: the uids of the groups the
+        cycle passed over for their back-off."""
         if self.rules.served is None:
             await self.rules.load()
-        desired = await self._desired(line, podgroups, snapshot, revision, matcher)
+        desired = await self._desired(line, podgroups, snapshot, revision, matcher, self._backing_off(podgroups, backing_off))
         want = desired.devices if desired is not None else frozenset()
         if desired is not None:
             await self._write(desired.namespace, desired.name, desired.uid, desired.record().wire())
@@ -182,11 +193,34 @@ class HeadHold:
         metrics.HELD_DEVICES.labels(purpose=HEAD).set(len(want))
         return bool(given_back)
 
+    def _backing_off(
+        self, podgroups: Sequence[Mapping[str, Any]], backing_off: Collection[str]
+    ) -> tuple[Held, tuple[int, str, str]] | None:
+        """The current hold and its holder's place in the queue, while the holder backs off still waiting for its first
+        placement (not deleted, nothing reserved)."""
+        held = self.current
+        if held is None or held.uid not in backing_off:
+            return None
+        holder = next((g for g in podgroups if g["metadata"]["uid"] == held.uid), None)
+        if holder is None or holder["metadata"].get("deletionTimestamp") or accessors.reservation(holder) is not None:
+            return None
+        return held, order(holder, held.priority)
+
     async def _desired(
-        self, line: Sequence[Ahead], podgroups: Sequence[Mapping[str, Any]], snapshot: Snapshot, revision: Hashable, matcher: DeviceMatcher
+        self,
+        line: Sequence[Ahead],
+        podgroups: Sequence[Mapping[str, Any]],
+        snapshot: Callable[[], Awaitable[Snapshot]],
+        revision: Hashable,
+        matcher: DeviceMatcher,
+        kept_for: tuple[Held, tuple[int, str, str]] | None = None,
     ) -> Held | None:
+        """The hold the line asks for; `kept_for`: the hold of a holder backing off, and its place in the queue, which
+        stays the head's unless a group met before that place is."""
         for ahead in line:
             pod_group = ahead.pod_group
+            if kept_for is not None and order(pod_group, ahead.priority) > kept_for[1]:
+                return kept_for[0]
             meta = pod_group["metadata"]
             if ahead.memo != meta["uid"] or not accessors.gang(pod_group) or accessors.reservation(pod_group):
                 continue  # late members of a running gang, or a basic group: no first placement to wait for
@@ -207,13 +241,13 @@ class HeadHold:
                 return None
             held_at = mine.held_at if mine is not None and mine.devices else conditions.now()
             return Held(meta["uid"], meta["namespace"], meta["name"], found, held_at, since, ahead.priority)
-        return None
+        return kept_for[0] if kept_for is not None else None
 
     async def _plan(
         self,
         ahead: Ahead,
         podgroups: Sequence[Mapping[str, Any]],
-        snapshot: Snapshot,
+        snapshot: Callable[[], Awaitable[Snapshot]],
         revision: Hashable,
         kept: frozenset[DeviceId],
         matcher: DeviceMatcher,
@@ -229,7 +263,7 @@ class HeadHold:
             for d in accessors.nominated_devices(n)
         )
         # in a worker thread, as every plan
-        found = await asyncio.to_thread(hold_for, replace(snapshot, held=others), ahead.group, kept, matcher)
+        found = await asyncio.to_thread(hold_for, replace(await snapshot(), held=others), ahead.group, kept, matcher)
         self._planned = (key, found)
         return found
 

@@ -143,6 +143,8 @@ class SchedulingLoop:
         """What the loop remembers of each group between cycles."""
         self.matcher = DeviceMatcher()
         self.holes = Holes(kube)
+        self.freeing = teardown.Freeing(kube)
+        """The claims of members torn down, freed as they stop."""
         self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
         self.preemptor = Preemptor(kube, view, Holes(kube, NOMINATED))
         self.pointers = pointers.Pointers(kube, owner.name)
@@ -221,6 +223,16 @@ class SchedulingLoop:
         except Exception:
             metrics.ERRORS.labels(stage="repair").inc()
             logger.exception("double-allocation repair failed; retrying next cycle")
+        if self.freeing.pending and self.leading():
+            try:
+                freed = await self.freeing.sweep({p["metadata"]["uid"]: p for p in self.view.pods.items()}, self.view.claims.get)
+                if freed:
+                    logger.info("freed the devices of %d claim(s) of members torn down, now stopped", freed)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                metrics.ERRORS.labels(stage="free").inc()
+                logger.exception("claims of members torn down not freed; the resourceclaim controller frees them, or the next cycle")
         self._preempted = {v.uid: self._preempted_by(g) for g, _ in groups if (n := accessors.nomination(g)) is not None for v in n.victims}
         metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
         waits.publish(waits.current(groups, self._quorum_since(), time.monotonic()))  # every cycle: fresh on a quiet cluster
@@ -264,9 +276,12 @@ class SchedulingLoop:
     async def _hold_for_head(self) -> None:
         """After every group was met in queue order: devices held for the head of the line, the rest given back."""
         try:
-            snapshot = await self._snapshot()
+            now = time.monotonic()
+            backing_off = {uid for uid, m in self.memory.items() if m.backoff is not None and m.backoff[0] > now}
+            # the snapshot only if the head's hold is planned again: a cycle with no gang waiting (a recovering gang
+            # waits for its quorum) builds none for it, however much the pods churn
             if await self.headhold.update(
-                self.line.ahead, self.view.podgroups.items(), snapshot, self._base and self._base[0], self.matcher
+                self.line.ahead, self.view.podgroups.items(), self._snapshot, self._revision(), self.matcher, backing_off
             ):
                 self.shortfalls.short.clear()  # devices given back are room for every group known short
         except asyncio.CancelledError:
@@ -436,60 +451,40 @@ class SchedulingLoop:
     async def _ready_by_deadline(
         self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation, min_count: int
     ) -> bool | None:
-        """A released gang whose members are not all Ready by the ready deadline is torn down as a unit; the record
-        counts the attempt, names the member and its state, and sets when the group may be admitted again.
-        None when there is nothing to do (no deadline, all were Ready once, or time is left)."""
-        deadline = self._deadline_of(pod_group)
-        released_at = reservation.released_at or ""
-        record = self._ready_record(pod_group)
-        if not deadline or (record.ready_at is not None and record.ready_at >= released_at):
-            return None
+        """A released gang whose members are not all Ready by the ready deadline is torn down as a unit
+        (`podsready.judge`); None when there is nothing to do."""
         placed = {p.uid for p in reservation.placements}
-        members = [p for p in pods if p["metadata"]["uid"] in placed]
-        missing = podsready.first_not_ready(members)
-        uid = pod_group["metadata"]["uid"]
-        if missing is None and len(members) >= min_count:
-            self.memory.of(uid).due = None
-            await self._write_readiness(pod_group, record.model_copy(update={"attempts": 0, "ready_at": conditions.now()}))
-            return None
-        left = deadline - _since(reservation.released_at)
-        if left > 0:
-            self.memory.of(uid).due = time.monotonic() + left
-            return None
-        member, why = missing if missing is not None else ("-", f"only {len(members)} of minCount {min_count} members exist")
-        if record.timed_out_at is None or record.timed_out_at < released_at:  # counted once per release
-            attempts = record.attempts + 1
-            delay = podsready.backoff(attempts, *self.ready_backoff)
-            not_before = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=delay)
-            record = schema.Readiness(
-                attempts=attempts,
-                member=member,
-                reason=why,
-                timed_out_at=conditions.now(),
-                not_before=not_before.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            )
-            await self._write_readiness(pod_group, record)
-            metrics.READY_TIMEOUTS.inc()
-        delay = podsready.backoff(record.attempts, *self.ready_backoff)
-        text = (
-            f"member {record.member} not Ready {deadline:.0f}s after release ({record.reason}); timeout {record.attempts} in a row, "
-            f"admitted again after {delay:.0f}s"
+        verdict = podsready.judge(
+            self._ready_record(pod_group),
+            self._deadline_of(pod_group),
+            reservation.released_at,
+            [p for p in pods if p["metadata"]["uid"] in placed],
+            min_count,
+            now=datetime.datetime.now(datetime.UTC),
+            backoffs=self.ready_backoff,
         )
-        return await self._tear_down(pod_group, pods, reservation, text, reason=READY_TIMEOUT)
+        if verdict is None:
+            return None
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
+        if verdict.wake_in is not None:
+            remembered.due = time.monotonic() + verdict.wake_in
+        elif verdict.tear_down is None:
+            remembered.due = None  # every member Ready: nothing to wake for
+        if verdict.record is not None:
+            await self._write_readiness(pod_group, verdict.record)
+        if verdict.counted:
+            metrics.READY_TIMEOUTS.inc()
+        if verdict.tear_down is None:
+            return None
+        return await self._tear_down(pod_group, pods, reservation, verdict.tear_down, reason=READY_TIMEOUT)
 
     async def _ready_backoff(self, pod_group: dict[str, Any]) -> bool:
         """True while a gang torn down at its ready deadline waits out its back-off (the condition says until when)."""
-        record = self._ready_record(pod_group)
-        if record.not_before is None or (record.ready_at is not None and record.ready_at >= (record.timed_out_at or "")):
+        waiting = podsready.backing_off(self._ready_record(pod_group), datetime.datetime.now(datetime.UTC))
+        if waiting is None:
             return False
-        left = -_since(record.not_before)
-        if left <= 0:
-            return False
+        left, why = waiting
         self.memory.of(pod_group["metadata"]["uid"]).due = time.monotonic() + left
-        why = (
-            f"back-off after {record.attempts} ready deadline timeout(s) in a row (member {record.member}: {record.reason}); "
-            f"admitted again at {record.not_before}"
-        )
         await self._set(pod_group, False, READY_TIMEOUT, why)
         return True
 
@@ -593,7 +588,7 @@ class SchedulingLoop:
         must not wait for.
         """
         view = self.view
-        key = (view.revision, tuple(sorted(self.releaser.pinned.items())))
+        key = self._revision()
         if self._base is None or self._base[0] != key:
             sources = [i.items() for i in (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules)]
             podgroups, pins, policy = view.podgroups.items(), self._pins(), self._policy()
@@ -614,6 +609,10 @@ class SchedulingLoop:
         capacity = shortfall.capacity(inputs.nominated_elsewhere(built, podgroups, None), policy)
         self._built_cpu += time.thread_time() - started  # this worker's CPU counts against the cycle's budget too
         return built, capacity
+
+    def _revision(self) -> tuple[Any, ...]:
+        """The state of the view (and of this process's pins) a snapshot is built from."""
+        return (self.view.revision, tuple(sorted(self.releaser.pinned.items())))
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
@@ -908,6 +907,7 @@ class SchedulingLoop:
         spared = {p["metadata"]["uid"] for p in released} - set(lost)
         standing = await teardown.evict_all(self.kube, released, reason=reason, message=message, uncount=spared)
         crash_point("teardown.after-evictions")
+        self.freeing.watch(self._pods_of.get(pod_group["metadata"]["uid"], pods), self.view.claims.get)
         if reservation is not None:
             # judged on every pod of the Job, terminating ones included: a member evicted on an earlier pass runs out
             # its grace period on its devices, and the resourceclaim controller frees them once it is done

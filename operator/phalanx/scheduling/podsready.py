@@ -6,14 +6,17 @@ down as a unit and admitted again after a back-off that doubles from a base
 to a cap, counted in a row until a release gets every member Ready. Once all
 its members were Ready, a member that turns unready later is no business of
 the deadline (a lost member is `disruption`'s). Pure: the loop passes the
-pods and the clock.
+pods, the record and the clock; `judge` and `backing_off` say what to do.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from phalanx.api import schema
 from phalanx.scheduling import conditions
 
 
@@ -63,3 +66,76 @@ def backoff(attempts: int, base: float, cap: float) -> float:
     if attempts <= 0:
         return 0.0
     return min(cap, base * 2 ** min(attempts - 1, 62))
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """What the ready deadline says of a released group now, for the loop to carry out."""
+
+    record: schema.Readiness | None = None
+    """The group's readiness record to write (None: it stands)."""
+    wake_in: float | None = None
+    """Seconds until the deadline passes: look at the group again then."""
+    counted: bool = False
+    """This release's timeout is counted now (once per release)."""
+    tear_down: str | None = None
+    """Why the group is torn down as a unit now (None: it is not)."""
+
+
+def judge(
+    record: schema.Readiness,
+    deadline: float,
+    released_at: str | None,
+    members: list[Mapping[str, Any]],
+    min_count: int,
+    *,
+    now: datetime.datetime,
+    backoffs: tuple[float, float],
+) -> Deadline | None:
+    """None when the deadline has nothing to say (none set, or every member was Ready once since this release);
+    `members` are the pods the release placed, as they are now."""
+    released = released_at or ""
+    if not deadline or (record.ready_at is not None and record.ready_at >= released):
+        return None
+    missing = first_not_ready(members)
+    if missing is None and len(members) >= min_count:
+        return Deadline(record=record.model_copy(update={"attempts": 0, "ready_at": _stamp(now)}))
+    left = deadline - (now - _parse(released_at)).total_seconds() if released_at else -1.0
+    if left > 0:
+        return Deadline(wake_in=left)
+    member, why = missing if missing is not None else ("-", f"only {len(members)} of minCount {min_count} members exist")
+    counted = record.timed_out_at is None or record.timed_out_at < released
+    if counted:
+        attempts = record.attempts + 1
+        not_before = now + datetime.timedelta(seconds=backoff(attempts, *backoffs))
+        record = schema.Readiness(attempts=attempts, member=member, reason=why, timed_out_at=_stamp(now), not_before=_stamp(not_before))
+    delay = backoff(record.attempts, *backoffs)
+    text = (
+        f"member {record.member} not Ready {deadline:.0f}s after release ({record.reason}); timeout {record.attempts} in a row, "
+        f"admitted again after {delay:.0f}s"
+    )
+    return Deadline(record=record if counted else None, counted=counted, tear_down=text)
+
+
+def backing_off(record: schema.Readiness, now: datetime.datetime) -> tuple[float, str] | None:
+    """(seconds left, why) while a group torn down at its ready deadline waits out its back-off; None once it may
+    be admitted again (or a release since got every member Ready)."""
+    if record.not_before is None or (record.ready_at is not None and record.ready_at >= (record.timed_out_at or "")):
+        return None
+    left = (_parse(record.not_before) - now).total_seconds()
+    if left <= 0:
+        return None
+    why = (
+        f"back-off after {record.attempts} ready deadline timeout(s) in a row (member {record.member}: {record.reason}); "
+        f"admitted again at {record.not_before}"
+    )
+    return left, why
+
+
+def _stamp(when: datetime.datetime) -> str:
+    """As `conditions.now` writes times (the record's are compared with the release's as strings)."""
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse(timestamp: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
