@@ -390,7 +390,7 @@ class SchedulingLoop:
             if timed_out is not None:
                 return timed_out
         if now is phase.Phase.LOST:
-            return await self._disrupt(pod_group, pods, lost)
+            return await self._disrupt(pod_group, pods, reservation, lost)  # type: ignore[arg-type]
         if now is phase.Phase.GOING:
             return True  # the owner is going: its pods are deleted with it, and nothing is lost
         if now in (phase.Phase.RUNNING, phase.Phase.BELOW_MIN):
@@ -540,10 +540,14 @@ class SchedulingLoop:
             known = remembered.intended = (key, self.owner.min_count(owner) if owner is not None else None)
         return max(recorded, known[1] or 0)
 
-    async def _disrupt(self, pod_group: dict[str, Any], pods: list[dict[str, Any]], lost: list[disruption.Loss]) -> bool:
-        """disruptionMode all: one member lost takes the whole group down, so no member holds devices without quorum."""
+    async def _disrupt(
+        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation, lost: list[disruption.Loss]
+    ) -> bool:
+        """disruptionMode all: one member lost takes the whole group down, so no member holds devices without quorum
+        (before the group is bound as after: the claims of members that never ran are freed at once, as at the bind
+        deadline)."""
         why = f"member {', '.join(str(loss) for loss in lost)} lost; disruptionMode all takes the whole group down"
-        if not await self._tear_down(pod_group, pods, None, why, reason=DISRUPTED, lost={loss.uid for loss in lost}):
+        if not await self._tear_down(pod_group, pods, reservation, why, reason=DISRUPTED, lost={loss.uid for loss in lost}):
             return False  # the condition says what the teardown waits for
         metrics.DISRUPTIONS.labels(mode="all", cause=_cause_label(lost[0].cause)).inc()
         await self._condition(pod_group, keys.DISRUPTION_TARGET, True, DISRUPTED, why)

@@ -30,7 +30,7 @@ class Phase(enum.StrEnum):
     GOING = "OwnerGoing"
     """Members lost in disruptionMode all while their owner is being deleted: its pods go with it."""
     LOST = "Lost"
-    """A scheduled gang lost a member in disruptionMode all: the whole group is torn down."""
+    """A released gang lost a member in disruptionMode all (bound yet or not): the whole group is torn down."""
     BELOW_MIN = "BelowMinCount"
     """A scheduled gang runs below minCount (disruptionMode single): reported, late members still released."""
     RUNNING = "Running"
@@ -90,11 +90,12 @@ def classify(facts: Facts) -> Phase:
         return Phase.SUSPENDED
     if released and facts.lost and facts.owner is OwnerState.FINISHED:
         return Phase.FINISHED
+    if facts.scheduled and facts.reservation is None:
+        return Phase.EACH
+    if released and facts.lost and facts.all_mode:
+        # bound or not yet: waiting out the bind deadline would only keep the others' devices from use
+        return Phase.GOING if facts.owner is OwnerState.GONE else Phase.LOST
     if facts.scheduled:
-        if facts.reservation is None:
-            return Phase.EACH
-        if facts.lost and facts.all_mode:
-            return Phase.GOING if facts.owner is OwnerState.GONE else Phase.LOST
         return Phase.BELOW_MIN if facts.running < facts.min_count else Phase.RUNNING
     if released:
         return Phase.AWAITING_BIND
