@@ -6,12 +6,14 @@ Slices: the session cluster's, from dra-example-driver's plugin.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 
 from conftest import Cluster
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from phalanx.kube import trim
 from phalanx.kube.client import Kube
 from phalanx.kube.informers import Informer
 
@@ -84,3 +86,35 @@ async def test_after_410_gone_the_informer_relists_without_phantoms(cluster: Clu
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_node_heartbeat_wakes_no_cycle_and_a_new_taint_does(cluster: Cluster) -> None:
+    """A heartbeat writes only a node's conditions, which the informer does not keep: the store takes the new
+    resourceVersion (conditional writes, waiters), but neither the revision nor the loop moves. With 1,000 nodes
+    heartbeating, each write woke a cycle that met every waiting gang (57.6% of a core at rest with 1,000 waiting)."""
+    node = "worker-1"
+    async with await _api(cluster) as api:
+        core = client.CoreV1Api(api)
+        wakes: list[int] = []
+        informer = Informer("nodes", Kube(api), "/api/v1/nodes", core.list_node, lambda: wakes.append(1), trim.node)
+        task = asyncio.create_task(informer.run())
+        try:
+            await asyncio.wait_for(informer.synced.wait(), 30)
+            version = informer.get("", node)["metadata"]["resourceVersion"]
+            revision, woken, unread = informer.revision, len(wakes), informer.unread
+            beat = {"status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": _now()}]}}
+            cluster.kubectl("patch", "node", node, "--subresource=status", "--type=strategic", "-p", json.dumps(beat))
+            assert await informer.wait_until(lambda: informer.get("", node)["metadata"]["resourceVersion"] != version, 10)
+            assert informer.unread > unread, "the heartbeat reached the informer"
+            assert (informer.revision, len(wakes)) == (revision, woken), "a heartbeat moved the view"
+            cluster.kubectl("label", "node", node, "phalanx-test/heartbeat=seen")
+            assert await informer.wait_until(lambda: informer.revision > revision, 10), "a label is a change"
+            assert len(wakes) > woken
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            cluster.kubectl("label", "node", node, "phalanx-test/heartbeat-")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -9,6 +9,7 @@ from phalanx.api import keys
 from phalanx.jobsets.objects import JOBSET_UID_LABEL
 from phalanx.kinds import KINDS
 from phalanx.kube import trim
+from phalanx.kube.informers import unread_change
 from phalanx.scheduling import accessors, disruption, inputs, podsready, repair, victims
 from test_inputs import POD
 
@@ -206,3 +207,26 @@ def test_every_workload_kind_whose_pods_may_be_members_keeps_them_whole() -> Non
     gated = copy.deepcopy(KWOK_RUNNING)
     gated["spec"]["schedulingGates"] = [{"name": keys.SCHEDULING_GATE}]
     assert trim.pod(gated)["spec"]["tolerations"] == KWOK_RUNNING["spec"]["tolerations"]
+
+
+def test_a_heartbeat_changes_nothing_kept_of_a_node() -> None:
+    """A node's heartbeat rewrites its conditions' times and its resourceVersion, nothing the planner reads: kept,
+    the two versions differ only in their resourceVersion, so the informer takes it as an unread change."""
+    before = copy.deepcopy(NODE)
+    before["metadata"]["resourceVersion"] = "10"
+    before["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-01T00:00:00Z"}]
+    after = copy.deepcopy(before)
+    after["metadata"]["resourceVersion"] = "11"
+    after["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-12-01T00:00:20Z"
+    assert unread_change(trim.node(copy.deepcopy(before)), trim.node(copy.deepcopy(after)))
+    assert not unread_change(before, after), "untrimmed, the conditions differ"
+    tainted = copy.deepcopy(after)
+    tainted["spec"]["taints"].append({"key": "gpu-broken", "effect": "NoSchedule"})
+    assert not unread_change(trim.node(copy.deepcopy(before)), trim.node(tainted))
+    relabelled = copy.deepcopy(after)
+    relabelled["metadata"]["labels"]["zone"] = "b"
+    assert not unread_change(trim.node(copy.deepcopy(before)), trim.node(relabelled))
+    assert trim.node(copy.deepcopy(before))["status"] == {"allocatable": NODE["status"]["allocatable"]}
+    listed = trim.node(copy.deepcopy(before))
+    watched = trim.node({"kind": "Node", "apiVersion": "v1", **copy.deepcopy(after)})
+    assert unread_change(listed, watched), "a list's items come without kind and apiVersion, a watch event's with them"

@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 Key = tuple[str, str]
 
 WATCH_SECONDS = 300
+TYPE_FIELDS = frozenset({"kind", "apiVersion"})
 
 
 def key_of(obj: dict[str, Any]) -> Key:
@@ -75,15 +76,27 @@ class Informer:
         self.relists = 0
         self.revision = 0
         """Counts changes to the store: what is built from it need not be rebuilt while it stays."""
+        self.unread = 0
+        """Counts writes the watch delivered that changed nothing kept: neither the revision nor the loop moved."""
         self.version: str | None = None
         """The last resourceVersion seen (list or event): a watch that breaks resumes from it."""
         self._tick = asyncio.Event()
 
     def _changed(self) -> None:
         self.revision += 1
+        self._wake_waiters()
+        self._on_change()
+
+    def _unread(self) -> None:
+        """A write that changed nothing kept (a heartbeat): the store has its new resourceVersion, for conditional
+        writes and for waiters, but what is built from the store stands, and the loop is not woken for it."""
+        self.unread += 1
+        metrics.UNREAD_CHANGES.labels(resource=self.name).inc()
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
         tick, self._tick = self._tick, asyncio.Event()
         tick.set()
-        self._on_change()
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Wake on each change this informer sees until `predicate` holds; False when `timeout` passes first."""
@@ -170,12 +183,17 @@ class Informer:
                         self.store.pop(key_of(obj), None)
                         if self._on_gone is not None:
                             self._on_gone(self._keep(obj))
+                        self._changed()
                     else:
                         kept = self._keep(obj)
+                        before = self.store.get(key_of(obj))
                         if self._on_write is not None:
-                            self._on_write(self.store.get(key_of(obj)), kept)
+                            self._on_write(before, kept)
                         self.store[key_of(obj)] = kept
-                    self._changed()
+                        if before is not None and unread_change(before, kept):
+                            self._unread()
+                        else:
+                            self._changed()
                 self.version = obj["metadata"].get("resourceVersion") or self.version
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -183,6 +201,20 @@ class Informer:
 
     def items(self) -> list[dict[str, Any]]:
         return list(self.store.values())
+
+
+def unread_change(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """True when two kept versions of an object differ in nothing but their resourceVersion: a write to fields
+    the trim drops (a node's heartbeat), which no reader can see. The type fields are not the object's state: a
+    list's items come without them, a watch event's object with them."""
+    fields = (before.keys() | after.keys()) - TYPE_FIELDS
+    for field in fields:
+        if field != "metadata":
+            if before.get(field) != after.get(field):
+                return False
+        elif {**before.get(field, {}), "resourceVersion": None} != {**after.get(field, {}), "resourceVersion": None}:
+            return False
+    return True
 
 
 def _event(event: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:

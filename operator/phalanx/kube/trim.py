@@ -6,7 +6,8 @@ managedFields, only when its allocation was written (the double-allocation
 repair orders holders by it). A pod keeps of its containers what scheduling
 reads (requests, ports, restartPolicy) and of its status what loss detection,
 readiness and claim lookup read; volumes and the rest of the container specs go. A
-node loses its image list. Objects are trimmed in place: they come fresh
+node keeps of its status only what it can allocate: its conditions, addresses and images go, so a heartbeat
+changes nothing kept. Objects are trimmed in place: they come fresh
 from a list or a watch event and nobody else holds them.
 
 What is kept is then rebuilt with every key and every short string interned
@@ -47,6 +48,8 @@ POD_SPEC_UNREAD = (
     "readinessGates",
 )
 """Defaulted or runtime-only pod fields no reader in the operator looks at (the webhooks read their request, not this)."""
+NODE_STATUS_FIELDS = ("allocatable",)
+"""Of a node's status, what the planner reads (the loop counts a node lost when it is gone, not by its conditions)."""
 CONDITION_FIELDS = ("type", "status", "reason", "message")
 """Of a pod's condition: its times are never read (the loop reads a PodGroup's or a Job's, not a pod's)."""
 CONDITION_TYPES = ("Ready", keys.DISRUPTION_TARGET)
@@ -133,10 +136,12 @@ def pod(obj: JSON) -> JSON:
 
 
 def node(obj: JSON) -> JSON:
+    """Of its status only `allocatable`: the planner reads a node's name, labels, taints, schedulability and
+    allocatable, never its conditions. A heartbeat (the kubelet's, kwok's) writes only those conditions' times, so
+    what is kept of it is the node as before, and the informer does not wake the loop for it."""
     _common(obj)
     status = obj.get("status") or {}
-    for bulky in ("images", "volumesInUse", "volumesAttached"):
-        status.pop(bulky, None)
+    obj["status"] = {k: status[k] for k in NODE_STATUS_FIELDS if k in status}
     return compact(obj)  # type: ignore[no-any-return]
 
 

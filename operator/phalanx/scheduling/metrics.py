@@ -123,6 +123,11 @@ PREEMPTION_ATTEMPT_DURATION = Histogram(
     "From choosing the victims to the preemptor released on the devices they freed (1 s resolution: the nomination's time).",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )
+UNREAD_CHANGES = Counter(
+    "phalanx_watch_unread_changes_total",
+    "Watch events that changed nothing the operator keeps of an object (a node's heartbeat), by resource: they wake no cycle.",
+    ["resource"],
+)
 RELISTS = Counter(
     "phalanx_watch_relists_total",
     "Informer lists after the first, by resource and reason (expired: the watch's resourceVersion was compacted, 410 Gone).",
