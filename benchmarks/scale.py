@@ -91,10 +91,13 @@ async def grow(cluster: LocalCluster, nodes: int, gpus: int) -> float:
                 await create_once(resource.create_resource_slice, resource_slice(name, created.metadata.uid, gpus))
 
         await asyncio.gather(*(adder() for _ in range(16)))
+        # Ready, and untainted by the node lifecycle controller (its not-ready taints go up to a monitor period later):
+        # every taint removed is capacity freed, on which the operator plans every waiting gang again
         while True:
             listed = await core.list_node(label_selector="type=kwok")
             ready = sum(1 for n in listed.items if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []))
-            if ready >= nodes:
+            tainted = sum(1 for n in listed.items if any(t.key.startswith("node.kubernetes.io/") for t in n.spec.taints or []))
+            if ready >= nodes and not tainted:
                 break
             await asyncio.sleep(2)
     return time.monotonic() - started

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from builders import GPU, cluster, gang, node
+from builders import GPU, cluster, gang, node, running, term, with_rules
 from phalanx.planner import DeviceMatcher, Short, plan
 from phalanx.planner.model import Pod, PodTerm, Requirement, frozen_map
 from phalanx.scheduling import shortfall
@@ -161,3 +161,85 @@ def test_forgotten_groups_go() -> None:
     memo.remember("uid-g", group_key(group, snapshot, 0))
     memo.keep_only({"other"})
     assert not memo.still_short("uid-g", group_key(group, snapshot, 0))
+
+
+def _pinned_to(group, node_name: str):
+    """Every member may only go to `node_name` (a nodeSelector on its hostname)."""
+    return replace(group, members=tuple(replace(m, node_selector=frozen_map({"kubernetes.io/hostname": node_name})) for m in group.members))
+
+
+def _short_on(snapshot, group, uid: str = "uid-n") -> Shortfalls:
+    memo = Shortfalls()
+    memo.observe(capacity(snapshot))
+    memo.remember(uid, group_key(group, snapshot, 0), shortfall.eligible(group, snapshot))
+    return memo
+
+
+def test_capacity_freed_on_a_node_the_group_cannot_use_leaves_it_short() -> None:
+    """A gang that may only use worker-1 (both its GPUs held): a pod leaving worker-2, and worker-2's GPUs coming
+    back, are nothing it could use; a pod leaving worker-1 is."""
+    group, claims = gang("n", 2)
+    group = _pinned_to(group, "worker-1")
+    there, elsewhere = Pod("ml", "there", "worker-1"), Pod("ml", "elsewhere", "worker-2")
+    full = _with_claims(
+        replace(_held(cluster(), *[(f"worker-{i}", f"gpu-{j}") for i in (1, 2) for j in (0, 1)]), pods=(there, elsewhere)), claims
+    )
+    assert isinstance(plan(full, group, DeviceMatcher()), Short)
+    assert shortfall.eligible(group, full) == {"worker-1"}
+    memo = _short_on(full, group)
+    key = group_key(group, full, 0)
+
+    elsewhere_freed = _held(replace(full, pods=(there,)), ("worker-1", "gpu-0"), ("worker-1", "gpu-1"))
+    assert memo.observe(capacity(elsewhere_freed)) == {shortfall.PODS_GONE, shortfall.DEVICES}
+    assert memo.still_short("uid-n", key)
+
+    there_gone = replace(elsewhere_freed, pods=())
+    assert memo.observe(capacity(there_gone)) == {shortfall.PODS_GONE}
+    assert not memo.still_short("uid-n", key)
+
+
+def test_a_pod_with_anti_affinity_leaving_any_node_wakes_every_group() -> None:
+    """Its terms kept pods off a whole topology domain, which may hold nodes the group can use."""
+    group, claims = gang("n", 2)
+    group = _pinned_to(group, "worker-1")
+    keeper = running("keeper", "worker-2", anti=(term("zone", app="x"),))
+    full = _with_claims(replace(cluster(), pods=(keeper,)), claims)
+    memo = _short_on(full, group)
+    assert memo.observe(capacity(replace(full, pods=()))) == {shortfall.PODS_GONE}
+    assert not memo.still_short("uid-n", group_key(group, full, 0))
+
+
+def test_a_group_that_counts_other_pods_takes_every_move_as_its_own() -> None:
+    group, claims = gang("n", 2)
+    spread = with_rules(_pinned_to(group, "worker-1"), pod_anti_affinity=(term(app="n"),))
+    assert shortfall.eligible(spread, cluster()) is None
+    full = _with_claims(replace(cluster(), pods=(Pod("ml", "elsewhere", "worker-2"),)), claims)
+    memo = _short_on(full, spread)
+    memo.observe(capacity(replace(full, pods=())))
+    assert not memo.still_short("uid-n", group_key(spread, full, 0))
+
+
+def test_a_node_relabelled_anywhere_wakes_a_group_that_could_not_use_it() -> None:
+    """Eligibility was computed on the old labels: a label that makes worker-3 usable is a move everywhere."""
+    group, claims = gang("n", 2)
+    group = replace(group, members=tuple(replace(m, node_selector=frozen_map({"pool": "a"})) for m in group.members))
+    full = _with_claims(cluster(), claims)
+    assert shortfall.eligible(group, full) == frozenset()
+    memo = _short_on(full, group)
+    nodes = tuple(node(n.name, labels={"pool": "a"}) if n.name == "worker-3" else n for n in full.nodes)
+    assert memo.observe(capacity(replace(full, nodes=nodes))) == {shortfall.NODES}
+    assert not memo.still_short("uid-n", group_key(group, full, 0))
+
+
+def test_moves_no_verdict_can_see_are_dropped() -> None:
+    group, claims = gang("n", 2)
+    group = _pinned_to(group, "worker-1")
+    full = _with_claims(replace(cluster(), pods=(Pod("ml", "a", "worker-2"), Pod("ml", "b", "worker-2"))), claims)
+    memo = _short_on(full, group)
+    memo.observe(capacity(replace(full, pods=full.pods[:1])))
+    assert memo.still_short("uid-n", group_key(group, full, 0)) and len(memo.moves) == 1
+    memo.observe(capacity(replace(full, pods=())))
+    assert len(memo.moves) == 1, "the first move is before the verdict, carried on by the check"
+    memo.forget("uid-n")
+    memo.observe(capacity(full))
+    assert memo.moves == []

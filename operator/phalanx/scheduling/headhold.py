@@ -44,7 +44,7 @@ from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.planner import DeviceMatcher
 from phalanx.planner.model import DeviceId, Snapshot
 from phalanx.planner.queue import hold_for
-from phalanx.scheduling import accessors, conditions, metrics
+from phalanx.scheduling import accessors, conditions, metrics, shortfall
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.queue import Ahead, order
 
@@ -132,6 +132,17 @@ def note(pod_group: Mapping[str, Any], held: Held | None, snapshot: Snapshot | N
     return f"{len(held.devices)} device(s) held for {held.namespace}/{held.name}, the head of the line"
 
 
+def _waiting(pod_group: Mapping[str, Any], memo: str) -> bool:
+    """A gang waiting for its first placement (not a running gang's late members, nor a basic group)."""
+    return memo == pod_group["metadata"]["uid"] and accessors.gang(pod_group) and not accessors.reservation(pod_group)
+
+
+def _past(pod_group: Mapping[str, Any], default_after: float) -> bool:
+    """It has waited past its hold-after (0: never held for)."""
+    after = hold_after(pod_group, default_after)
+    return after > 0 and _seconds_since(waiting_since(pod_group)) >= after
+
+
 def _seconds_since(timestamp: str) -> float:
     if not timestamp:
         return 0.0
@@ -142,8 +153,11 @@ def _seconds_since(timestamp: str) -> float:
 class HeadHold:
     """The one hold for the head of the line: its DeviceTaintRules and its PodGroup's `status.hold`, kept to what the line says."""
 
-    def __init__(self, kube: Kube, default_after: float = DEFAULT_HOLD_AFTER) -> None:
+    def __init__(self, kube: Kube, default_after: float = DEFAULT_HOLD_AFTER, shortfalls: shortfall.Shortfalls | None = None) -> None:
         self.kube = kube
+        self.shortfalls = shortfalls if shortfalls is not None else shortfall.Shortfalls()
+        """The loop's memo of short groups: a gang that cannot fit even on an empty cluster is not planned again for
+        a hold until capacity it could use appears (memo `UID/hold`)."""
         self.rules = Holes(kube, HEAD)
         self.default_after = default_after
         self.current: Held | None = None
@@ -216,17 +230,19 @@ class HeadHold:
         kept_for: tuple[Held, tuple[int, str, str]] | None = None,
     ) -> Held | None:
         """The hold the line asks for; `kept_for`: the hold of a holder backing off, and its place in the queue, which
-        stays the head's unless a group met before that place is."""
+        stays the head's unless a group met before that place is. Only a gang past its hold-after is held for, so
+        while none in the line is, nothing is planned."""
+        if kept_for is None and not any(_waiting(a.pod_group, a.memo) and _past(a.pod_group, self.default_after) for a in line):
+            return None
         for ahead in line:
             pod_group = ahead.pod_group
             if kept_for is not None and order(pod_group, ahead.priority) > kept_for[1]:
                 return kept_for[0]
             meta = pod_group["metadata"]
-            if ahead.memo != meta["uid"] or not accessors.gang(pod_group) or accessors.reservation(pod_group):
+            if not _waiting(pod_group, ahead.memo):
                 continue  # late members of a running gang, or a basic group: no first placement to wait for
             if ahead.freed:
                 return None  # preempting: its nomination holds its own devices
-            after = hold_after(pod_group, self.default_after)
             since = waiting_since(pod_group)
             mine = (
                 self.current
@@ -237,7 +253,7 @@ class HeadHold:
             found = await self._plan(ahead, podgroups, snapshot, revision, kept, matcher)
             if found is None:
                 continue  # can never fit, even on an empty cluster: holding would not help, and it holds no line
-            if after <= 0 or _seconds_since(since) < after:
+            if not _past(pod_group, self.default_after):
                 return None
             held_at = mine.held_at if mine is not None and mine.devices else conditions.now()
             return Held(meta["uid"], meta["namespace"], meta["name"], found, held_at, since, ahead.priority)
@@ -256,6 +272,10 @@ class HeadHold:
         key = (uid, revision, ahead.group, kept)
         if self._planned is not None and self._planned[0] == key:
             return self._planned[1]
+        base = await snapshot()
+        question, memo = shortfall.group_key(ahead.group, base, ahead.priority), f"{uid}/hold"
+        if not kept and self.shortfalls.still_short(memo, question):
+            return None  # could not fit on the cluster emptied of devices, and nothing it could use appeared since
         others = frozenset(
             d
             for g in podgroups
@@ -263,7 +283,9 @@ class HeadHold:
             for d in accessors.nominated_devices(n)
         )
         # in a worker thread, as every plan
-        found = await asyncio.to_thread(hold_for, replace(await snapshot(), held=others), ahead.group, kept, matcher)
+        found = await asyncio.to_thread(hold_for, replace(base, held=others), ahead.group, kept, matcher)
+        if found is None:
+            self.shortfalls.remember(memo, question, shortfall.eligible(ahead.group, base))
         self._planned = (key, found)
         return found
 

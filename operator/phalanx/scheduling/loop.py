@@ -58,6 +58,7 @@ from phalanx.scheduling import (
     podsready,
     pointers,
     queue,
+    quiet,
     quorum,
     repair,
     shortfall,
@@ -148,7 +149,9 @@ class SchedulingLoop:
         self.releaser = Releaser(kube, view, self.holes, settle=settle, leading=lambda: self.leading())
         self.preemptor = Preemptor(kube, view, Holes(kube, NOMINATED))
         self.pointers = pointers.Pointers(kube, owner.name)
-        self.headhold = headhold.HeadHold(kube, hold_after)
+        self.shortfalls = shortfall.Shortfalls()
+        """Groups found short, planned again only when capacity they could use is freed or they change."""
+        self.headhold = headhold.HeadHold(kube, hold_after, self.shortfalls)
         """Devices held for the gang at the head of the line once it has waited past its hold-after."""
         self._pods_of: dict[str, list[dict[str, Any]]] = {}
         """PodGroup uid -> every pod of its Job this cycle, terminal and terminating ones included (losses are found among them)."""
@@ -164,8 +167,6 @@ class SchedulingLoop:
         """CPU seconds this cycle's snapshot builds took in their worker thread (the budget counts them)."""
         self._members: Derived[Member] = Derived()
         """Each waiting pod's planner member, by version and claims: a cycle meets every waiting gang again."""
-        self.shortfalls = shortfall.Shortfalls()
-        """Groups found short, planned again only when capacity they could use is freed or they change."""
         self._preempted: dict[str, str] = {}
         """Pod uid -> the cause of its loss, for the victims of every preemption under way (from the nominations)."""
         self.line = queue.Line()
@@ -246,12 +247,16 @@ class SchedulingLoop:
                 logger.exception("events on gated members not written; retrying next cycle")
         self.line.clear()
         self._again = False
+        if any(m.quiet is not None for _, m in self.memory.items()):
+            await self._snapshot()  # capacity freed since the last cycle is observed before any group is passed over
         for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
             if not self.leading():
                 return
             uid = pod_group["metadata"]["uid"]
             remembered = self.memory.get(uid)
             if remembered is not None and remembered.backoff is not None and remembered.backoff[0] > time.monotonic():
+                continue
+            if remembered is not None and self._passed_over(pod_group, remembered):
                 continue
             try:
                 if await self._reconcile(pod_group, pods):
@@ -291,6 +296,27 @@ class SchedulingLoop:
             logger.exception("hold for the head of the line not updated; retrying next cycle")
         for purpose, rules in ((HELD, self.holes), (NOMINATED, self.preemptor.nominated)):
             metrics.HELD_DEVICES.labels(purpose=purpose).set(len(rules.covered))
+
+    def _passed_over(self, pod_group: Mapping[str, Any], remembered: memory.GroupMemory) -> bool:
+        """A waiting group whose last visit found it short, with nothing it reads changed since and nothing it could
+        use freed (`quiet`): it keeps its place in the line unvisited, so a change costs the same however many wait."""
+        memo = remembered.quiet
+        if memo is None:
+            return False
+        uid = pod_group["metadata"]["uid"]
+        if remembered.due is not None or remembered.counts_due or memo.inputs != self._quiet_inputs(pod_group):
+            remembered.quiet = None
+            return False
+        if not self.shortfalls.still_short(uid, memo.key):
+            remembered.quiet = None
+            return False
+        self.line.join(pod_group, memo.key.group, memo.key.priority)
+        metrics.PASSED_OVER.inc()
+        return True
+
+    def _quiet_inputs(self, pod_group: Mapping[str, Any]) -> quiet.Inputs | None:
+        uid = pod_group["metadata"]["uid"]
+        return quiet.inputs(pod_group, self._pods_of.get(uid, []), self.view.claims.get, self._priority(pod_group))
 
     def _forget(self, live: set[str]) -> None:
         """What the loop remembers of PodGroups that are gone goes with them."""
@@ -640,6 +666,8 @@ class SchedulingLoop:
         key = shortfall.group_key(group, snapshot, self._priority(pod_group))
         if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
             self.line.join(pod_group, group, self._priority(pod_group))
+            if quiet.memoizable(pod_group) and (seen := self._quiet_inputs(pod_group)) is not None:
+                self.memory.of(pod_group["metadata"]["uid"]).quiet = quiet.Quiet(seen, key)
             return True  # its status already says why; nothing it could use was freed
         # in a worker thread: a costly claim must not keep the webhooks and probes this event loop serves from answering
         result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
@@ -663,7 +691,7 @@ class SchedulingLoop:
             metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable", profile=metrics.PROFILE).inc()
             metrics.ATTEMPT_DURATION.labels(result="unschedulable", profile=metrics.PROFILE).observe(time.monotonic() - started)
             why_not = f"; preemption: {verdict.reason}" if isinstance(verdict, NoVictims) else ""
-            self.shortfalls.remember(pod_group["metadata"]["uid"], key)
+            self.shortfalls.remember(pod_group["metadata"]["uid"], key, shortfall.eligible(group, snapshot))
             self.line.join(pod_group, group, self._priority(pod_group))
             await self._set(pod_group, False, "Unschedulable", result.message + why_not, warn=True)
             return True
@@ -847,7 +875,8 @@ class SchedulingLoop:
                 # members known short for the groups behind (a memo of their own: this one cycle, never the gang's)
                 memo = f"{pod_group['metadata']['uid']}/members"
                 if not isinstance(result, Fits) and not result.timed_out:
-                    self.shortfalls.remember(memo, shortfall.group_key(group, snapshot, self._priority(pod_group)))
+                    key = shortfall.group_key(group, snapshot, self._priority(pod_group))
+                    self.shortfalls.remember(memo, key, shortfall.eligible(group, snapshot))
                 self.line.join(pod_group, group, self._priority(pod_group), memo=memo)
             else:
                 try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.api import schema
+from phalanx.scheduling.quiet import Quiet
 
 
 @dataclass
@@ -41,6 +42,8 @@ class GroupMemory:
     """When its ready deadline or back-off ends: the loop wakes for it."""
     ungated_told: frozenset[str] = frozenset()
     """Members of a group of its own admitted without the gate that a Warning already named."""
+    quiet: Quiet | None = None
+    """Its last visit found it short and wrote nothing: passed over while nothing it reads changes (`quiet`)."""
 
 
 class Memory:

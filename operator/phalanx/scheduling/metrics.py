@@ -123,6 +123,10 @@ PREEMPTION_ATTEMPT_DURATION = Histogram(
     "From choosing the victims to the preemptor released on the devices they freed (1 s resolution: the nomination's time).",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )
+PASSED_OVER = Counter(
+    "phalanx_groups_passed_over_total",
+    "Visits to waiting groups a cycle skipped: known short, nothing they read changed, nothing they could use freed.",
+)
 UNREAD_CHANGES = Counter(
     "phalanx_watch_unread_changes_total",
     "Watch events that changed nothing the operator keeps of an object (a node's heartbeat), by resource: they wake no cycle.",

@@ -9,24 +9,36 @@ use appears, so each snapshot the loop builds is reduced to its `Capacity`
 (free devices, each node's free resources, labels, taints and
 schedulability, the placed pods, the device classes, and the preemption
 policy inputs), and compared with the previous one. Every *dimension* in
-which the new one offers something the old one did not (`freed`) moves that
-dimension's generation on. A group found short records:
+which the new one offers something the old one did not (`moves`) is a move,
+stamped with the epoch of that snapshot. A group found short records:
 
 - its key: the group as the planner saw it (members, their specs and
   claims, minCount, topology) and its priority;
-- its "short on" signature: the dimensions it could use (`dimensions_of`) and
-  their generations at the time.
+- its verdict: the dimensions it could use (`dimensions_of`), the epoch, and
+  the nodes it could use (`eligible`).
 
-It is planned again only when its key differs, or one of those generations
-moved. Capacity that is only consumed (a bind, another group's reservation)
-moves nothing, so a stream of such changes costs one snapshot per change and
-one comparison per waiting group. Freed capacity that was consumed again
-before the next snapshot was never usable by the group, and a chain of
-snapshots with no generation moved only ever shrinks (each is within the
+It is planned again only when its key differs, or a move since its epoch is
+in one of those dimensions (and on one of those nodes, or on none in
+particular). Capacity that is only consumed (a bind, another group's
+reservation) moves nothing, so a stream of such changes costs one snapshot
+per change and one comparison per waiting group. Freed capacity that was
+consumed again before the next snapshot was never usable by the group, and a
+chain of snapshots with no move only ever shrinks (each is within the
 previous), so the group is still short on the last.
 
 The planner is monotone in capacity for this purpose: a group that does not
 fit on a snapshot does not fit on one that offers nothing more.
+
+Where. Most capacity is freed on one node: a pod leaves it, a device of its
+slice comes back. A group can only use a node its members may go to at all
+(node selector, required node affinity, taints, schedulability: `eligible`),
+so a move on another node leaves its verdict standing. A thousand gangs waiting
+for nodes labelled for them are not planned again each time a pod elsewhere
+ends. What can open a node a group could not use before is global: a node's
+labels, taints or schedulability (NODES), a pod with anti-affinity terms leaving
+(they keep pods off a whole topology domain), new pods, device classes, the
+preemption inputs, a device not local to one node. A group whose members count
+other pods (pod affinity, anti-affinity, spreading) takes every move as its own.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.planner.model import Claim, Group, Snapshot
+from phalanx.planner.nodes import blocking_reason
 
 DEVICES = "devices"
 NODES = "nodes"
@@ -53,14 +66,16 @@ NATIVE = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 class Capacity:
     """What a snapshot offers a waiting group, reduced to what can be compared cheaply."""
 
-    free_devices: frozenset[tuple[str, str, str, int]]
-    """(driver, pool, device, pool generation) of every device not held: a republished device counts as new."""
+    free_devices: frozenset[tuple[str, str, str, int, str | None]]
+    """(driver, pool, device, pool generation, its node if local to one) of every device not held: a republished
+    device counts as new."""
     free: Mapping[str, Mapping[str, int]]
     """Node -> resource -> allocatable minus requested."""
     shape: Mapping[str, Any]
     """Node -> (labels, taints, unschedulable): what decides whether a member may go there at all."""
-    pods: frozenset[tuple[str, str, str]]
-    """(namespace, name, node) of every pod placed: inter-pod rules, spreading and host ports see them."""
+    pods: frozenset[tuple[str, str, str, bool]]
+    """(namespace, name, node, has anti-affinity terms) of every pod placed: inter-pod rules, spreading and host
+    ports see them."""
     classes: Any
     """The device classes, and which extended resource each serves."""
     policy: Any = None
@@ -74,36 +89,50 @@ def capacity(snapshot: Snapshot, policy: Any = None) -> Capacity:
         free[node.name] = {k: v - node.requested.get(k, 0) for k, v in node.allocatable.items()}
         shape[node.name] = (tuple(sorted(node.labels.items())), node.taints, node.unschedulable)
     return Capacity(
-        free_devices=frozenset((*d.id, d.generation) for d in snapshot.devices if d.id not in snapshot.held),
+        free_devices=frozenset((*d.id, d.generation, d.node_name) for d in snapshot.devices if d.id not in snapshot.held),
         free=free,
         shape=shape,
-        pods=frozenset((p.namespace, p.name, p.node) for p in snapshot.pods),
+        pods=frozenset((p.namespace, p.name, p.node, bool(p.anti_affinity)) for p in snapshot.pods),
         classes=(tuple(sorted(snapshot.classes.items())), tuple(sorted(snapshot.extended.items()))),
         policy=policy,
     )
 
 
+Move = tuple[str, str | None]
+"""(dimension, the node it was freed on, or None: anywhere)."""
+
+
 def freed(before: Capacity, after: Capacity) -> set[str]:
     """The dimensions in which `after` offers something `before` did not."""
-    out: set[str] = set()
-    if not after.free_devices <= before.free_devices:
-        out.add(DEVICES)
-    for name, shape in after.shape.items():
-        if before.shape.get(name) != shape:
-            out.add(NODES)  # a new node, or one whose labels, taints or schedulability changed
-            break
+    return {dim for dim, _ in moves(before, after)}
+
+
+def moves(before: Capacity, after: Capacity) -> set[Move]:
+    """What `after` offers that `before` did not, by dimension and by the node it is on where it is on one."""
+    out: set[Move] = set()
+    out.update((DEVICES, d[4]) for d in after.free_devices - before.free_devices)
+    if any(before.shape.get(name) != shape for name, shape in after.shape.items()):
+        out.add((NODES, None))  # a new node, or one whose labels, taints or schedulability changed
     for name, resources in after.free.items():
         old = before.free.get(name, {})
-        out.update(RESOURCE + k for k, v in resources.items() if v > old.get(k, v - 1))
-    if not before.pods <= after.pods:
-        out.add(PODS_GONE)
+        out.update((RESOURCE + k, name) for k, v in resources.items() if v > old.get(k, v - 1))
+    out.update((PODS_GONE, None if terms else node) for _, _, node, terms in before.pods - after.pods)
     if not after.pods <= before.pods:
-        out.add(PODS_ADDED)  # a pod an affinity term wants, or one that evens out a spread
+        out.add((PODS_ADDED, None))  # a pod an affinity term wants, or one that evens out a spread
     if after.classes != before.classes:
-        out.add(CLASSES)
+        out.add((CLASSES, None))
     if after.policy != before.policy:
-        out.add(POLICY)
+        out.add((POLICY, None))
     return out
+
+
+def eligible(group: Group, snapshot: Snapshot) -> frozenset[str] | None:
+    """The nodes some member of `group` may go to at all; None (every node) when a member's place depends on other
+    pods (pod affinity, anti-affinity, spreading), as a pod leaving one node can open another."""
+    if any(m.pod_affinity or m.pod_anti_affinity or m.spread for m in group.members):
+        return None
+    kinds = {(m.tolerations, tuple(sorted(m.node_selector.items())), m.affinity): m for m in group.members}.values()
+    return frozenset(n.name for n in snapshot.nodes if any(blocking_reason(m, n) is None for m in kinds))
 
 
 def dimensions_of(group: Group) -> frozenset[str]:
@@ -135,32 +164,59 @@ def group_key(group: Group, snapshot: Snapshot, priority: int) -> GroupKey:
 
 
 @dataclass
-class Shortfalls:
-    """The generations of each dimension, and each short group's key and signature."""
+class Verdict:
+    """A group found short: on which question, when (the epoch of moves then), what it could use, and where."""
 
-    generations: dict[str, int] = field(default_factory=dict)
+    key: GroupKey
+    epoch: int
+    dimensions: frozenset[str]
+    nodes: frozenset[str] | None
+    """`eligible`: the nodes where a move could help it (None: anywhere)."""
+
+
+MAX_MOVES = 100_000
+"""Moves kept for verdicts older than this many are dropped with those verdicts (their groups are planned again)."""
+
+
+@dataclass
+class Shortfalls:
+    """The moves of capacity since the oldest verdict, and each short group's verdict."""
+
+    epoch: int = 0
+    """Moves on with each snapshot that freed anything."""
+    moves: list[tuple[int, str, str | None]] = field(default_factory=list)
+    """(epoch, dimension, node or None) of each move, oldest first."""
     last: Capacity | None = None
-    short: dict[str, tuple[GroupKey, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
-    """PodGroup uid -> (key, ((dimension, generation at the verdict), ...))."""
+    short: dict[str, Verdict] = field(default_factory=dict)
+    """PodGroup uid (or a memo of the loop's) -> its verdict."""
 
     def observe(self, now: Capacity) -> set[str]:
-        """Compare with the previous capacity seen; the dimensions freed move on. Returns them."""
-        moved = freed(self.last, now) if self.last is not None else set()
-        for dim in moved:
-            self.generations[dim] = self.generations.get(dim, 0) + 1
+        """Compare with the previous capacity seen; what was freed is a move. Returns the dimensions freed."""
+        found = moves(self.last, now) if self.last is not None else set()
+        if found:
+            self.epoch += 1
+            self.moves.extend((self.epoch, dim, node) for dim, node in sorted(found, key=lambda m: (m[0], m[1] or "")))
         self.last = now
-        return moved
+        self._prune()
+        return {dim for dim, _ in found}
 
-    def remember(self, uid: str, key: GroupKey) -> None:
-        """The group was found short on the capacity last observed."""
-        self.short[uid] = (key, tuple((d, self.generations.get(d, 0)) for d in sorted(dimensions_of(key.group))))
+    def remember(self, uid: str, key: GroupKey, nodes: frozenset[str] | None = None) -> None:
+        """The group was found short on the capacity last observed; `nodes`: where a move could help it (`eligible`)."""
+        self.short[uid] = Verdict(key, self.epoch, dimensions_of(key.group), nodes)
 
     def still_short(self, uid: str, key: GroupKey) -> bool:
-        """True when planning again cannot change the verdict: same group, nothing it could use freed since."""
+        """True when planning again cannot change the verdict: same group, nothing it could use freed where it could
+        use it since. A verdict checked so is carried to the current epoch: the moves before it need no second look."""
         known = self.short.get(uid)
-        if known is None or known[0] != key:
+        if known is None or known.key != key:
             return False
-        return all(self.generations.get(d, 0) == gen for d, gen in known[1])
+        for epoch, dim, node in reversed(self.moves):
+            if epoch <= known.epoch:
+                break
+            if dim in known.dimensions and (node is None or known.nodes is None or node in known.nodes):
+                return False
+        known.epoch = self.epoch
+        return True
 
     def forget(self, uid: str) -> None:
         self.short.pop(uid, None)
@@ -168,3 +224,12 @@ class Shortfalls:
     def keep_only(self, live: set[str]) -> None:
         for uid in [u for u in self.short if u not in live]:
             del self.short[uid]
+
+    def _prune(self) -> None:
+        """Moves no verdict can still see go; past MAX_MOVES, the oldest verdicts go too."""
+        oldest = min((v.epoch for v in self.short.values()), default=self.epoch)
+        if len(self.moves) > MAX_MOVES:
+            oldest = self.moves[-MAX_MOVES][0]
+            self.short = {u: v for u, v in self.short.items() if v.epoch >= oldest}
+        start = next((i for i, (epoch, _, _) in enumerate(self.moves) if epoch > oldest), len(self.moves))
+        del self.moves[:start]

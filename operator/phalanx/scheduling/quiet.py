@@ -1,0 +1,67 @@
+"""Waiting groups a cycle need not visit: nothing a visit reads has changed since the last one found them short.
+
+A cycle meets every PodGroup in queue order. With a thousand gangs waiting that
+no node can take, each change anywhere (a pod bound, a claim written) visited
+all of them again: the phase read, the counters, the members' planner inputs,
+the shortfall memo's comparison, about a third of a millisecond each, so one
+change cost hundreds of milliseconds, and the cost grew with the line.
+
+A visit to a waiting group reads its PodGroup, the pods of its owner, their
+claims and its priority; with those unchanged (by resourceVersion), nothing in
+the loop's memory due, and the shortfall memo still saying no capacity it could
+use was freed (`shortfall.Shortfalls.still_short`, on the snapshot the cycle
+observed first), the visit would end where the last one did: known short, in
+the line, nothing written. So the cycle joins it to the line as it stood and
+goes on. Any write to the group or its members moves a resourceVersion, so a
+memo never outlives the state it describes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.scheduling import accessors
+from phalanx.scheduling.shortfall import GroupKey
+
+Inputs = tuple[Any, ...]
+
+
+def inputs(
+    pod_group: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]],
+    claim: Callable[[str, str], Mapping[str, Any] | None],
+    priority: int,
+) -> Inputs | None:
+    """What a waiting group's visit reads, by version: the PodGroup, every pod of its owner (terminal ones too) and
+    the claims they name. None when an object has no version to compare (made by hand): such a group is visited."""
+    members = []
+    for pod in pods:
+        meta = pod["metadata"]
+        claims = tuple(
+            None if (obj := claim(meta["namespace"], name)) is None else _version(obj) for name in accessors.claim_names(pod) or ()
+        )
+        members.append((meta["uid"], _version(pod), claims))
+    versions = (_version(pod_group), *(m[1] for m in members), *(c for m in members for c in m[2] if c is not None))
+    if None in versions:
+        return None
+    return (_version(pod_group), priority, tuple(members))
+
+
+def _version(obj: Mapping[str, Any]) -> str | None:
+    return obj["metadata"].get("resourceVersion")  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """A waiting group's last visit, which found it short and wrote nothing."""
+
+    inputs: Inputs
+    key: GroupKey
+    """Its shortfall key: the group as planned, for the line, and for the memo's verdict."""
+
+
+def memoizable(pod_group: Mapping[str, Any]) -> bool:
+    """A group with claims of its own has them made and checked on its visit (`groupclaims`): always visited."""
+    return not pod_group["spec"].get("resourceClaims")
