@@ -637,6 +637,7 @@ def summarise(plan: Plan, raw: dict[str, Any]) -> dict[str, Any]:
         "starvation": raw.get("starvation"),
         "starvation_devices": raw.get("starvation_devices"),
         "queue": raw.get("queue"),
+        "controller_qps": raw.get("controller_qps"),
     }
 
 
@@ -713,7 +714,8 @@ def _rest_table(plan: Plan, summary: dict[str, Any]) -> list[str]:
         lines += [
             "",
             f"recovery: one gang running, one member evicted (1 s grace, podFailurePolicy Ignore on DisruptionTarget), "
-            f"median of {plan.runs} runs, seconds; target: running again within {RECOVERY_TARGET:.0f} s of the last stop",
+            f"median of {plan.runs} runs, seconds; target: running again within {RECOVERY_TARGET:.0f} s of the last stop; "
+            f"kube-controller-manager --kube-api-qps {summary.get('controller_qps') or '20 (its default)'}",
             "| ranks | Phalanx eviction->last member stopped | last stopped->old devices free | ->first new pod | ->all claimed "
             "| ->all lifted | ->all bound | ->all running | vanilla (the evicted pod alone) stopped->running | within target "
             "| Leases lost |",
@@ -761,6 +763,11 @@ def main() -> int:
         "--recovery-ways", help="recovery: which to run, comma separated (default vanilla,phalanx; phalanx alone needs no in-tree cluster)"
     )
     parser.add_argument("--workloads", help="which to run, comma separated (default latency,throughput,footprint,recovery)")
+    parser.add_argument(
+        "--controller-qps",
+        type=int,
+        help="kube-controller-manager's --kube-api-qps on both clusters (burst 1.5x; default: its own, 20): what a cluster with big gangs raises",
+    )
     parser.add_argument("--starvation-size", type=int, help="starvation: ranks of the head gang (default 64)")
     parser.add_argument("--name", default="bench", help="cluster name prefix (two clusters: NAME-phalanx, NAME-intree)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose CRDs and RBAC to install (default: this one)")
@@ -795,7 +802,7 @@ def main() -> int:
     workers = max(math.ceil(largest / GPUS_PER_WORKER), plan.capacity if "throughput" in plan.workloads else 1)
     if "starvation" in plan.workloads:
         workers = max(workers, math.ceil(plan.starvation_size / GPUS_PER_WORKER) + 2)
-    spec = {"workers": workers, "gpus_per_worker": GPUS_PER_WORKER, "driver": "fakegpu"}
+    spec = {"workers": workers, "gpus_per_worker": GPUS_PER_WORKER, "driver": "fakegpu", "controller_qps": args.controller_qps}
     phalanx = LocalCluster(ClusterSpec(name=f"{args.name}-phalanx", **spec))
     upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec)) if plan.in_tree else None
     started = time.monotonic()
@@ -805,6 +812,7 @@ def main() -> int:
         "recovery": {},
         "starvation": {},
         "starvation_devices": workers * GPUS_PER_WORKER,
+        "controller_qps": args.controller_qps,
     }
     if "queue" in plan.workloads:
         raw["queue"] = queue_cost.measure()

@@ -95,3 +95,19 @@ def test_a_component_that_lost_its_port_is_named(tmp_path: Path, monkeypatch: py
     )
     with pytest.raises(PortTaken, match="kwok-controller of cluster 'clash' found its port taken"):
         local.check_ports()
+
+
+def test_the_controller_managers_client_limits_are_set_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    monkeypatch.setenv("PHALANX_CACHE", str(tmp_path))
+    stock = LocalCluster(ClusterSpec(name="stock"))._kwokctl_config()
+    raised = LocalCluster(ClusterSpec(name="raised", controller_qps=100))._kwokctl_config()
+
+    def args(path: Path) -> dict[str, str]:
+        patches = yaml.safe_load(path.read_text())["componentsPatches"]
+        manager = next(p for p in patches if p["name"] == "kube-controller-manager")
+        return {a["key"]: a["value"] for a in manager["extraArgs"]}
+
+    assert "kube-api-qps" not in args(stock)
+    assert args(raised) == {**args(stock), "kube-api-qps": "100", "kube-api-burst": "150"}

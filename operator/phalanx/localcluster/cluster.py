@@ -76,6 +76,9 @@ class ClusterSpec:
     driver: SliceSource | None = None
     real_nodes: int = 0
     jobset: bool = False
+    controller_qps: int | None = None
+    """kube-controller-manager's `--kube-api-qps` (burst 1.5x): each of its controllers' client is limited to 20
+    requests/s by default, which paces a Job's pods and their claims; None leaves the default."""
 
     @property
     def node_count(self) -> int:
@@ -183,7 +186,7 @@ class LocalCluster:
             "--kubeconfig",
             str(self.kubeconfig),
             "--config",
-            str(HERE / "kwokctl.yaml"),
+            str(self._kwokctl_config()),
             "--config",
             str(HERE / "stages.yaml"),
             "--kube-apiserver-binary",
@@ -216,6 +219,20 @@ class LocalCluster:
                 self._kwokctl(env, "delete", "cluster")
         devices = f"slices from {self.spec.slice_source}" if self.spec.gpus_per_worker > 0 else "no devices"
         _log(f"cluster {self.spec.name!r} up in {time.monotonic() - started:.1f}s, {devices} (kubeconfig {self.kubeconfig})")
+
+    def _kwokctl_config(self) -> Path:
+        """kwokctl.yaml, with the controller manager's client limits when the spec sets them (a file beside the cluster)."""
+        if self.spec.controller_qps is None:
+            return HERE / "kwokctl.yaml"
+        docs = yaml.safe_load((HERE / "kwokctl.yaml").read_text())
+        qps = self.spec.controller_qps
+        for patch in docs["componentsPatches"]:
+            if patch["name"] == "kube-controller-manager":
+                patch["extraArgs"] += [{"key": "kube-api-qps", "value": str(qps)}, {"key": "kube-api-burst", "value": str(qps * 3 // 2)}]
+        path = self.workdir / f"{self.spec.name}-kwokctl.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(docs))
+        return path
 
     def down(self) -> None:
         self.stop_driver()
