@@ -175,8 +175,11 @@ MEMBER_GROUP = {"metadata": {"namespace": "ml", "name": "g", "uid": "g"}, "spec"
 def test_a_trimmed_pod_names_the_container_that_is_not_ready() -> None:
     """The ready-deadline message reads each container's `ready` and `restartCount`: a trim that dropped them named
     the first container, ready or not, and never the restarts."""
-    kept = trim.pod(copy.deepcopy(NOT_READY))
-    assert podsready.why_not(kept) == podsready.why_not(NOT_READY) == "container sidecar waiting CrashLoopBackOff (restarted 4 times)"
+    member = copy.deepcopy(NOT_READY)
+    member["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j-uid", "controller": True}]
+    kept = trim.pod(copy.deepcopy(member))
+    assert podsready.why_not(kept) == podsready.why_not(member) == "container sidecar waiting CrashLoopBackOff (restarted 4 times)"
+    assert "containerStatuses" not in trim.pod(copy.deepcopy(NOT_READY))["status"], "read of gang members only"
 
 
 def test_trimmed_pods_share_their_keys_and_short_strings() -> None:

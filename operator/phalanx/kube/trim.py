@@ -5,9 +5,10 @@ Every object loses `managedFields` and kubectl's last-applied annotation
 managedFields, only when its allocation was written (the double-allocation
 repair orders holders by it). A pod keeps of its containers what scheduling
 reads (requests, ports, restartPolicy) and of its status what loss detection,
-readiness and claim lookup read; volumes and the rest of the container specs go. A
-node keeps of its status only what it can allocate: its conditions, addresses and images go, so a heartbeat
-changes nothing kept. Objects are trimmed in place: they come fresh
+readiness and claim lookup read (its containers' states only for a gang
+member); volumes and the rest of the container specs go. A node keeps of its
+status only what it can allocate: its conditions, addresses and images go, so
+a heartbeat changes nothing kept. Objects are trimmed in place: they come fresh
 from a list or a watch event and nobody else holds them.
 
 What is kept is then rebuilt with every key and every short string interned
@@ -28,7 +29,7 @@ JSON = dict[str, Any]
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 CONTAINER_FIELDS = ("name", "resources", "ports", "restartPolicy")
-POD_STATUS_FIELDS = ("phase", "conditions", "resourceClaimStatuses", "nominatedNodeName", "reason", "startTime")
+POD_STATUS_FIELDS = ("phase", "conditions", "resourceClaimStatuses", "nominatedNodeName", "reason")
 POD_SPEC_UNREAD = (
     "volumes",
     "ephemeralContainers",
@@ -55,7 +56,8 @@ CONDITION_FIELDS = ("type", "status", "reason", "message")
 CONDITION_TYPES = ("Ready", keys.DISRUPTION_TARGET)
 """The pod conditions anything reads: readiness (ready deadline, disruption budgets) and the disruption mark."""
 MEMBER_ONLY = ("tolerations", "nodeSelector", "topologySpreadConstraints", "preemptionPolicy")
-"""What only a gang member's plan reads (`inputs.member`, `victims`). Of the affinity of a pod that is no member,
+"""What only a gang member's plan reads (`inputs.member`, `victims`); of its status, its containers' states are read
+only for a member too (why it was lost, why it is not Ready: `disruption`, `podsready`). Of the affinity of a pod that is no member,
 only podAntiAffinity is read (`inputs.existing`: other pods' plans must respect it)."""
 MEMBER_CONTROLLERS = frozenset({"Job"})
 """The controllers of gang members' pods (a Job's, and a JobSet's, whose members are its Jobs' pods; a test checks a
@@ -126,7 +128,7 @@ def pod(obj: JSON) -> JSON:
         kept["conditions"] = [
             {k: c[k] for k in CONDITION_FIELDS if k in c} for c in status["conditions"] if c.get("type") in CONDITION_TYPES
         ]
-    if status.get("containerStatuses"):
+    if status.get("containerStatuses") and _may_be_member(obj):  # read of members only: their losses, their readiness
         kept["containerStatuses"] = [
             {"name": s.get("name"), "state": s.get("state") or {}, "ready": s.get("ready", False), "restartCount": s.get("restartCount", 0)}
             for s in status["containerStatuses"]
