@@ -24,7 +24,7 @@ from builders import (
 )
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, Victim, VictimPod, plan, plan_preemption
 from phalanx.planner.model import Claim, Device, DeviceClass, DeviceRequest, Group, Member, Snapshot, frozen_map
-from phalanx.planner.preemption import _shortest_prefix, order, without
+from phalanx.planner.preemption import _shortest_prefix, no_candidates, order, without
 
 URGENT = 10_000
 TRAIN_A = [("worker-1", 0), ("worker-1", 1), ("worker-2", 0), ("worker-2", 1)]
@@ -93,6 +93,11 @@ def test_victims_of_equal_or_higher_priority_are_never_taken(priorities: list[in
     held = [gpu("worker-3", 0), gpu("worker-3", 1)] + ([] if victims else [gpu(n, i) for n, i in TRAIN_A])
     result = _preempt(cluster(held=held), victims, 2)
     assert isinstance(result, NoVictims) and result.reason == reason
+    assert no_candidates(victims, 10_000) == result, "the loop's answer before any plan is the search's"
+
+
+def test_a_lower_priority_victim_with_pods_is_a_candidate() -> None:
+    assert no_candidates([group_victim("v", 100, ranks("v", TRAIN_A))], 10_000) is None
 
 
 def test_no_victims_when_even_evicting_all_of_them_leaves_the_group_short() -> None:

@@ -154,6 +154,14 @@ def plan_preemption(
         return _plan_preemption(snapshot, group, victims, preemptor_priority, matcher, allowed)
 
 
+def no_candidates(victims: Sequence[Victim], preemptor_priority: int) -> NoVictims | None:
+    """Why no victim can be chosen, known before any plan: none below the preemptor's priority has a pod. The loop
+    asks this of a group it found short before searching, so a gang waiting on an idle pool costs one plan, not two."""
+    if any(v.priority < preemptor_priority and v.pods for v in victims):
+        return None
+    return NoVictims(_none_below(victims, preemptor_priority))
+
+
 def _plan_preemption(
     snapshot: Snapshot,
     group: Group,

@@ -43,6 +43,7 @@ from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Member, Snapshot
+from phalanx.planner.preemption import no_candidates
 from phalanx.planner.queue import takes_room
 from phalanx.scheduling import (
     accessors,
@@ -751,6 +752,9 @@ class SchedulingLoop:
         )
         if candidates is None:
             return NoVictims("preemptionPolicy is Never")
+        if (none := no_candidates(candidates, self._priority(pod_group))) is not None:
+            metrics.PREEMPTION_ATTEMPTS.labels(result="Unschedulable").inc()
+            return none
         started = time.monotonic()
         budgets = victims.allowed(view.budgets.items())
         verdict = await asyncio.to_thread(plan_preemption, snapshot, group, candidates, self._priority(pod_group), self.matcher, budgets)
