@@ -49,6 +49,7 @@ import three_way as tw
 from kubernetes_asyncio import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from phalanx.api import keys
 from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
 from phalanx.localcluster.fakegpu import NodeShape, create_once, node, resource_slice
 
@@ -206,6 +207,9 @@ async def change_cost(way: tw.Way, waiting: int, changes: int, workers: list[str
     async def submit(name: str) -> None:
         body = tw.job(name, 3, "phalanx")
         body["spec"]["template"]["spec"]["nodeSelector"] = WAIT_SELECTOR
+        # past its hold-after by the time it is measured, as a gang waiting longer than the default 5 minutes is: the
+        # head of the line's hold is looked for among all of them every cycle
+        body["metadata"].setdefault("annotations", {})[keys.HOLD_AFTER] = "10s"
         async with sem:
             await way.batch.create_namespaced_job(tw.NAMESPACE, body)
 
@@ -465,7 +469,7 @@ def run(args: Any) -> int:
         plan = ScalePlan(**{**plan.__dict__, "burst": args.scale_gangs, "waiting": args.scale_gangs})
     if args.scale_budget:
         plan = ScalePlan(**{**plan.__dict__, "budget": args.scale_budget})
-    spec = {"workers": START_WORKERS, "gpus_per_worker": tw.GPUS_PER_WORKER, "driver": "fakegpu"}
+    spec = {"workers": START_WORKERS, "gpus_per_worker": tw.GPUS_PER_WORKER, "driver": "fakegpu", "controller_qps": args.controller_qps}
     phalanx = LocalCluster(ClusterSpec(name=f"{args.name}-phalanx", **spec))
     # the in-tree cluster (and vanilla) only for the workloads run three ways
     three = {"latency", "burst"} & set(plan.workloads)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from builders import GPU, cluster, gang, port, with_claims, with_rules
 from phalanx.api import keys
-from phalanx.planner import Fits, plan
+from phalanx.planner import DeviceMatcher, Fits, plan
+from phalanx.planner.model import Snapshot, frozen_map
 from phalanx.planner.queue import hold_for, takes_room, with_plan
-from phalanx.scheduling import headhold, queue
+from phalanx.scheduling import headhold, queue, shortfall
 
 
 def _fits(snapshot, group) -> Fits:
@@ -176,3 +178,64 @@ def test_the_wait_counts_from_the_condition_turning_false_and_the_annotation_ove
     assert headhold.hold_after(_podgroup("a", annotations={keys.HOLD_AFTER: "2m"}), 300) == 120
     assert headhold.hold_after(_podgroup("a", annotations={keys.HOLD_AFTER: "soon"}), 300) == 300
     assert headhold.hold_after(_podgroup("a"), 300) == 300
+
+
+def _nowhere(name: str):
+    """A gang of 3 whose members ask for a node label no node has: it can never fit, even on an emptied cluster."""
+    group, claims = gang(name, 3)
+    return replace(group, members=tuple(replace(m, node_selector=frozen_map({"pool": "nowhere"})) for m in group.members)), claims
+
+
+def _line(count: int) -> tuple[queue.Line, list[dict], Snapshot]:
+    line, podgroups, claims = queue.Line(), [], []
+    for i in range(count):
+        group, made = _nowhere(f"g{i}")
+        claims += made
+        pod_group = _podgroup(f"g{i}", since="2026-01-01T00:00:00Z", annotations={keys.HOLD_AFTER: "10s"})
+        pod_group["spec"]["disruptionMode"] = {"all": {}}
+        podgroups.append(pod_group)
+        line.join(pod_group, group, 0)
+    return line, podgroups, with_claims(cluster(), claims)
+
+
+def test_gangs_that_can_never_fit_are_planned_for_a_hold_once_not_every_cycle(monkeypatch) -> None:
+    """A line of gangs past their hold-after that no node can take: the first cycle plans each on the emptied cluster
+    (to find the head), the next ones plan none until something they could use appears. Every plan of a thousand such
+    gangs, each cycle, was most of the operator's CPU at rest."""
+    plans: list[str] = []
+    monkeypatch.setattr(headhold, "hold_for", lambda snapshot, group, *rest: plans.append(group.name) or hold_for(snapshot, group, *rest))
+    line, podgroups, snapshot = _line(5)
+    memo = shortfall.Shortfalls()
+    memo.observe(shortfall.capacity(snapshot))
+    hold = headhold.HeadHold(None, 300, memo)  # type: ignore[arg-type]  (no write: nobody is held for)
+
+    async def taken() -> Snapshot:
+        return snapshot
+
+    async def cycles() -> list:
+        return [await hold._desired(line.ahead, podgroups, taken, revision, DeviceMatcher()) for revision in range(3)]
+
+    assert asyncio.run(cycles()) == [None, None, None]
+    assert plans == [f"g{i}" for i in range(5)], "each planned once"
+    relabelled = replace(snapshot, nodes=tuple(replace(n, labels=frozen_map({**n.labels, "zone": "b"})) for n in snapshot.nodes))
+    memo.observe(shortfall.capacity(relabelled))
+    snapshot = relabelled
+    assert asyncio.run(cycles()) == [None, None, None]
+    assert len(plans) == 10, "a node's labels changed: each planned again, once"
+
+
+def test_a_gang_whose_own_verdict_found_no_node_is_never_planned_for_a_hold(monkeypatch) -> None:
+    plans: list[str] = []
+    monkeypatch.setattr(headhold, "hold_for", lambda snapshot, group, *rest: plans.append(group.name) or hold_for(snapshot, group, *rest))
+    line, podgroups, snapshot = _line(3)
+    memo = shortfall.Shortfalls()
+    memo.observe(shortfall.capacity(snapshot))
+    for ahead in line.ahead:
+        memo.remember(ahead.memo, shortfall.group_key(ahead.group, snapshot, 0), shortfall.eligible(ahead.group, snapshot))
+    hold = headhold.HeadHold(None, 300, memo)  # type: ignore[arg-type]
+
+    async def taken() -> Snapshot:
+        return snapshot
+
+    assert asyncio.run(hold._desired(line.ahead, podgroups, taken, 0, DeviceMatcher())) is None
+    assert plans == []

@@ -146,9 +146,24 @@ def claim_name(pod: Mapping[str, Any], ref: Mapping[str, Any]) -> str | None:
     return next((s.get("resourceClaimName") for s in statuses if s["name"] == ref["name"]), None) or None
 
 
+_SPECS: dict[tuple[str, str], schema.PodGroupSpec] = {}
+"""(uid, resourceVersion) -> the spec's model (frozen): a cycle reads every waiting group's policy several times."""
+SPECS_KEPT = 20_000
+
+
 def spec(pod_group: Mapping[str, Any]) -> schema.PodGroupSpec:
-    """The PodGroup's spec as its model (pydantic, the CRD's own rules): the one reading of its policy and modes."""
-    return schema.PodGroupSpec.model_validate(pod_group["spec"])
+    """The PodGroup's spec as its model (pydantic, the CRD's own rules): the one reading of its policy and modes.
+    Read once per version of the group (one made by hand, without a version, every time)."""
+    meta = pod_group["metadata"]
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    if not uid or not version:
+        return schema.PodGroupSpec.model_validate(pod_group["spec"])
+    found = _SPECS.get((uid, version))
+    if found is None:
+        if len(_SPECS) >= SPECS_KEPT:
+            _SPECS.clear()
+        found = _SPECS[(uid, version)] = schema.PodGroupSpec.model_validate(pod_group["spec"])
+    return found
 
 
 def gang(pod_group: Mapping[str, Any]) -> bool:

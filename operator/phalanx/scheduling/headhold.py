@@ -184,7 +184,15 @@ class HeadHold:
         cycle passed over for their back-off."""
         if self.rules.served is None:
             await self.rules.load()
-        desired = await self._desired(line, podgroups, snapshot, revision, matcher, self._backing_off(podgroups, backing_off))
+        built: list[Snapshot] = []
+
+        async def once() -> Snapshot:
+            """The cluster, taken at most once however many gangs of the line are looked at (taking it reads every group)."""
+            if not built:
+                built.append(await snapshot())
+            return built[0]
+
+        desired = await self._desired(line, podgroups, once, revision, matcher, self._backing_off(podgroups, backing_off))
         want = desired.devices if desired is not None else frozenset()
         if desired is not None:
             await self._write(desired.namespace, desired.name, desired.uid, desired.record().wire())
@@ -234,6 +242,9 @@ class HeadHold:
         while none in the line is, nothing is planned."""
         if kept_for is None and not any(_waiting(a.pod_group, a.memo) and _past(a.pod_group, self.default_after) for a in line):
             return None
+        nominated = {
+            g["metadata"]["uid"]: frozenset(accessors.nominated_devices(n)) for g in podgroups if (n := accessors.nomination(g)) is not None
+        }
         for ahead in line:
             pod_group = ahead.pod_group
             if kept_for is not None and order(pod_group, ahead.priority) > kept_for[1]:
@@ -250,7 +261,7 @@ class HeadHold:
                 else from_status([pod_group], lambda _, p=ahead.priority: p)
             )
             kept = mine.devices if mine is not None else frozenset()
-            found = await self._plan(ahead, podgroups, snapshot, revision, kept, matcher)
+            found = await self._plan(ahead, nominated, snapshot, revision, kept, matcher)
             if found is None:
                 continue  # can never fit, even on an empty cluster: holding would not help, and it holds no line
             if not _past(pod_group, self.default_after):
@@ -262,7 +273,7 @@ class HeadHold:
     async def _plan(
         self,
         ahead: Ahead,
-        podgroups: Sequence[Mapping[str, Any]],
+        nominated: Mapping[str, frozenset[DeviceId]],
         snapshot: Callable[[], Awaitable[Snapshot]],
         revision: Hashable,
         kept: frozenset[DeviceId],
@@ -274,14 +285,9 @@ class HeadHold:
             return self._planned[1]
         base = await snapshot()
         question, memo = shortfall.group_key(ahead.group, base, ahead.priority), f"{uid}/hold"
-        if not kept and self.shortfalls.still_short(memo, question):
+        if not kept and (self.shortfalls.nowhere(uid, question) or self.shortfalls.still_short(memo, question)):
             return None  # could not fit on the cluster emptied of devices, and nothing it could use appeared since
-        others = frozenset(
-            d
-            for g in podgroups
-            if g["metadata"]["uid"] != uid and (n := accessors.nomination(g)) is not None
-            for d in accessors.nominated_devices(n)
-        )
+        others = frozenset(d for g, devices in nominated.items() if g != uid for d in devices)
         # in a worker thread, as every plan
         found = await asyncio.to_thread(hold_for, replace(base, held=others), ahead.group, kept, matcher)
         if found is None:

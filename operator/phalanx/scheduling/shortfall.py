@@ -218,6 +218,12 @@ class Shortfalls:
         known.epoch = self.epoch
         return True
 
+    def nowhere(self, uid: str, key: GroupKey) -> bool:
+        """True when the group's verdict stands and found no node its members may go to at all: it cannot fit even on
+        a cluster emptied of devices and pods, and nothing has changed that (a node's labels or taints would)."""
+        known = self.short.get(uid)
+        return known is not None and known.nodes == frozenset() and self.still_short(uid, key)
+
     def forget(self, uid: str) -> None:
         self.short.pop(uid, None)
 
