@@ -226,8 +226,16 @@ async def change_cost(way: tw.Way, waiting: int, changes: int, workers: list[str
             )
         )
 
+    async def pointed() -> int:
+        """Gated members whose WaitingForGang Event is written (PER_CYCLE a cycle: work owed for new gangs, not a
+        change's cost)."""
+        listed = await core.list_namespaced_event(tw.NAMESPACE, field_selector="reason=WaitingForGang")
+        return len(listed.items)
+
     deadline = time.monotonic() + 900
     while (seen := await unschedulable()) < waiting and time.monotonic() < deadline:  # noqa: ASYNC110 (polls the API)
+        await asyncio.sleep(2)
+    while await pointed() < 3 * waiting and time.monotonic() < deadline:  # noqa: ASYNC110 (polls the API)
         await asyncio.sleep(2)
     await asyncio.sleep(10)  # the last statuses written, their watch events taken
 

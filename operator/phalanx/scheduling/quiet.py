@@ -39,14 +39,30 @@ def inputs(
     members = []
     for pod in pods:
         meta = pod["metadata"]
-        claims = tuple(
-            None if (obj := claim(meta["namespace"], name)) is None else _version(obj) for name in accessors.claim_names(pod) or ()
-        )
+        claims = tuple(None if (obj := claim(meta["namespace"], name)) is None else _version(obj) for name in _claim_names(pod))
         members.append((meta["uid"], _version(pod), claims))
     versions = (_version(pod_group), *(m[1] for m in members), *(c for m in members for c in m[2] if c is not None))
     if None in versions:
         return None
     return (_version(pod_group), priority, tuple(members))
+
+
+_NAMES: dict[tuple[str, str], tuple[str, ...]] = {}
+"""(pod uid, resourceVersion) -> the claims it names: read once per version of each waiting pod, not every cycle."""
+NAMES_KEPT = 100_000
+
+
+def _claim_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    meta = pod["metadata"]
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    if not uid or not version:
+        return accessors.claim_names(pod) or ()
+    found = _NAMES.get((uid, version))
+    if found is None:
+        if len(_NAMES) >= NAMES_KEPT:
+            _NAMES.clear()
+        found = _NAMES[(uid, version)] = accessors.claim_names(pod) or ()
+    return found
 
 
 def _version(obj: Mapping[str, Any]) -> str | None:
