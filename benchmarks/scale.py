@@ -268,9 +268,13 @@ async def change_cost(way: tw.Way, waiting: int, changes: int, workers: list[str
         "cpu_per_pod_deleted_ms": 1000 * max(0.0, deleted - idle_rate * span) / changes,
     }
     say(f"waiting {waiting}: {out}")
-    await asyncio.gather(*(way.finish(n) for n in names))
-    await way.drained(timeout=900)
     return out
+
+
+async def finish_waiting(way: tw.Way, waiting: int) -> None:
+    """The waiting gangs deleted and gone (after their figures are recorded: a run stopped while draining keeps them)."""
+    await asyncio.gather(*(way.finish(f"wait-{i:04d}") for i in range(waiting)))
+    await way.drained(timeout=900)
 
 
 async def footprint_levels(way: tw.Way, levels: list[int], budget: float, workers: list[str], idle: float = 20.0) -> list[dict[str, Any]]:
@@ -377,6 +381,7 @@ async def measure(
             for waiting in (1, plan.waiting):
                 out["waiting"].append({**await change_cost(p, waiting, plan.changes, workers), "load": _load()})
                 noted(f"waiting {waiting}")
+                await finish_waiting(p, waiting)
         if "footprint" in plan.workloads:
             out["footprint"] = await footprint_levels(p, plan.levels, plan.budget, workers)
             noted("footprint")

@@ -876,7 +876,7 @@ class SchedulingLoop:
                 metrics.HELD_BACK.inc()
                 logger.info("%s/%s: members held back: %s", _ns(pod_group), _name(pod_group), self._hold_back_message(pod_group, ahead))
             if not isinstance(result, Fits) or ahead is not None:
-                # members known short for the groups behind (a memo of their own: this one cycle, never the gang's)
+                # members known short for the groups behind (a memo of their own, never the gang's)
                 memo = f"{pod_group['metadata']['uid']}/members"
                 if not isinstance(result, Fits) and not result.timed_out:
                     key = shortfall.group_key(group, snapshot, self._priority(pod_group))
