@@ -63,12 +63,14 @@ def mutate_pod(pod: JSON, pod_group: JSON | None) -> Mutation:
     """Gate the pod; `pod_group` is the group its label names, as the API server has it now (None: there is none)."""
     name = group_name(pod)
     namespace = (pod.get("metadata") or {}).get("namespace") or "the pod's namespace"
+    if pod_group is None:
+        raise GangSpecError([_missing(name, namespace)])
     problem = _unusable(pod_group, name, namespace)
     if problem is not None:
         raise GangSpecError([problem])
     gates = list((pod.get("spec") or {}).get("schedulingGates") or [])
     warnings: tuple[str, ...] = ()
-    if _placed(pod_group):  # type: ignore[arg-type]
+    if _placed(pod_group):
         warnings = (
             f"PodGroup {namespace}/{name} was placed already: this pod joins it as a late member, released alone once "
             "it fits (status.lateMembers counts the late members still waiting)",
@@ -76,7 +78,7 @@ def mutate_pod(pod: JSON, pod_group: JSON | None) -> Mutation:
     patch: JSON = {}
     if not any(g.get("name") == keys.SCHEDULING_GATE for g in gates):
         patch["schedulingGates"] = [*gates, {"name": keys.SCHEDULING_GATE}]
-    shared = _group_claims(pod_group)  # type: ignore[arg-type]
+    shared = _group_claims(pod_group)
     _refuse_other_sources(pod, shared, name)
     claims = podclaims.resolve(pod, shared, name)
     if claims is not None:
@@ -113,14 +115,16 @@ def _group_claims(pod_group: JSON) -> tuple[GroupClaim, ...]:
     return group_claims(pod_group["spec"].get("resourceClaims") or [], "spec.resourceClaims", errors) or ()
 
 
-def _unusable(pod_group: JSON | None, name: str, namespace: str) -> FieldError | None:
-    if pod_group is None:
-        return FieldError(
-            PATH,
-            name,
-            f"no PodGroup {name} in namespace {namespace}: the pod would wait behind {keys.SCHEDULING_GATE} for a group that never comes",
-            "create the PodGroup first (before its pods), or correct the label",
-        )
+def _missing(name: str, namespace: str) -> FieldError:
+    return FieldError(
+        PATH,
+        name,
+        f"no PodGroup {name} in namespace {namespace}: the pod would wait behind {keys.SCHEDULING_GATE} for a group that never comes",
+        "create the PodGroup first (before its pods), or correct the label",
+    )
+
+
+def _unusable(pod_group: JSON, name: str, namespace: str) -> FieldError | None:
     meta = pod_group["metadata"]
     if meta.get("deletionTimestamp"):
         return FieldError(PATH, name, f"PodGroup {namespace}/{name} is being deleted", "create the pod once the group is made again")
