@@ -3,6 +3,7 @@ addresses, a port lost to another cluster. No cluster needed."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -111,3 +112,29 @@ def test_the_controller_managers_client_limits_are_set_only_when_asked(tmp_path:
 
     assert "kube-api-qps" not in args(stock)
     assert args(raised) == {**args(stock), "kube-api-qps": "100", "kube-api-burst": "150"}
+
+
+def test_a_started_process_is_judged_by_its_pid_running_or_how_it_ended(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    from phalanx.localcluster import processes
+
+    running = processes.start(["sleep", "30"], tmp_path / "kubeconfig", tmp_path / "sleep.log")
+    done = processes.start(["true"], tmp_path / "kubeconfig", tmp_path / "true.log")
+    try:
+        assert processes.exit_status(running) is None
+        deadline = time.monotonic() + 10
+        while (status := processes.exit_status(done)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert status == "exit code 0"
+        os.kill(running, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (status := processes.exit_status(running)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert status == "killed by signal 9"
+        assert processes.exit_status(1) == "ended (not a child of this process)"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(running, signal.SIGKILL)

@@ -129,6 +129,8 @@ class LocalCluster:
         self.spec = spec
         self.workdir = cache_dir() / "kwok"
         self.bin_dir: Path | None = None
+        self._plugins: dict[str, int] = {}
+        """Node -> pid of the dra-example-kubeletplugin this process started for it."""
 
     @property
     def cluster_dir(self) -> Path:
@@ -356,7 +358,7 @@ class LocalCluster:
             if spec.gpus_per_worker > 0 and spec.slice_source == "fakegpu":
                 await fakegpu.publish_slices(api, workers, spec.gpus_per_worker)
             elif spec.gpus_per_worker > 0:
-                dradriver.start(driver_binary(), self.cluster_dir, self.kubeconfig, workers, spec.gpus_per_worker)
+                self._plugins.update(dradriver.start(driver_binary(), self.cluster_dir, self.kubeconfig, workers, spec.gpus_per_worker))
             real = self.start_real_nodes() if spec.real_nodes else []
             await _wait_nodes_ready(client.CoreV1Api(api), spec.node_count, self.check_ports)
             if spec.gpus_per_worker > 0:
@@ -395,7 +397,7 @@ class LocalCluster:
             images_dir=cache_dir() / "images",
         )
         if self.spec.gpus_per_worker > 0:
-            dradriver.start(
+            started = dradriver.start(
                 driver_binary(),
                 self.cluster_dir,
                 self.kubeconfig,
@@ -403,6 +405,7 @@ class LocalCluster:
                 self.spec.gpus_per_worker,
                 kubelet={n.name: n for n in nodes},
             )
+            self._plugins.update(started)
         return nodes
 
     def _wait_established(self, crd: str, timeout: float = 60) -> None:
@@ -419,6 +422,20 @@ class LocalCluster:
         server = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
         return int(server.rsplit(":", 1)[1])
 
+    def _dead_plugins(self, workers: list[str]) -> dict[str, str]:
+        """Workers whose plugin has ended, and how. A plugin this process started is judged by its pid, not only by
+        the name it is found under: at the suite's start three were once reported gone with empty logs."""
+        alive = self.driver_processes()
+        dead = {}
+        for worker in workers:
+            if worker in alive:
+                continue
+            pid = self._plugins.get(worker)
+            status = processes.exit_status(pid) if pid is not None else "not running"
+            if status is not None:
+                dead[worker] = status
+        return dead
+
     async def _wait_slices(self, resource: client.ResourceV1Api, workers: list[str], timeout: float = 120) -> None:
         """Every worker's pool published whole; a plugin that died is reported with its log, not waited for."""
         deadline = time.monotonic() + timeout
@@ -427,10 +444,12 @@ class LocalCluster:
             devices = {s.spec.node_name: len(s.spec.devices or []) for s in slices}
             if all(devices.get(w) == self.spec.gpus_per_worker for w in workers):
                 return
-            if self.spec.slice_source == "dra-example-driver" and (dead := sorted(set(workers) - set(self.driver_processes()))):
-                log = dradriver.node_dir(self.cluster_dir, dead[0]) / "plugin.log"
+            if self.spec.slice_source == "dra-example-driver" and (dead := self._dead_plugins(workers)):
+                first = sorted(dead)[0]
+                log = dradriver.node_dir(self.cluster_dir, first) / "plugin.log"
                 tail = log.read_text()[-3000:] if log.exists() else ""
-                raise RuntimeError(f"dra-example-kubeletplugin exited on {', '.join(dead)}; {log}:\n{tail}")
+                how = ", ".join(f"{node} ({status})" for node, status in sorted(dead.items()))
+                raise RuntimeError(f"dra-example-kubeletplugin exited on {how}; {log}:\n{tail}")
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"ResourceSlices after {timeout}s: {devices}, want {self.spec.gpus_per_worker} devices on each of {workers}"

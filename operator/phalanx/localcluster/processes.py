@@ -75,6 +75,18 @@ def stop(binary: str, kubeconfig: Path, timeout: float = 10) -> None:
     _reap(signalled)
 
 
+def exit_status(pid: int) -> str | None:
+    """How a process this one started ended ("exit code N", "killed by signal N"), None while it runs; one that is
+    not a child of this process is taken as ended (another process started it, or it was reaped already)."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return "ended (not a child of this process)"
+    if done == 0:
+        return None
+    return f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
+
+
 def _reap(pids: set[int]) -> None:
     """Collect the exit status of processes this one started, so none lingers as a zombie; others' are not ours to reap."""
     for pid in list(pids):
