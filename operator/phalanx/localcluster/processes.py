@@ -16,12 +16,18 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
+_STARTED: dict[int, subprocess.Popen[bytes]] = {}
+"""The processes this one started, kept: a Popen dropped while its process runs is reaped by the next Popen made
+anywhere in this process (subprocess's own cleanup), and its exit status is lost with it."""
+
+
 def start(argv: list[str], kubeconfig: Path, log: Path, env: Mapping[str, str] | None = None) -> int:
     """Start `argv` in its own process group with KUBECONFIG set (how it is found again), appending to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     environ = dict(env if env is not None else os.environ, KUBECONFIG=str(kubeconfig))
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, env=environ, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    _STARTED[proc.pid] = proc
     return proc.pid
 
 
@@ -78,6 +84,12 @@ def stop(binary: str, kubeconfig: Path, timeout: float = 10) -> None:
 def exit_status(pid: int) -> str | None:
     """How a process this one started ended ("exit code N", "killed by signal N"), None while it runs; one that is
     not a child of this process is taken as ended (another process started it, or it was reaped already)."""
+    proc = _STARTED.get(pid)
+    if proc is not None:
+        code = proc.poll()
+        if code is None:
+            return None
+        return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
     try:
         done, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
@@ -90,6 +102,10 @@ def exit_status(pid: int) -> str | None:
 def _reap(pids: set[int]) -> None:
     """Collect the exit status of processes this one started, so none lingers as a zombie; others' are not ours to reap."""
     for pid in list(pids):
+        if (proc := _STARTED.get(pid)) is not None:
+            if proc.poll() is not None:
+                pids.discard(pid)
+            continue
         try:
             if os.waitpid(pid, os.WNOHANG)[0]:
                 pids.discard(pid)
