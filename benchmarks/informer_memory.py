@@ -8,7 +8,8 @@ decoded from its own JSON text (a watch event is decoded alone) and kept as
 capacity (the loop keeps the last of each), built once afresh and once more
 reusing what the first derived (`inputs.Reuse`, which the loop also keeps). The objects are a pod, a node and
 a ResourceSlice as a kwok cluster's API server returned them
-(`benchmarks/fixtures/`), renamed. RSS (VmRSS) is read after each level; the
+(`benchmarks/fixtures/`), renamed: pod i on node i mod NODES, each slice on its own node (so the
+snapshot places every pod and device, as the loop's does). RSS (VmRSS) is read after each level; the
 running operator adds its event loop, clients and caches of the PodGroups
 (`./task bench -- --scale` measures it live, far more slowly).
 
@@ -49,6 +50,8 @@ def main() -> int:
     slice_text = (FIXTURES / "kwok-slice.json").read_text()
     pod_name, node_name = json.loads(pod_text)["metadata"]["name"], json.loads(node_text)["metadata"]["name"]
     slice_name = json.loads(slice_text)["metadata"]["name"]
+    slice_node = json.loads(slice_text)["spec"]["nodeName"]
+    pod_node = json.loads(pod_text)["spec"]["nodeName"]
     base = rss_mib()
     node_uid, slice_uid = json.loads(node_text)["metadata"]["uid"], json.loads(slice_text)["metadata"]["uid"]
     nodes = [
@@ -58,7 +61,9 @@ def main() -> int:
     slices = [
         trim.common(
             json.loads(
-                renamed(renamed(renamed(slice_text, slice_name, f"s-{i}"), node_name, f"w-{i}"), slice_uid, f"{i:08d}-{slice_uid[9:]}")
+                renamed(
+                    renamed(renamed(slice_text, slice_name, f"s-{i}"), f'"{slice_node}"', f'"w-{i}"'), slice_uid, f"{i:08d}-{slice_uid[9:]}"
+                )
             )
         )
         for i in range(args.nodes)
@@ -72,7 +77,13 @@ def main() -> int:
     for level in [int(p) for p in args.pods.split(",")]:
         uid = json.loads(pod_text)["metadata"]["uid"]
         pods += [
-            trim.pod(json.loads(renamed(renamed(pod_text, pod_name, f"p-{i}"), uid, f"{i:08d}-{uid[9:]}").replace('"w-', '"x-')))
+            trim.pod(
+                json.loads(
+                    renamed(
+                        renamed(renamed(pod_text, pod_name, f"p-{i}"), uid, f"{i:08d}-{uid[9:]}"), f'"{pod_node}"', f'"w-{i % args.nodes}"'
+                    )
+                )
+            )
             for i in range(len(pods), level)
         ]
         last = None  # the loop holds one snapshot, one capacity and what the builds derived (inputs.Reuse) at a time

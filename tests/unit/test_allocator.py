@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 from builders import node
@@ -51,7 +52,7 @@ def gang(snap: Snapshot, *requests_per_member: tuple[DeviceRequest, ...], constr
         claim = Claim("ml", f"c{i}", f"uid-c{i}", tuple(reqs), tuple(constraints))
         claims[claim.key] = claim
         members.append(Member("ml", f"p{i}", f"uid-p{i}", frozen_map(requests or {"cpu": 10}), claims=(claim.name,)))
-    snap = Snapshot(**{**snap.__dict__, "claims": frozen_map(claims)})
+    snap = replace(snap, claims=frozen_map(claims))
     return snap, Group("ml", "g", len(members), tuple(members))
 
 
@@ -96,7 +97,7 @@ def test_first_available_with_no_subrequest_fitting_is_short() -> None:
 def test_subrequest_class_config_names_the_subrequest_and_covers_all() -> None:
     configured = DeviceClass("features", CLASS.selectors, config=(frozen_map({"opaque": {"driver": DRIVER, "parameters": {}}}),))
     snap, group = gang(snapshot([dev("a")]), (DeviceRequest("r", "", subrequests=(one("x"),)),))
-    snap = Snapshot(**{**snap.__dict__, "classes": frozen_map({"features": configured})})
+    snap = replace(snap, classes=frozen_map({"features": configured}))
     result = plan(snap, group)
     assert isinstance(result, Fits)
     assert result.claims[0].config == ({"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {}}},)
@@ -309,7 +310,7 @@ def test_more_than_32_results_is_named() -> None:
 def test_reserved_for_limit_is_named() -> None:
     snap, group = gang(snapshot([dev("a")]), (one(),))
     claim = Claim("ml", "c0", "uid-c0", (one(),), reserved_for=256)
-    snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({claim.key: claim})})
+    snap = replace(snap, claims=frozen_map({claim.key: claim}))
     result = plan(snap, group)
     assert isinstance(result, Short) and "reservedFor" in result.message
 
@@ -327,7 +328,7 @@ def test_a_pods_claims_are_searched_together_so_an_earlier_claim_backs_off() -> 
     c0 = Claim("ml", "c0", "uid-c0", (one(),))
     c1 = Claim("ml", "c1", "uid-c1", (one(device_class="small"),))
     snap = snapshot([dev("a", size="small"), dev("b")])
-    snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({c0.key: c0, c1.key: c1})})
+    snap = replace(snap, claims=frozen_map({c0.key: c0, c1.key: c1}))
     group = Group("ml", "g", 1, (Member("ml", "p", "uid-p", frozen_map({"cpu": 10}), claims=("c0", "c1")),))
     assert results(plan(snap, group)) == [("r", "b"), ("r", "a")]
 
@@ -344,10 +345,10 @@ def test_all_devices_is_refused_where_a_pool_is_being_updated() -> None:
     snap, group = gang(snapshot([dev("a"), dev("b")]), (one(mode="All"),))
     assert results(plan(snap, group)) == [("r", "a"), ("r", "b")]
     updating = Device(DRIVER, "other", "", node_name="n1")
-    refused = plan(Snapshot(**{**snap.__dict__, "incomplete": (updating,)}), group)
+    refused = plan(replace(snap, incomplete=(updating,)), group)
     assert isinstance(refused, Short) and "asks for all devices, but a resource pool this node reaches is being updated" in refused.message
     elsewhere = Device(DRIVER, "other", "", node_name="n2")
-    assert isinstance(plan(Snapshot(**{**snap.__dict__, "incomplete": (elsewhere,)}), group), Fits)
+    assert isinstance(plan(replace(snap, incomplete=(elsewhere,)), group), Fits)
 
 
 def test_incomplete_pools_are_found_from_slices() -> None:
@@ -387,7 +388,7 @@ def test_a_shared_claim_on_a_network_device_is_used_only_where_its_selector_reac
     snap = Snapshot(nodes=nodes, devices=(Device(DRIVER, "net", "link", node_selector=rack),), classes=frozen_map({"features": CLASS}))
     claim = Claim("ml", "shared", "uid-shared", (one(),))
     members = tuple(Member("ml", f"p{i}", f"uid-p{i}", frozen_map({"cpu": 10}), claims=("shared",)) for i in range(2))
-    snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({claim.key: claim})})
+    snap = replace(snap, claims=frozen_map({claim.key: claim}))
     result = plan(snap, Group("ml", "g", 2, members))
     assert isinstance(result, Fits) and result.nodes == {"n1", "n3"}, "one rank per node (cpu), never on rack r2"
 
@@ -409,7 +410,7 @@ def test_an_earlier_claim_backs_off_the_device_a_later_all_request_needs() -> No
     c0 = Claim("ml", "c0", "uid-c0", (one(),))
     c1 = Claim("ml", "c1", "uid-c1", (one(device_class="small", mode="All"),))
     snap = snapshot([dev("a", size="small"), dev("b")])
-    snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({c0.key: c0, c1.key: c1})})
+    snap = replace(snap, claims=frozen_map({c0.key: c0, c1.key: c1}))
     group = Group("ml", "g", 1, (Member("ml", "p", "uid-p", frozen_map({"cpu": 10}), claims=("c0", "c1")),))
     assert results(plan(snap, group)) == [("r", "b"), ("r", "a")]
 
@@ -422,7 +423,7 @@ def test_admin_access_consumes_capacity_while_its_pod_is_allocated_and_none_afte
     c0 = Claim("ml", "c0", "uid-c0", (one(admin_access=True, capacity=frozen_map({"bw": Decimal(3)})),))
     c1 = Claim("ml", "c1", "uid-c1", (big,))
     snap = snapshot([nic])
-    snap = Snapshot(**{**snap.__dict__, "claims": frozen_map({c0.key: c0, c1.key: c1})})
+    snap = replace(snap, claims=frozen_map({c0.key: c0, c1.key: c1}))
     together = Group("ml", "g", 1, (Member("ml", "p", "uid-p", frozen_map({"cpu": 10}), claims=("c0", "c1")),))
     assert isinstance(plan(snap, together), Short)
     apart = Group(

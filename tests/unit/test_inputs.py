@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from builders import HOSTNAME
 from phalanx.api import keys
-from phalanx.planner.model import HostPort, Pod, PodTerm, Requirement, Spread
+from phalanx.planner.model import EMPTY, HostPort, Pod, PodTerm, Requirement, Spread, frozen_map, shared_map
 from phalanx.scheduling import accessors, inputs
 
 LABELS = {"app": "train", "job": "j1"}
@@ -112,3 +112,16 @@ def test_the_snapshot_records_every_placed_non_terminal_pod() -> None:
     assert dict(bound.labels) == {"app": "bound"}
     assert bound.host_ports == (HostPort(9000), HostPort(53, "UDP"))
     assert bound.anti_affinity[0].selector == (Requirement("app", "Exists"),), "mismatchLabelKeys: the pod has no job label"
+
+
+def test_equal_small_maps_of_a_snapshot_are_one_object_and_a_value_keeps_its_type() -> None:
+    """Thousands of pods and devices repeat their labels, requests and capacities: one object each, not one per
+    pod; a map whose values differ in type only (true, 1) is not the same map."""
+    assert shared_map({"app": "ballast"}) is shared_map({"app": "ballast"})
+    assert shared_map({"x": True}) is not shared_map({"x": 1})
+    assert type(shared_map({"x": 1})["x"]) is int
+    unhashable = shared_map({"config": {"a": 1}})
+    assert unhashable == {"config": {"a": 1}} and unhashable is not shared_map({"config": {"a": 1}})
+    assert frozen_map() is EMPTY and frozen_map({}) is EMPTY and shared_map(None) is EMPTY
+    pods = [inputs.existing({"metadata": {"namespace": "n", "name": f"p{i}", "labels": {"app": "a"}}, "spec": {}}, "w") for i in range(2)]
+    assert pods[0].labels is pods[1].labels

@@ -192,6 +192,26 @@ def test_trimmed_pods_share_their_keys_and_short_strings() -> None:
     assert a == trim.pod(copy.deepcopy(KWOK_RUNNING))
 
 
+def test_small_parts_made_of_scalars_and_shared_parts_are_one_object_across_objects() -> None:
+    """Pods of one template on one node hold one copy of their spec; what holds a unique part is not shared (the
+    table would keep it alive after its object went)."""
+    a, b = (trim.pod(json.loads(json.dumps(KWOK_RUNNING))) for _ in range(2))
+    assert a["spec"]["containers"] is b["spec"]["containers"]
+    assert a["status"]["conditions"] is b["status"]["conditions"]
+    assert a["metadata"] is not b["metadata"]  # its name and uid are its own, and it has more than SHARE_UP_TO keys
+    elsewhere = json.loads(json.dumps(KWOK_RUNNING))
+    elsewhere["spec"]["nodeName"] = "worker-other"
+    assert trim.pod(elsewhere)["spec"]["containers"] is a["spec"]["containers"]
+    assert trim.pod(elsewhere)["spec"] == {**a["spec"], "nodeName": "worker-other"}
+    # a value's type is part of it: true is not 1, nor 1.0
+    flags = [trim.compact({"x": v}) for v in (True, 1, 1.0)]
+    assert [type(f["x"]) for f in flags] == [bool, int, float]
+    # a small part holding a part that is not shared is not shared either
+    big = {f"k{i}": i for i in range(trim.SHARE_UP_TO + 1)}
+    one, two = trim.compact({"big": dict(big)}), trim.compact({"big": dict(big)})
+    assert one == two and one is not two
+
+
 def test_every_workload_kind_whose_pods_may_be_members_keeps_them_whole() -> None:
     """A member of each workload kind keeps its tolerations: a new adapter whose members another kind controls must
     be named in trim's MEMBER_CONTROLLERS, or its members would be planned without them."""

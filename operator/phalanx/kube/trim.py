@@ -67,16 +67,48 @@ INTERN_UP_TO = 64
 """Strings up to this long are interned: keys, phases, node and label values, ...; a longer one is rarely repeated."""
 
 
+SHARE_UP_TO = 4
+"""Dicts and lists of up to this many entries, each a scalar or itself shared, are shared between objects."""
+SHARED_KEPT = 50_000
+"""Distinct small parts `compact` remembers; past it, it starts afresh (what was shared stays shared, only what
+comes next shares with the new set)."""
+_SHARED: dict[tuple[Any, ...], Any] = {}
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def compact(value: Any) -> Any:
-    """The same JSON, rebuilt with its keys and short strings interned: equal, smaller (interned strings are freed
-    once the last object holding them goes)."""
+    """The same JSON, rebuilt with its keys and short strings interned, and its small parts shared: equal, smaller.
+
+    Interned strings are freed once the last object holding them goes. A part is shared when it is small and made
+    only of scalars and other shared parts (a container's requests, a label set, a device's attribute value, a
+    condition, and so up to a pod's whole spec when its pods share a template and a node): ten thousand pods of one
+    Job then hold one copy. Nothing may change a kept object in place: every reader in the operator builds new
+    objects from them."""
+    return _compact(value)[0]
+
+
+def _compact(value: Any) -> tuple[Any, bool]:
+    """(the value compacted, whether it is a scalar or a shared part, which a parent may share in turn)."""
     if isinstance(value, dict):
-        return {sys.intern(k): compact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [compact(v) for v in value]
-    if isinstance(value, str) and len(value) <= INTERN_UP_TO:
-        return sys.intern(value)
-    return value
+        parts = [(sys.intern(k), *_compact(v)) for k, v in value.items()]
+        out: Any = {k: v for k, v, _ in parts}
+    elif isinstance(value, list):
+        parts = [(i, *_compact(v)) for i, v in enumerate(value)]
+        out = [v for _, v, _ in parts]
+    elif isinstance(value, str):
+        return (sys.intern(value) if len(value) <= INTERN_UP_TO else value), True
+    else:
+        return value, isinstance(value, _SCALARS)
+    if len(parts) > SHARE_UP_TO or not all(shareable for _, _, shareable in parts):
+        return out, False
+    # scalars by type and value (True is not 1), shared parts by identity (the table keeps them alive while it holds them)
+    key = (type(out), *((k, v.__class__, v if isinstance(v, _SCALARS) else id(v)) for k, v, _ in parts))
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= SHARED_KEPT:
+            _SHARED.clear()
+        found = _SHARED[key] = out
+    return found, True
 
 
 def _common(obj: JSON) -> JSON:

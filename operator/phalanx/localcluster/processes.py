@@ -15,7 +15,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-
 _STARTED: dict[int, subprocess.Popen[bytes]] = {}
 """The processes this one started, kept: a Popen dropped while its process runs is reaped by the next Popen made
 anywhere in this process (subprocess's own cleanup), and its exit status is lost with it."""

@@ -19,18 +19,44 @@ ClaimKey = tuple[str, str]
 """(namespace, name)."""
 
 
-def frozen_map(value: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(value or {}))
+EMPTY: Mapping[Any, Any] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
+def frozen_map(value: Mapping[Any, Any] | None = None) -> Mapping[Any, Any]:
+    """Read-only; every empty one is one object (a snapshot of 100,000 pods holds hundreds of thousands)."""
+    return MappingProxyType(dict(value)) if value else EMPTY
+
+
+_SHARED: dict[tuple[Any, ...], Mapping[Any, Any]] = {}
+SHARED_KEPT = 100_000
+"""Distinct maps `shared_map` remembers; past it, it starts afresh (the maps made stay valid, only less shared)."""
+
+
+def shared_map(value: Mapping[Any, Any] | None) -> Mapping[Any, Any]:
+    """`frozen_map`, one object for maps equal in keys, values and the values' types: the labels, requests and device
+    capacities thousands of pods and devices repeat. Maps with unhashable values are not shared."""
+    if not value:
+        return EMPTY
+    key = tuple((k, v.__class__, v) for k, v in value.items())
+    try:
+        found = _SHARED.get(key)
+    except TypeError:
+        return MappingProxyType(dict(value))
+    if found is None:
+        if len(_SHARED) >= SHARED_KEPT:
+            _SHARED.clear()
+        found = _SHARED[key] = MappingProxyType(dict(value))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
 class Taint:
     key: str
     value: str = ""
     effect: str = "NoSchedule"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Toleration:
     key: str = ""
     operator: Literal["", "Equal", "Exists"] = "Equal"
@@ -41,7 +67,7 @@ class Toleration:
     """tolerationSeconds: only NoExecute eviction reads it; kept so a device result can carry it back."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Requirement:
     """One matchExpressions/matchFields entry of a node selector term."""
 
@@ -51,7 +77,7 @@ class Requirement:
     field: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SelectorTerm:
     """Requirements ANDed; the terms of a node selector are ORed."""
 
@@ -62,7 +88,7 @@ Selector = tuple[Requirement, ...]
 """A label selector: matchLabels as `In` requirements, then matchExpressions; () selects every pod."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodTerm:
     """A required pod (anti-)affinity term, as kube-scheduler reads it once the API server has merged
     matchLabelKeys/mismatchLabelKeys into `selector` (a repeated merge changes nothing)."""
@@ -76,7 +102,7 @@ class PodTerm:
     """None: absent; (): `{}`, every namespace; otherwise it needs namespace labels, which the snapshot lacks."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Spread:
     """A topologySpreadConstraint with whenUnsatisfiable DoNotSchedule (ScheduleAnyway only scores)."""
 
@@ -89,7 +115,7 @@ class Spread:
     node_taints_policy: Literal["Honor", "Ignore"] = "Ignore"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostPort:
     port: int
     protocol: str = "TCP"
@@ -97,7 +123,7 @@ class HostPort:
     """0.0.0.0 binds every address of the node, so it clashes with the same port on any IP."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pod:
     """A non-terminal pod bound or pinned to a node: what pod affinity, spreading and host ports see of it."""
 
@@ -112,7 +138,7 @@ class Pod:
     """Being deleted: topology spreading no longer counts it, the other rules still do."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     name: str
     labels: Mapping[str, str] = field(default_factory=frozen_map)
@@ -123,7 +149,7 @@ class Node:
     """Sum of requests of every non-terminal pod bound or pinned here, including `pods`."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CapacityPolicy:
     """A device capacity as consumable capacity reads it (DRAConsumableCapacity): exact values, with its requestPolicy."""
 
@@ -136,7 +162,7 @@ class CapacityPolicy:
     step: Decimal | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CounterUse:
     """A device's consumesCounters entry: what it takes from one shared counter set of its pool."""
 
@@ -144,7 +170,7 @@ class CounterUse:
     counters: Mapping[str, Decimal] = field(default_factory=frozen_map)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Device:
     driver: str
     pool: str
@@ -173,14 +199,14 @@ class Device:
         return (self.driver, self.pool, self.name)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeviceClass:
     name: str
     selectors: tuple[str, ...] = ()
     config: tuple[Mapping[str, Any], ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeviceRequest:
     """A request (`exactly`), or one with `firstAvailable` subrequests tried in order (then `device_class` is empty)."""
 
@@ -196,7 +222,7 @@ class DeviceRequest:
     subrequests: tuple[DeviceRequest, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MatchAttribute:
     attribute: str
     requests: tuple[str, ...] = ()
@@ -205,7 +231,7 @@ class MatchAttribute:
     """distinctAttribute: every device takes a different value, instead of one shared value."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Claim:
     namespace: str
     name: str
@@ -226,7 +252,7 @@ class Claim:
         return (self.namespace, self.name)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Container:
     """One container's requests (every resource it names, by name), as kube-scheduler turns a pod's extended
     resources into device requests: each container is one request, named by its index and the resource's."""
@@ -237,7 +263,7 @@ class Container:
     """An init container with restartPolicy Always: it runs beside the regular containers."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Member:
     """A pod of the group, as the scheduler would see it."""
 
@@ -260,7 +286,7 @@ class Member:
     regular container asking for `requests`)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Group:
     namespace: str
     name: str
@@ -269,7 +295,7 @@ class Group:
     topology_key: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     nodes: tuple[Node, ...]
     devices: tuple[Device, ...] = ()
@@ -290,7 +316,7 @@ class Snapshot:
     """Every non-terminal pod bound or pinned to a node; gated members are not here."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VictimPod:
     """A running pod preemption may evict, and what its going frees."""
 
@@ -307,7 +333,7 @@ class VictimPod:
     """Shares of devices (results with a shareID) those claims hold, with the capacity each consumes."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Victim:
     """What preemption may take as one unit: a whole group (disruptionMode all), or one pod (a member of a
     `single` group, or a pod outside any group)."""

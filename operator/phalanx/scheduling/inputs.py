@@ -44,6 +44,7 @@ from phalanx.planner.model import (
     Taint,
     Toleration,
     frozen_map,
+    shared_map,
 )
 from phalanx.planner.nodes import selector_terms
 from phalanx.scheduling.accessors import (
@@ -92,7 +93,7 @@ def containers(pod: Mapping[str, Any]) -> tuple[Container, ...]:
     def of(c: Mapping[str, Any], init: bool) -> Container:
         requests = ((c.get("resources") or {}).get("requests")) or {}
         return Container(
-            frozen_map({k: quantity.amount(k, v) for k, v in requests.items()}),
+            shared_map({k: quantity.amount(k, v) for k, v in requests.items()}),
             init=init,
             sidecar=init and c.get("restartPolicy") == "Always",
         )
@@ -145,7 +146,7 @@ def node(obj: Mapping[str, Any], requested: Mapping[str, int]) -> Node:
         labels=frozen_map(obj["metadata"].get("labels")),
         taints=tuple(Taint(t["key"], t.get("value", ""), t.get("effect", "")) for t in spec.get("taints") or []),
         unschedulable=bool(spec.get("unschedulable")),
-        allocatable=frozen_map({k: quantity.amount(k, v) for k, v in allocatable.items()}),
+        allocatable=shared_map({k: quantity.amount(k, v) for k, v in allocatable.items()}),
         requested=frozen_map(requested),
     )
 
@@ -274,7 +275,7 @@ def _slice_devices(obj: Mapping[str, Any], driver: str, pool: str, rules: list[t
                 node_selector=selector,
                 all_nodes=bool(where.get("allNodes")),
                 attributes=frozen_map(attributes),
-                capacity=frozen_map(capacity),
+                capacity=shared_map(capacity),
                 generation=spec["pool"].get("generation", 0),
                 taints=taints,
                 consumes=tuple(
@@ -282,7 +283,7 @@ def _slice_devices(obj: Mapping[str, Any], driver: str, pool: str, rules: list[t
                     for c in d.get("consumesCounters") or ()
                 ),
                 allow_multiple=bool(d.get("allowMultipleAllocations")),
-                capacities=frozen_map({n: _capacity(v) for n, v in (d.get("capacity") or {}).items()}),
+                capacities=shared_map({n: _capacity(v) for n, v in (d.get("capacity") or {}).items()}),
                 binding_conditions=tuple(d.get("bindingConditions") or ()),
                 binding_failure_conditions=tuple(d.get("bindingFailureConditions") or ()),
                 binds_to_node=bool(d.get("bindsToNode")),
@@ -468,7 +469,7 @@ def existing(pod: Mapping[str, Any], node_name: str) -> Pod:
         namespace=meta["namespace"],
         name=meta["name"],
         node=node_name,
-        labels=frozen_map(meta.get("labels")),
+        labels=shared_map(meta.get("labels")),
         anti_affinity=pod_terms(pod, "podAntiAffinity"),
         host_ports=host_ports(pod),
         terminating=bool(meta.get("deletionTimestamp")),
