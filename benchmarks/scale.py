@@ -56,6 +56,8 @@ from phalanx.localcluster.fakegpu import NodeShape, create_once, node, resource_
 UPSTREAM_ATTEMPT_MS = (3.7, 5.7)
 """kube-scheduler's scheduler_perf gangscheduling: 1,000-3,000 gangs of 3 on 5,000 nodes, ms per PodGroup attempt."""
 START_WORKERS = 8
+CREATORS = 48
+"""Footprint pods created at once: the API server, not the bench, should be what limits the rate."""
 WAIT_SELECTOR = {"bench.phalanx.dev/pool": "nowhere"}
 
 
@@ -278,7 +280,7 @@ async def finish_waiting(way: tw.Way, waiting: int) -> None:
 
 
 async def footprint_levels(way: tw.Way, levels: list[int], budget: float, workers: list[str], idle: float = 20.0) -> list[dict[str, Any]]:
-    """The operator's RSS and CPU at each level of pods, bound directly to the workers, created 16 at a time."""
+    """The operator's RSS and CPU at each level of pods, bound directly to the workers, created CREATORS at a time."""
     assert way.operator is not None
     pid = way.operator.process.pid
     core = client.CoreV1Api(way.api)
@@ -322,7 +324,7 @@ async def footprint_levels(way: tw.Way, levels: list[int], budget: float, worker
 
 
 async def create_ballast(core: client.CoreV1Api, indices: range, workers: list[str], until: float) -> int:
-    """Pods `ballast-I` bound directly to the workers, 16 at a time, until `until` (monotonic); how many were created."""
+    """Pods `ballast-I` bound directly to the workers, CREATORS at a time, until `until` (monotonic); how many were created."""
     queue = iter(indices)
     created = 0
 
@@ -335,7 +337,7 @@ async def create_ballast(core: client.CoreV1Api, indices: range, workers: list[s
             await core.create_namespaced_pod("ballast", body)
             created += 1
 
-    await asyncio.gather(*(creator() for _ in range(16)))
+    await asyncio.gather(*(creator() for _ in range(CREATORS)))
     return created
 
 

@@ -15,7 +15,7 @@ import kopf
 from phalanx.api import keys
 from phalanx.api.intent import GangSpecError
 from phalanx.jobs import objects
-from phalanx.kube.client import ApiError, Kube, custom_path
+from phalanx.kube.client import ApiError, Kube, NotFound, custom_path
 from phalanx.scheduling import conditions
 
 NOT_GATED_MESSAGE = (
@@ -115,7 +115,13 @@ async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.Ga
     if merged is None:
         return
     (current,) = [c for c in merged if c["type"] == keys.GATED]
-    await kube.apply_status("PodGroup", source.namespace, source.pod_group_name, {"conditions": [current]}, keys.JOB_CONTROLLER)
+    try:
+        await kube.apply_status("PodGroup", source.namespace, source.pod_group_name, {"conditions": [current]}, keys.JOB_CONTROLLER)
+    except NotFound:
+        # the owner was deleted after the event this reconcile answers: the garbage collector took the PodGroup
+        # (and takes any this reconcile made again, whose owner is gone); nothing is left to report on
+        logger.info(f"PodGroup {source.namespace}/{source.pod_group_name} went before its PodsGated condition was written")
+        return
     if not source.gated:
         logger.warning(f"gang {source.kind} {source.namespace}/{source.name} was admitted without its scheduling gate")
         await kube.event(
