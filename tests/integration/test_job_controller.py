@@ -167,3 +167,24 @@ async def test_a_podgroup_gone_before_its_gating_condition_is_written_ends_the_r
         with caplog.at_level(logging.INFO, logger="test.reconcile"):
             await controller._report_gating(kube, source.reference(), source, {"metadata": {}}, logging.getLogger("test.reconcile"))
     assert any("went before its PodsGated condition was written" in r.getMessage() for r in caplog.records), caplog.text
+
+
+async def test_an_event_of_a_job_already_deleted_makes_no_workload_or_podgroup(
+    cluster: Cluster, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kopf's events can be minutes old on a busy operator: one answered after its Job was deleted made the Workload
+    and PodGroup again, which the garbage collector took again, over and over (a 2,048-rank Job's status updates).
+    The owner is read fresh before either is made."""
+    job = gang_job("deleted", annotations=MIN4)
+    job["metadata"] |= {"namespace": namespace, "uid": "00000000-0000-0000-0000-00000000beef"}  # no such Job
+    source = objects.from_job(job)
+    assert source is not None
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)
+    async with client.ApiClient(configuration) as api:
+        kube = Kube(api)
+        with caplog.at_level(logging.INFO, logger="test.reconcile"):
+            await controller.reconcile(kube, source, logging.getLogger("test.reconcile"))
+    assert any("is gone or going: no Workload or PodGroup made" in r.getMessage() for r in caplog.records), caplog.text
+    assert not _items(cluster, "workloads.scheduling.phalanx.dev", namespace)
+    assert not _items(cluster, "podgroups.scheduling.phalanx.dev", namespace)

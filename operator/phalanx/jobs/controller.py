@@ -84,14 +84,22 @@ async def reconcile(kube: Kube, source: objects.GangSource, logger: Any) -> None
     For any kind of gang owner: the Job's events call it, and so do the JobSet's (`jobsets.controller`).
     """
     job_ref = source.reference()
-    workload, created = await kube.create_custom("workloads", source.namespace, objects.workload(source).wire())
+    workload, created = await kube.get(custom_path("workloads", source.namespace, source.workload_name)), False
+    if workload is None:
+        if not await _owner_live(kube, source, logger):
+            return
+        workload, created = await kube.create_custom("workloads", source.namespace, objects.workload(source).wire())
     if created:
         await kube.event(job_ref, type_="Normal", reason="WorkloadCreated", message=f"Created Workload {source.workload_name}")
     elif patch := objects.min_count_patch(source, workload, workload_kind=True):
         await kube.merge_patch(custom_path("workloads", source.namespace, source.workload_name), patch)
-    pod_group, created = await kube.create_custom(
-        "podgroups", source.namespace, objects.pod_group(source, workload["metadata"]["uid"]).wire()
-    )
+    pod_group, created = await kube.get(custom_path("podgroups", source.namespace, source.pod_group_name)), False
+    if pod_group is None:
+        if not await _owner_live(kube, source, logger):
+            return
+        pod_group, created = await kube.create_custom(
+            "podgroups", source.namespace, objects.pod_group(source, workload["metadata"]["uid"]).wire()
+        )
     if created:
         await kube.event(
             job_ref,
@@ -105,6 +113,20 @@ async def reconcile(kube: Kube, source: objects.GangSource, logger: Any) -> None
             job_ref, type_="Normal", reason="MinCountUpdated", message=f"minCount of {source.pod_group_name} is now {source.min_count}"
         )
     await _report_gating(kube, job_ref, source, pod_group, logger)
+
+
+async def _owner_live(kube: Kube, source: objects.GangSource, logger: Any) -> bool:
+    """Before a Workload or PodGroup is made: the owner, read fresh, is the same object (uid) and not being deleted.
+
+    Kopf's events can be minutes old when the operator is busy (a 2,048-rank Job's status updates): one read before
+    its owner was deleted, answered after, made them again for the garbage collector to take again, over and over,
+    and the loop met a PodGroup of pods being deleted."""
+    group = "api/v1" if "/" not in source.api_version else f"apis/{source.api_version}"
+    owner = await kube.get(f"/{group}/namespaces/{source.namespace}/{source.kind.lower()}s/{source.name}")
+    if owner is not None and owner["metadata"].get("uid") == source.uid and not owner["metadata"].get("deletionTimestamp"):
+        return True
+    logger.info(f"{source.kind} {source.namespace}/{source.name} is gone or going: no Workload or PodGroup made for it")
+    return False
 
 
 async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.GangSource, pod_group: dict[str, Any], logger: Any) -> None:
