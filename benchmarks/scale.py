@@ -279,18 +279,21 @@ async def finish_waiting(way: tw.Way, waiting: int) -> None:
     await way.drained(timeout=900)
 
 
-async def footprint_levels(way: tw.Way, levels: list[int], budget: float, workers: list[str], idle: float = 20.0) -> list[dict[str, Any]]:
-    """The operator's RSS and CPU at each level of pods, bound directly to the workers, created CREATORS at a time."""
+async def footprint_levels(
+    way: tw.Way, levels: list[int], budget: float, workers: list[str], out: list[dict[str, Any]], idle: float = 20.0
+) -> None:
+    """The operator's RSS and CPU at each level of pods, bound directly to the workers, created CREATORS at a time;
+    each level's row appended to `out` as it is measured (a run stopped midway keeps the levels it reached)."""
     assert way.operator is not None
     pid = way.operator.process.pid
     core = client.CoreV1Api(way.api)
     rss, c0 = tw._proc_stat(pid)
     await asyncio.sleep(idle)
     rss, c1 = tw._proc_stat(pid)
-    out: list[dict[str, Any]] = [
+    out.append(
         {"pods": 0, "target": 0, "create_seconds": 0.0, "cpu_while_creating_percent": 0.0, "rss_mib": rss}
         | {"rss_settling_mib": rss, "cpu_idle_percent": 100 * (c1 - c0) / idle, "hwm_mib": _hwm(pid)}
-    ]
+    )
     have = 0
     spent = 0.0
     for level in levels:
@@ -320,7 +323,6 @@ async def footprint_levels(way: tw.Way, levels: list[int], budget: float, worker
         if reached < level:
             say(f"footprint: {level:,} pods not reached within the {budget:.0f} s budget; stopped at {reached:,}")
             break
-    return out
 
 
 async def create_ballast(core: client.CoreV1Api, indices: range, workers: list[str], until: float) -> int:
@@ -385,7 +387,7 @@ async def measure(
                 noted(f"waiting {waiting}")
                 await finish_waiting(p, waiting)
         if "footprint" in plan.workloads:
-            out["footprint"] = await footprint_levels(p, plan.levels, plan.budget, workers)
+            await footprint_levels(p, plan.levels, plan.budget, workers, out["footprint"])
             noted("footprint")
     finally:
         for w in opened:
