@@ -237,7 +237,7 @@ class LocalCluster:
         return path
 
     def down(self) -> None:
-        dradriver.stop(self.kubeconfig)  # its slices go with the cluster: deleting them one by one took 12 min at 5,000 nodes
+        self.stop_driver()
         jobset.stop(self.kubeconfig)
         if not self.cluster_dir.exists():
             return
