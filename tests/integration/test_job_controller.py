@@ -155,13 +155,8 @@ async def test_a_podgroup_gone_before_its_gating_condition_is_written_ends_the_r
     """A Job deleted while one of its events is reconciled: the garbage collector takes its PodGroup between the
     reconcile's read and its status write (seen at 2,048 ranks, a Kopf handler failing with a 404 traceback on
     every such deletion). The write's 404 ends the reconcile with a line that says why, not an error."""
-    job = gang_job("gone", annotations=MIN4)
-    job["metadata"] |= {"namespace": namespace, "uid": "00000000-0000-0000-0000-00000000dead"}
-    source = objects.from_job(job)
-    assert source is not None
-    configuration = client.Configuration()
-    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)
-    async with client.ApiClient(configuration) as api:
+    source = _source_of_no_job(namespace, "gone")
+    async with await _api(cluster) as api:
         kube = Kube(api)
         assert await kube.get(custom_path("podgroups", namespace, source.pod_group_name)) is None  # the scenario
         with caplog.at_level(logging.INFO, logger="test.reconcile"):
@@ -175,16 +170,26 @@ async def test_an_event_of_a_job_already_deleted_makes_no_workload_or_podgroup(
     """Kopf's events can be minutes old on a busy operator: one answered after its Job was deleted made the Workload
     and PodGroup again, which the garbage collector took again, over and over (a 2,048-rank Job's status updates).
     The owner is read fresh before either is made."""
-    job = gang_job("deleted", annotations=MIN4)
-    job["metadata"] |= {"namespace": namespace, "uid": "00000000-0000-0000-0000-00000000beef"}  # no such Job
-    source = objects.from_job(job)
-    assert source is not None
-    configuration = client.Configuration()
-    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)
-    async with client.ApiClient(configuration) as api:
+    source = _source_of_no_job(namespace, "deleted")
+    async with await _api(cluster) as api:
         kube = Kube(api)
         with caplog.at_level(logging.INFO, logger="test.reconcile"):
             await controller.reconcile(kube, source, logging.getLogger("test.reconcile"))
     assert any("is gone or going: no Workload or PodGroup made" in r.getMessage() for r in caplog.records), caplog.text
     assert not _items(cluster, "workloads.scheduling.phalanx.dev", namespace)
     assert not _items(cluster, "podgroups.scheduling.phalanx.dev", namespace)
+
+
+def _source_of_no_job(namespace: str, name: str) -> objects.GangSource:
+    """The gang source of a Job that is not on the API server (as a late event's is, once its Job was deleted)."""
+    job = gang_job(name, annotations=MIN4)
+    job["metadata"] |= {"namespace": namespace, "uid": "00000000-0000-0000-0000-00000000dead"}
+    source = objects.from_job(job)
+    assert source is not None
+    return source
+
+
+async def _api(cluster: Cluster) -> client.ApiClient:
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)
+    return client.ApiClient(configuration)
