@@ -27,7 +27,7 @@ from phalanx.kube.informers import ClusterView
 from phalanx.localcluster import demo, operatorproc
 from phalanx.planner import Fits, plan
 from phalanx.planner.model import Group
-from phalanx.scheduling import accessors, inputs
+from phalanx.scheduling import accessors, inputs, teardown
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.reserve import NotLeading, ReleaseAborted, Releaser
 
@@ -497,5 +497,47 @@ async def test_a_release_stops_at_the_first_step_after_its_lease_may_be_lost(clu
             for p in pods:
                 pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}")
                 assert accessors.gated(pod), f"{p['metadata']['name']}: no gate lifted after the Lease may be lost"
+        finally:
+            await view.stop()
+
+
+async def test_no_claim_is_freed_under_a_running_pod_whatever_the_watch_shows(cluster: Cluster, namespace: str) -> None:
+    """The rollback, the teardown and the freeing of a torn-down gang's claims decide from the watch which claims are
+    idle; after an API server restart the watch can show a member still gated that kube-scheduler has bound. Here
+    both callers are handed that stale belief for two bound members: each claim must stay allocated and reserved,
+    because the last word is a fresh read of its users."""
+    pods = _hand_made_gang(cluster, namespace)
+    async with await _api(cluster) as api:
+        kube = Kube(api)
+        view = ClusterView(kube)
+        await view.start()
+        try:
+            fits = await _plan_by_hand(view, namespace, pods)
+            stale = {p["metadata"]["uid"]: p for p in (view.pods.get(namespace, p["metadata"]["name"]) for p in pods) if p}
+            assert len(stale) == 2 and all(accessors.gated(p) for p in stale.values()), "the belief handed over: both gated"
+            releaser = Releaser(kube, view, Holes(kube), settle=0)
+            reservation = await releaser.release(await kube.get(custom_path("podgroups", namespace, "by-hand")), fits)
+            await asyncio.to_thread(wait_for, lambda: len(_bound(cluster.get("pods", "-n", namespace)["items"])) == 2, "both members bound")
+
+            def claims() -> list[dict[str, Any]]:
+                return [cluster.get("resourceclaim", c.name, "-n", namespace) for c in reservation.claims]
+
+            before = claims()
+            assert all(accessors.allocated_ids(c) and c["status"].get("reservedFor") for c in before), before
+            await releaser.deallocate_claims(namespace, reservation.claims)
+
+            def as_read(_: str, name: str) -> dict[str, Any]:
+                return next(c for c in before if c["metadata"]["name"] == name)
+
+            freeing = teardown.Freeing(kube)
+            # the teardown remembers the members' claims; the sweep is handed the members as gated, never bound
+            freeing.watch(stale.values(), as_read)
+            assert len(freeing.due(stale, as_read)) == 2, "both claims look idle to the sweep"
+            assert await freeing.sweep(stale, as_read) == 0
+
+            for claim, was in zip(claims(), before, strict=True):
+                assert claim["status"].get("allocation") == was["status"]["allocation"], f"{claim['metadata']['name']} kept its devices"
+                assert claim["status"].get("reservedFor") == was["status"]["reservedFor"], f"{claim['metadata']['name']} kept its users"
+            assert len(freeing.pending) == 2, "still remembered: freed once their pods stop"
         finally:
             await view.stop()

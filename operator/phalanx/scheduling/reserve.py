@@ -49,7 +49,7 @@ from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits, extended
 from phalanx.planner.allocator import Result
 from phalanx.planner.model import DeviceId, Toleration
-from phalanx.scheduling import accessors, conditions, inflight, metrics
+from phalanx.scheduling import accessors, conditions, deallocation, inflight, metrics
 from phalanx.scheduling.accessors import allocated_ids, claim_name, claim_names, dedicated_ids, gated, shares
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.inputs import extended_resources
@@ -384,7 +384,8 @@ class Releaser:
         await all_answered(self._deallocate(namespace, c) for c in claims)
 
     async def _deallocate(self, namespace: str, claim: schema.ClaimReservation) -> None:
-        """Clear one claim's allocation if it is still exactly ours; a concurrent change is re-read and judged again."""
+        """Clear one claim's allocation if it is still exactly ours and none of its users may run (`deallocation`); a
+        concurrent change is re-read and judged again."""
         mine = {(r.driver, r.pool, r.device) for r in claim.results}
         for _ in range(5):
             obj = await self.kube.get(claim_path(namespace, claim.name))
@@ -392,13 +393,7 @@ class Releaser:
             if obj is None or obj["metadata"]["uid"] != claim.uid or not held or not held <= mine:
                 return
             try:
-                await self.kube.merge_patch(
-                    claim_path(namespace, claim.name, status=True),
-                    {
-                        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                        "status": {"allocation": None, "reservedFor": None},
-                    },
-                )
+                await deallocation.clear(self.kube, obj)
                 return
             except NotFound:
                 return

@@ -44,8 +44,8 @@ from typing import Any
 
 from phalanx.api import keys
 from phalanx.crashpoints import crash_point
-from phalanx.kube.client import ApiError, Conflict, Forbidden, Invalid, Kube, NotFound, Throttled, all_answered, claim_path, pod_path
-from phalanx.scheduling import conditions, metrics
+from phalanx.kube.client import ApiError, Conflict, Forbidden, Invalid, Kube, NotFound, Throttled, all_answered, pod_path
+from phalanx.scheduling import conditions, deallocation, metrics
 from phalanx.scheduling.accessors import allocated_ids, claim_names, may_run
 
 logger = logging.getLogger(__name__)
@@ -240,22 +240,13 @@ class Freeing:
         return sum(freed)
 
     async def _free(self, obj: Mapping[str, Any]) -> bool:
-        """Allocation and reservedFor cleared (status), then the delete-protection finalizer taken off (metadata), each
-        conditional on the version before it, as the resourceclaim controller does once a claim's users are done."""
-        meta = obj["metadata"]
-        path = claim_path(meta["namespace"], meta["name"])
+        """Allocation and reservedFor cleared, then the delete-protection finalizer taken off, as the resourceclaim
+        controller does once a claim's users are done; kept (for the next sweep) while a fresh read finds one that
+        may still run, which the watch did not show yet."""
         try:
-            freed = await self.kube.merge_patch(
-                claim_path(meta["namespace"], meta["name"], status=True),
-                {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": {"allocation": None, "reservedFor": None}},
-            )
-            self.pending.pop(meta["uid"], None)
-            finalizers = freed["metadata"].get("finalizers") or []
-            if keys.DELETE_PROTECTION in finalizers:
-                others = [f for f in finalizers if f != keys.DELETE_PROTECTION]
-                await self.kube.merge_patch(
-                    path, {"metadata": {"resourceVersion": freed["metadata"]["resourceVersion"], "finalizers": others or None}}
-                )
+            freed = await deallocation.clear(self.kube, obj, unprotect=True)
         except (Conflict, NotFound):
             return False  # changed or gone meanwhile: the next sweep judges it again, or forgets it
-        return True
+        if freed:
+            self.pending.pop(obj["metadata"]["uid"], None)
+        return freed
