@@ -14,11 +14,13 @@ machine can run their suites side by side.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -83,6 +85,30 @@ class Cluster:
 def pytest_configure(config: pytest.Config) -> None:
     """SIGTERM (CI timeouts, `kill`) unwinds like Ctrl-C, so fixtures still stop every process they started."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+_NOISE = ("aiohttp.access", "Webhook '", "Handler 'job_event' succeeded")
+_SET_UP = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_SET_UP] = time.time()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report carries the tail of every operator log written while it ran: CI keeps the report,
+    not the logs, which the fixtures delete."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    for log in sorted(Path(tempfile.gettempdir()).glob(f"phalanx-operator-{TEST_CLUSTER}*.log")):
+        with contextlib.suppress(OSError):
+            if log.stat().st_mtime >= item.stash.get(_SET_UP, call.start):
+                lines = [line for line in log.read_text(errors="replace").splitlines() if not any(n in line for n in _NOISE)]
+                report.sections.append((f"operator log {log.name} (last 150 lines)", "\n".join(lines[-150:])))
 
 
 @pytest.fixture(scope="session")
