@@ -138,3 +138,24 @@ def test_a_started_process_is_judged_by_its_pid_running_or_how_it_ended(tmp_path
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(running, signal.SIGKILL)
+
+
+def test_stopping_waits_to_reap_a_process_that_has_left_the_process_list_but_not_yet_exited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process drops its cmdline (so `find` stops seeing it) a moment before it can be reaped; under load that
+    moment grows, and a stop that reaped once and returned left a zombie (CI's test_localcluster zombie check). Here
+    `find` stops seeing it at once while it takes half a second to exit."""
+    import time
+
+    from phalanx.localcluster import processes
+
+    pid = processes.start(["sh", "-c", 'trap "sleep 0.5; exit 0" TERM; sleep 30 & wait'], tmp_path / "kubeconfig", tmp_path / "slow.log")
+    time.sleep(0.3)  # the trap is set
+    seen = iter([{pid: {}}])
+    monkeypatch.setattr(processes, "find", lambda binary, kubeconfig: next(seen, {}))
+    processes.stop("sh", tmp_path / "kubeconfig")
+    time.sleep(1.0)  # long past its exit
+    stat = Path(f"/proc/{pid}/stat")
+    state = stat.read_text().rsplit(")", 1)[1].split()[0] if stat.exists() else None
+    assert state is None, f"the stopped process is left in state {state} (Z: a zombie nobody reaped)"

@@ -77,7 +77,10 @@ def stop(binary: str, kubeconfig: Path, timeout: float = 10) -> None:
                 _signal_group(pid, signal.SIGKILL)
             deadline = time.monotonic() + timeout
         time.sleep(0.1)
-    _reap(signalled)
+    # a process drops its cmdline (so `find` no longer sees it) a moment before it can be reaped: wait for that
+    deadline = time.monotonic() + timeout
+    while _reap(signalled) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def exit_status(pid: int) -> str | None:
@@ -98,8 +101,9 @@ def exit_status(pid: int) -> str | None:
     return f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
 
 
-def _reap(pids: set[int]) -> None:
-    """Collect the exit status of processes this one started, so none lingers as a zombie; others' are not ours to reap."""
+def _reap(pids: set[int]) -> set[int]:
+    """Collect the exit status of processes this one started, so none lingers as a zombie; others' are not ours to
+    reap. Returns (and leaves in `pids`) those of ours still running."""
     for pid in list(pids):
         if (proc := _STARTED.get(pid)) is not None:
             if proc.poll() is not None:
@@ -110,6 +114,7 @@ def _reap(pids: set[int]) -> None:
                 pids.discard(pid)
         except ChildProcessError:
             pids.discard(pid)
+    return pids
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
