@@ -10,9 +10,10 @@ Slices: the session cluster's, from dra-example-driver's plugin (3 workers x 2 G
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -388,7 +389,7 @@ async def _api(cluster: Cluster) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-def _hand_made_gang(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+def _hand_made_gang(cluster: Cluster, namespace: str, *, grace: int = 1) -> list[dict[str, Any]]:
     """Two gated one-GPU pods and their PodGroup, made by hand: no Job, and no operator acts on it. The job-name label
     without a controlling Job makes it nobody's group (without it, it would be a user's own, and the module's running
     operator would resume or undo the release the test is making)."""
@@ -404,7 +405,7 @@ def _hand_made_gang(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": f"by-hand-{i}"},
-            "spec": {**one_gpu_pod_spec(), "schedulingGates": [{"name": keys.SCHEDULING_GATE}]},
+            "spec": {**one_gpu_pod_spec(grace=grace), "schedulingGates": [{"name": keys.SCHEDULING_GATE}]},
         }
         for i in range(2)
     ]
@@ -432,6 +433,22 @@ async def _plan_by_hand(view: ClusterView, namespace: str, pods: list[dict[str, 
     result = plan(snapshot, group)
     assert isinstance(result, Fits), result
     return result
+
+
+@contextlib.asynccontextmanager
+async def _by_hand(
+    cluster: Cluster, namespace: str, *, grace: int = 1
+) -> AsyncIterator[tuple[list[dict[str, Any]], Kube, ClusterView, Fits]]:
+    """The hand-made gang, a client and a started view of the cluster, and the gang's plan on it."""
+    pods = _hand_made_gang(cluster, namespace, grace=grace)
+    async with await _api(cluster) as api:
+        kube = Kube(api)
+        view = ClusterView(kube)
+        await view.start()
+        try:
+            yield pods, kube, view, await _plan_by_hand(view, namespace, pods)
+        finally:
+            await view.stop()
 
 
 async def test_a_conditional_allocation_write_that_loses_is_seen_as_lost(cluster: Cluster, namespace: str) -> None:
@@ -472,72 +489,78 @@ async def test_a_release_stops_at_the_first_step_after_its_lease_may_be_lost(clu
     """The Lease may be lost between two steps of a release (a renewal starved, the API server slow): the release
     writes nothing more, not even a rollback, so nothing of it can land after the next leader's own writes. What
     was written stays recorded (Reserving) for the next leader to finish or undo."""
-    pods = _hand_made_gang(cluster, namespace)
-    async with await _api(cluster) as api:
-        kube = Kube(api)
-        view = ClusterView(kube)
-        await view.start()
-        try:
-            fits = await _plan_by_hand(view, namespace, pods)
-            group_obj = await kube.get(custom_path("podgroups", namespace, "by-hand"))
-            claims = [c.name for c in fits.claims]
+    async with _by_hand(cluster, namespace) as (pods, kube, view, fits):
+        group_obj = await kube.get(custom_path("podgroups", namespace, "by-hand"))
+        claims = [c.name for c in fits.claims]
 
-            def leading() -> bool:
-                """Held through the record and the claims' writes, lost once the watch shows them (before the gate lifts)."""
-                return not all(accessors.allocated_ids(view.claims.get(namespace, name) or {}) for name in claims)
+        def leading() -> bool:
+            """Held through the record and the claims' writes, lost once the watch shows them (before the gate lifts)."""
+            return not all(accessors.allocated_ids(view.claims.get(namespace, name) or {}) for name in claims)
 
-            releaser = Releaser(kube, view, Holes(kube), settle=0, leading=leading)
-            with pytest.raises(NotLeading):
-                await releaser.release(group_obj, fits)
-            record = (await kube.get(custom_path("podgroups", namespace, "by-hand")))["status"]["reservation"]
-            assert record["state"] == "Reserving", "the record stays for the next leader"
-            for name in claims:
-                claim = await kube.get(claim_path(namespace, name))
-                assert (claim.get("status") or {}).get("allocation"), f"{name}: written before the Lease was lost, not rolled back"
-            for p in pods:
-                pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}")
-                assert accessors.gated(pod), f"{p['metadata']['name']}: no gate lifted after the Lease may be lost"
-        finally:
-            await view.stop()
+        releaser = Releaser(kube, view, Holes(kube), settle=0, leading=leading)
+        with pytest.raises(NotLeading):
+            await releaser.release(group_obj, fits)
+        record = (await kube.get(custom_path("podgroups", namespace, "by-hand")))["status"]["reservation"]
+        assert record["state"] == "Reserving", "the record stays for the next leader"
+        for name in claims:
+            claim = await kube.get(claim_path(namespace, name))
+            assert (claim.get("status") or {}).get("allocation"), f"{name}: written before the Lease was lost, not rolled back"
+        for p in pods:
+            pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}")
+            assert accessors.gated(pod), f"{p['metadata']['name']}: no gate lifted after the Lease may be lost"
 
 
 async def test_no_claim_is_freed_under_a_running_pod_whatever_the_watch_shows(cluster: Cluster, namespace: str) -> None:
     """The rollback, the teardown and the freeing of a torn-down gang's claims decide from the watch which claims are
     idle; after an API server restart the watch can show a member still gated that kube-scheduler has bound. Here
     both callers are handed that stale belief for two bound members: each claim must stay allocated and reserved,
-    because the last word is a fresh read of its users."""
-    pods = _hand_made_gang(cluster, namespace)
-    async with await _api(cluster) as api:
-        kube = Kube(api)
-        view = ClusterView(kube)
-        await view.start()
-        try:
-            fits = await _plan_by_hand(view, namespace, pods)
-            stale = {p["metadata"]["uid"]: p for p in (view.pods.get(namespace, p["metadata"]["name"]) for p in pods) if p}
-            assert len(stale) == 2 and all(accessors.gated(p) for p in stale.values()), "the belief handed over: both gated"
-            releaser = Releaser(kube, view, Holes(kube), settle=0)
-            reservation = await releaser.release(await kube.get(custom_path("podgroups", namespace, "by-hand")), fits)
-            await asyncio.to_thread(wait_for, lambda: len(_bound(cluster.get("pods", "-n", namespace)["items"])) == 2, "both members bound")
+    because the last word is a fresh read of its users. A member deleted keeps its claim through its grace period
+    (8 s, running), and only once it is gone is the claim freed."""
+    async with _by_hand(cluster, namespace, grace=8) as (pods, kube, view, fits):
+        stale = {p["metadata"]["uid"]: p for p in (view.pods.get(namespace, p["metadata"]["name"]) for p in pods) if p}
+        assert len(stale) == 2 and all(accessors.gated(p) for p in stale.values()), "the belief handed over: both gated"
+        releaser = Releaser(kube, view, Holes(kube), settle=0)
+        reservation = await releaser.release(await kube.get(custom_path("podgroups", namespace, "by-hand")), fits)
+        await asyncio.to_thread(wait_for, lambda: len(_bound(cluster.get("pods", "-n", namespace)["items"])) == 2, "both members bound")
 
-            def claims() -> list[dict[str, Any]]:
-                return [cluster.get("resourceclaim", c.name, "-n", namespace) for c in reservation.claims]
+        def claims() -> list[dict[str, Any]]:
+            return [cluster.get("resourceclaim", c.name, "-n", namespace) for c in reservation.claims]
 
-            before = claims()
-            assert all(accessors.allocated_ids(c) and c["status"].get("reservedFor") for c in before), before
-            await releaser.deallocate_claims(namespace, reservation.claims)
+        before = claims()
+        assert all(accessors.allocated_ids(c) and c["status"].get("reservedFor") for c in before), before
+        await releaser.deallocate_claims(namespace, reservation.claims)
 
-            def as_read(_: str, name: str) -> dict[str, Any]:
-                return next(c for c in before if c["metadata"]["name"] == name)
+        def as_read(_: str, name: str) -> dict[str, Any]:
+            return next(c for c in before if c["metadata"]["name"] == name)
 
-            freeing = teardown.Freeing(kube)
-            # the teardown remembers the members' claims; the sweep is handed the members as gated, never bound
-            freeing.watch(stale.values(), as_read)
-            assert len(freeing.due(stale, as_read)) == 2, "both claims look idle to the sweep"
-            assert await freeing.sweep(stale, as_read) == 0
+        freeing = teardown.Freeing(kube)
+        # the teardown remembers the members' claims; the sweep is handed the members as gated, never bound
+        freeing.watch(stale.values(), as_read)
+        assert len(freeing.due(stale, as_read)) == 2, "both claims look idle to the sweep"
+        assert await freeing.sweep(stale, as_read) == 0
 
-            for claim, was in zip(claims(), before, strict=True):
-                assert claim["status"].get("allocation") == was["status"]["allocation"], f"{claim['metadata']['name']} kept its devices"
-                assert claim["status"].get("reservedFor") == was["status"]["reservedFor"], f"{claim['metadata']['name']} kept its users"
-            assert len(freeing.pending) == 2, "still remembered: freed once their pods stop"
-        finally:
-            await view.stop()
+        for claim, was in zip(claims(), before, strict=True):
+            assert claim["status"].get("allocation") == was["status"]["allocation"], f"{claim['metadata']['name']} kept its devices"
+            assert claim["status"].get("reservedFor") == was["status"]["reservedFor"], f"{claim['metadata']['name']} kept its users"
+        assert len(freeing.pending) == 2, "still remembered: freed once their pods stop"
+
+        # one member deleted runs out its grace period on its device: kept while it runs, freed once it is gone
+        member = pods[0]["metadata"]["name"]
+        ours = next(c for c in reservation.claims if any(r["name"] == member for r in as_read("", c.name)["status"]["reservedFor"]))
+        cluster.kubectl("delete", "pod", member, "-n", namespace, "--wait=false")
+        stopping = cluster.get("pod", member, "-n", namespace)
+        assert stopping["metadata"].get("deletionTimestamp") and stopping["spec"].get("nodeName"), "running out its grace"
+        await releaser.deallocate_claims(namespace, [ours])
+        assert accessors.allocated_ids(cluster.get("resourceclaim", ours.name, "-n", namespace)), "kept while its pod stops"
+        assert cluster.get("pod", member, "-n", namespace)["metadata"]["uid"] == stopping["metadata"]["uid"], "still stopping then"
+
+        loop = asyncio.get_running_loop()
+
+        def freed() -> bool:
+            if cluster.kubectl("get", "pod", member, "-n", namespace, check=False).returncode == 0:
+                return False
+            asyncio.run_coroutine_threadsafe(releaser.deallocate_claims(namespace, [ours]), loop).result()
+            got = cluster.kubectl("get", "resourceclaim", ours.name, "-n", namespace, "-o", "json", check=False)
+            return got.returncode != 0 or not accessors.allocated_ids(json.loads(got.stdout))  # freed, or collected with its pod
+
+        await asyncio.to_thread(wait_for, freed, "the claim freed once its pod is gone", 60)
