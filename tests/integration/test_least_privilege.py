@@ -393,10 +393,9 @@ CLAIMS = "phalanx-operator-claims"
 
 
 def test_the_operator_writes_a_claims_status_only_as_phalanx_does(installed: Cluster, namespace: str, gang_pods: list[str]) -> None:
-    """Its own code (reserve.Releaser) as its ServiceAccount allocates a claim for a gang's pod and undoes it, and
-    it may add back the claim's owner pod kube-scheduler unreserved; any other status write is refused: reservedFor
-    changed without the allocation (another pod added, one removed), a consumer that is no pod, a change to
-    status.devices (the driver's)."""
+    """Its own code (reserve.Releaser) as its ServiceAccount allocates a claim for a gang's pod and undoes it; any
+    other status write is refused: reservedFor changed without the allocation, a consumer that is no pod, a change
+    to status.devices (the driver's)."""
     first, second = gang_pods
     uid = {p["metadata"]["name"]: p["metadata"]["uid"] for p in installed.get("pods", "-n", namespace)["items"]}
     users = {name: {"resource": "pods", "name": name, "uid": uid[name]} for name in gang_pods}
@@ -444,21 +443,6 @@ def test_the_operator_writes_a_claims_status_only_as_phalanx_does(installed: Clu
     alone = "may write a claim's reservedFor only together with its allocation"
     _refused(status({"status": {"reservedFor": [users[first], users[second]]}}), CLAIMS, alone)
     _refused(status({"status": {"reservedFor": None}}), CLAIMS, alone)
-
-    # kube-scheduler's Unreserve of a pod whose bind went through (admin stands in, with its very patch): the
-    # operator may add back only the pod that owns the claim, onto the allocation as it is, and nothing more
-    unreserve = {"metadata": {"uid": created["metadata"]["uid"]}, "status": {"reservedFor": [{"$patch": "delete", "uid": uid[first]}]}}
-    patch = ["-n", namespace, "patch", "resourceclaim", "gpu", "--subresource=status", "--type=strategic", "-p", json.dumps(unreserve)]
-    assert not (json.loads(installed.kubectl(*patch, "-o", "json").stdout)["status"].get("reservedFor")), "kube-scheduler's strip happened"
-    back = "or add back to an allocated claim the one pod that owns it"
-    _refused(status({"status": {"reservedFor": [users[first]]}}), CLAIMS, back)
-    owner = {"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": first, "uid": uid[first]}]}}
-    installed.kubectl("-n", namespace, "patch", "resourceclaim", "gpu", "--type=merge", "-p", json.dumps(owner))
-    _refused(status({"status": {"reservedFor": [users[second]]}}), CLAIMS, back)
-    _refused(status({"status": {"reservedFor": [users[first], users[second]]}}), CLAIMS, back)
-    added = status({"status": {"reservedFor": [users[first]]}})
-    assert added.returncode == 0, added.stderr
-    assert installed.get("resourceclaim", "gpu", "-n", namespace)["status"]["reservedFor"] == [users[first]]
 
     # the driver's status of its device (admin stands in for the driver); the API server refuses any change to it
     # without `resourceclaims/driver` rights (DRAResourceClaimGranularStatusAuthorization), a test-only grant shows

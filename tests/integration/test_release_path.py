@@ -309,36 +309,6 @@ def test_required_anti_affinity_spreads_a_gang_one_rank_per_node(cluster: Cluste
     assert len({p["spec"]["nodeName"] for p in pods}) == 3, [p["spec"]["nodeName"] for p in pods]
 
 
-def test_a_bound_member_kube_scheduler_unreserved_from_its_claim_is_reserved_again(
-    cluster: Cluster, fast_operator: Any, namespace: str
-) -> None:
-    """kube-scheduler's Unreserve after a binding whose answer was lost (an API server restart under it) takes a
-    bound member out of its claim's reservedFor and leaves the allocation: a kubelet would never start that pod, on
-    devices no one else can have. Admin sends Unreserve's very patch; the operator must add the member back."""
-    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("unres", 2, backoff_limit=0)))
-    member = wait_for(lambda: (b := _bound(_pods(cluster, namespace, "unres"))) and len(b) == 2 and b[0], "the gang bound")
-    uid = member["metadata"]["uid"]
-    name = member["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-    before = cluster.get("resourceclaim", name, "-n", namespace)
-    assert uid in {r["uid"] for r in before["status"]["reservedFor"]}
-    unreserve = {"metadata": {"uid": before["metadata"]["uid"]}, "status": {"reservedFor": [{"$patch": "delete", "uid": uid}]}}
-    patch = ["-n", namespace, "patch", "resourceclaim", name, "--subresource=status", "--type=strategic", "-p", json.dumps(unreserve)]
-    stripped = json.loads(cluster.kubectl(*patch, "-o", "json").stdout)
-    assert uid not in {r["uid"] for r in stripped["status"].get("reservedFor") or []}, "the strip happened"
-
-    def reserved_again() -> dict | None:
-        claim = cluster.get("resourceclaim", name, "-n", namespace)
-        return claim if uid in {r["uid"] for r in claim["status"].get("reservedFor") or []} else None
-
-    claim = wait_for(reserved_again, f"{member['metadata']['name']} reserved again on {name}", timeout=30)
-    assert claim["status"]["allocation"] == before["status"]["allocation"], "the same devices, not a new allocation"
-    assert claim["metadata"]["resourceVersion"] != stripped["metadata"]["resourceVersion"]
-    selector = f"reason=ClaimReservedAgain,involvedObject.uid={uid}"
-    events = wait_for(lambda: cluster.get("events", "-n", namespace, "--field-selector", selector)["items"], "the Event on the member")
-    assert name in events[0]["message"], events
-
-
 def test_an_admin_access_monitor_shares_devices_with_everyone(cluster: Cluster, fast_operator: Any, namespace: str) -> None:
     cluster.kubectl("label", "namespace", namespace, "resource.kubernetes.io/admin-access=true")
     monitor_claim = {

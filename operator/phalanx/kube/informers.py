@@ -29,7 +29,6 @@ from phalanx.api.keys import GROUP, VERSION
 from phalanx.kube import trim
 from phalanx.kube.client import ApiError, Kube
 from phalanx.scheduling import metrics
-from phalanx.scheduling.unreserved import Unreserved
 
 logger = logging.getLogger(__name__)
 
@@ -288,8 +287,6 @@ class ClusterView:
         """Pods that Succeeded before they went: a member that finished its work and was removed is not lost."""
         self.allocations = AllocationOrder()
         """Which claim was allocated first, where two hold one device."""
-        self.unreserved = Unreserved()
-        """Pods an allocated claim stopped listing in reservedFor: kube-scheduler's Unreserve of a bound pod."""
         self.revision = 0
         """Moves on with every change any informer sees: equal revisions, equal view."""
         self.changed_since = time.monotonic()
@@ -326,8 +323,8 @@ class ClusterView:
             "/apis/resource.k8s.io/v1/resourceclaims",
             resource.list_resource_claim_for_all_namespaces,
             trim.claim,
-            on_gone=self._claim_gone,
-            on_write=self._claim_written,
+            on_gone=self.allocations.forget,
+            on_write=self.allocations.note,
         )
         self.classes = informer("deviceclasses", "/apis/resource.k8s.io/v1/deviceclasses", resource.list_device_class)
         self.priorities = informer("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", scheduling.list_priority_class)
@@ -351,14 +348,6 @@ class ClusterView:
             self.taint_rules,
         ]
         self._tasks: list[asyncio.Task[None]] = []
-
-    def _claim_written(self, before: dict[str, Any] | None, after: dict[str, Any]) -> None:
-        self.allocations.note(before, after)
-        self.unreserved.note(before, after)
-
-    def _claim_gone(self, claim: dict[str, Any]) -> None:
-        self.allocations.forget(claim)
-        self.unreserved.gone(claim)
 
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in self.informers]

@@ -39,7 +39,7 @@ from typing import Any
 
 from phalanx.api import intent, keys, schema
 from phalanx.crashpoints import crash_point
-from phalanx.kube.client import Conflict, Kube, NotFound, all_answered, custom_path
+from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Member, Snapshot
@@ -64,7 +64,6 @@ from phalanx.scheduling import (
     repair,
     shortfall,
     teardown,
-    unreserved,
     victims,
     waits,
 )
@@ -182,7 +181,6 @@ class SchedulingLoop:
         """False once this replica may have lost its Lease: no group is touched after that."""
 
     async def run(self) -> None:
-        self.view.unreserved.scan(self.view.claims.items())  # a strip the watch saw before this replica led
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.view.changed.wait(), timeout=self._next_wake())
@@ -237,14 +235,6 @@ class SchedulingLoop:
             except Exception:
                 metrics.ERRORS.labels(stage="free").inc()
                 logger.exception("claims of members torn down not freed; the resourceclaim controller frees them, or the next cycle")
-        if self.view.unreserved.lost and self.leading():
-            try:
-                await self._reserve_again()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                metrics.ERRORS.labels(stage="reserve-again").inc()
-                logger.exception("claims unreserved from bound members not reserved again; retrying next cycle")
         self._preempted = {v.uid: self._preempted_by(g) for g, _ in groups if (n := accessors.nomination(g)) is not None for v in n.victims}
         metrics.INCOMPLETE_GROUP_DEVICES.set(quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get))
         waits.publish(waits.current(groups, self._quorum_since(), time.monotonic()))  # every cycle: fresh on a quiet cluster
@@ -1009,22 +999,6 @@ class SchedulingLoop:
                             metrics.REPAIRS.labels(action="teardown").inc()
                     continue
                 await self._evict_holders(later, f"device {device} is held by {kept_by}, which allocated it first")
-
-    async def _reserve_again(self) -> None:
-        """Each bound member kube-scheduler unreserved from a claim our reservation allocated is reserved again."""
-        ours = repair.reserved_claims(self.view.podgroups.items())
-        for todo in self.view.unreserved.due(self.view.claims.get, self.view.pods.get, ours.__contains__):
-            try:
-                if await unreserved.restore(self.kube, todo):
-                    metrics.RESERVED_AGAIN.inc()
-                    logger.warning(
-                        "%s/%s: reserved again for %s, bound, which kube-scheduler had unreserved",
-                        _ns(todo.claim),
-                        _name(todo.claim),
-                        _name(todo.pod),
-                    )
-            except Conflict:
-                continue  # the claim moved on: its next write is judged again
 
     async def _evict_holders(self, claim: Mapping[str, Any], why: str, reason: str = DOUBLE_ALLOCATED) -> None:
         """The pods using a claim that holds a device it must give up (allocated second, or taken from a preemptor):

@@ -58,10 +58,6 @@ REPAIRS = Counter(
     "Double allocations repaired, by action: a released gang torn down (teardown) or a later holder's pod evicted (eviction).",
     ["action"],
 )
-RESERVED_AGAIN = Counter(
-    "phalanx_claims_reserved_again_total",
-    "Claims reserved again for a bound member kube-scheduler had unreserved from them (a binding whose answer was lost).",
-)
 ROLLBACKS = Counter("phalanx_reservation_rollbacks_total", "Reservations undone before their gang was released.")
 RELEASED_PODS = Counter("phalanx_released_pods_total", "Pods whose scheduling gate Phalanx lifted.")
 EVICTIONS = Counter("phalanx_evictions_total", "Pods Phalanx took down, by reason (the Event reason on the pod).", ["reason"])
