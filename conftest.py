@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
-from phalanx.localcluster.cluster import build_binaries
+from phalanx.localcluster.cluster import build_binaries, cache_dir
 
 ROOT = Path(__file__).parent
 WORKLOADS = ROOT / "e2e" / "workloads"
@@ -89,17 +89,23 @@ def pytest_configure(config: pytest.Config) -> None:
 
 _NOISE = ("aiohttp.access", "Webhook '", "Handler 'job_event' succeeded")
 _SET_UP = pytest.StashKey[float]()
+_SCHEDULER_AT = pytest.StashKey[dict[Path, int]]()
+
+
+def _scheduler_logs() -> list[Path]:
+    return sorted((cache_dir() / "kwok" / "clusters").glob(f"{TEST_CLUSTER}*/logs/kube-scheduler.log"))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     item.stash[_SET_UP] = time.time()
+    item.stash[_SCHEDULER_AT] = {log: log.stat().st_size for log in _scheduler_logs() if log.exists()}
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A failed test's report carries the tail of every operator log written while it ran: CI keeps the report,
-    not the logs, which the fixtures delete."""
+    """A failed test's report carries the tail of every operator log written while it ran, and kube-scheduler's
+    errors, warnings and binding lines since it began: CI keeps the report, not the logs, which the fixtures delete."""
     outcome = yield
     report = outcome.get_result()
     if report.when != "call" or not report.failed:
@@ -109,6 +115,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             if log.stat().st_mtime >= item.stash.get(_SET_UP, call.start):
                 lines = [line for line in log.read_text(errors="replace").splitlines() if not any(n in line for n in _NOISE)]
                 report.sections.append((f"operator log {log.name} (last 150 lines)", "\n".join(lines[-150:])))
+    for log in _scheduler_logs():
+        with contextlib.suppress(OSError), log.open(errors="replace") as f:
+            f.seek(item.stash.get(_SCHEDULER_AT, {}).get(log, 0))
+            lines = [line.rstrip() for line in f if line[:1] in "EW" or "bind" in line.lower() or "unreserve" in line.lower()]
+            if lines:
+                report.sections.append(
+                    (f"kube-scheduler {log.parent.parent.name}: errors, warnings, binds (last 60)", "\n".join(lines[-60:]))
+                )
 
 
 @pytest.fixture(scope="session")

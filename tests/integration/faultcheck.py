@@ -5,7 +5,8 @@ devices the slices publish) and returns what is wrong, in words, so every
 fault test asserts the same invariants:
 - no device is held by two claims;
 - no pod that still runs (bound, and not stopped: a deleted pod runs out its
-  grace period) has lost the devices of its claims;
+  grace period) has lost the devices of its claims, and once settled each
+  of its claims is reserved for it (a kubelet prepares no other);
 - no device is held for a pod that is gone, or once it has stopped;
 - no device is held, and no pod pinned, for a pod still behind our gate
   unless a PodGroup's recorded reservation names it (the intent a restart
@@ -104,22 +105,45 @@ def _claims_of(pod: dict[str, Any]) -> set[str]:
     }
 
 
+def _running_claims(snapshot: Snapshot) -> list[tuple[dict[str, Any], str, dict[str, Any] | None]]:
+    """(pod, claim name, claim or None) for each claim of each pod bound and not yet stopped."""
+    claims = {c["metadata"]["name"]: c for c in snapshot.claims}
+    return [
+        (pod, name, claims.get(name))
+        for pod in snapshot.pods
+        if pod["spec"].get("nodeName") and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        for name in sorted(_claims_of(pod))
+    ]
+
+
+def _reserved(claim: dict[str, Any] | None) -> set[str]:
+    return {r["uid"] for r in ((claim or {}).get("status") or {}).get("reservedFor") or []}
+
+
 def unbacked(snapshot: Snapshot) -> list[str]:
     """Pods bound and not yet stopped (a deleted one runs out its grace period) whose claim no longer holds their
     devices for them: deallocated, deleted, or reserved for others. The device can then go to a second pod while the
     first still uses it. Checked at any moment; a pod binding between the two reads of a snapshot can show here
-    once, a real loss shows in every snapshot until the pod stops."""
-    claims = {c["metadata"]["name"]: c for c in snapshot.claims}
-    out = []
-    for pod in snapshot.pods:
-        if not pod["spec"].get("nodeName") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        for name in sorted(_claims_of(pod)):
-            claim = claims.get(name)
-            reserved = {r["uid"] for r in ((claim or {}).get("status") or {}).get("reservedFor") or []}
-            if claim is None or not held(claim) or pod["metadata"]["uid"] not in reserved:
-                out.append(f"pod {pod['metadata']['name']} still runs but its claim {name} no longer holds its devices for it")
-    return out
+    once, a real loss shows in every snapshot until the pod stops.
+
+    A claim left allocated and reserved for no one is no loss: kube-scheduler's Unreserve leaves exactly that when
+    a binding it saw fail had gone through (an API server killed under it), no allocator can take those devices,
+    and the resourceclaim controller reserves the claim for its bound pod again (`unreserved`, once settled)."""
+    return [
+        f"pod {pod['metadata']['name']} still runs but its claim {name} no longer holds its devices for it"
+        for pod, name, claim in _running_claims(snapshot)
+        if claim is None or not held(claim) or (_reserved(claim) and pod["metadata"]["uid"] not in _reserved(claim))
+    ]
+
+
+def unreserved(snapshot: Snapshot) -> list[str]:
+    """Pods bound and not yet stopped whose allocated claim does not list them in reservedFor: a kubelet refuses to
+    prepare such a claim, so the pod would never start. Judged once settled (see `unbacked`)."""
+    return [
+        f"pod {pod['metadata']['name']} is bound but its claim {name} is not reserved for it"
+        for pod, name, claim in _running_claims(snapshot)
+        if claim is not None and held(claim) and not _reserved(claim)
+    ]
 
 
 class Continuous:
@@ -129,16 +153,19 @@ class Continuous:
     def __init__(self) -> None:
         self._unbacked: set[str] = set()
         self.snapshots = 0
+        self.unreserved: list[str] = []
+        """Claims seen held but reserved for no one under a bound pod (no fault until settled; see `unbacked`)."""
 
     def check(self, snapshot: Snapshot) -> list[str]:
         self.snapshots += 1
+        self.unreserved += [f"#{self.snapshots}: {u}" for u in unreserved(snapshot)]
         now = set(unbacked(snapshot))
         persistent, self._unbacked = now & self._unbacked, now
         return double_held(snapshot) + sorted(persistent)
 
 
 def violations(snapshot: Snapshot) -> list[str]:
-    out = double_held(snapshot) + unbacked(snapshot)
+    out = double_held(snapshot) + unbacked(snapshot) + unreserved(snapshot)
     pods = {p["metadata"]["uid"]: p for p in snapshot.pods}
     intended_claims = {c["uid"] for g in snapshot.podgroups for c in ((g.get("status") or {}).get("reservation") or {}).get("claims") or []}
     intended_pods = {
@@ -181,9 +208,9 @@ def violations(snapshot: Snapshot) -> list[str]:
 
 
 def fingerprint(snapshot: Snapshot) -> tuple[Any, ...]:
-    """What changes while the cluster is still moving: who is bound, gated, and what each claim holds."""
+    """What changes while the cluster is still moving: who is bound, gated, and what each claim holds and for whom."""
     pods = sorted((p["metadata"]["name"], p["metadata"]["uid"], bool(p["spec"].get("nodeName")), gated(p), live(p)) for p in snapshot.pods)
-    claims = sorted((c["metadata"]["name"], tuple(held(c))) for c in snapshot.claims)
+    claims = sorted((c["metadata"]["name"], tuple(held(c)), tuple(sorted(_reserved(c)))) for c in snapshot.claims)
     states = sorted(
         (g["metadata"]["name"], ((g.get("status") or {}).get("reservation") or {}).get("state") or "") for g in snapshot.podgroups
     )
@@ -212,8 +239,8 @@ def settle(
     quiet: float = 4,
     continuous: Continuous | None = None,
 ) -> Snapshot:
-    """Wait until each Job in `expect` has that many members bound, no reservation is half done, and nothing moved for
-    `quiet` s; every snapshot on the way is judged as it is taken (`Continuous`), not only the last."""
+    """Wait until each Job in `expect` has that many members bound, no reservation is half done, every bound pod's
+    claims are reserved for it, and nothing moved for `quiet` s; every snapshot on the way is judged as it is taken (`Continuous`), not only the last."""
     continuous = continuous or Continuous()
     deadline = time.monotonic() + timeout
     last, since = None, time.monotonic()
@@ -221,8 +248,10 @@ def settle(
         snapshot = take(cluster.kubectl, namespace)
         wrong = continuous.check(snapshot)
         assert not wrong, f"after {continuous.snapshots} snapshots: {wrong}\n{summary(snapshot)}"
-        done = all(bound(snapshot, job) == n for job, n in expect.items()) and not any(
-            ((g.get("status") or {}).get("reservation") or {}).get("state") == "Reserving" for g in snapshot.podgroups
+        done = (
+            all(bound(snapshot, job) == n for job, n in expect.items())
+            and not any(((g.get("status") or {}).get("reservation") or {}).get("state") == "Reserving" for g in snapshot.podgroups)
+            and not unreserved(snapshot)
         )
         now = time.monotonic()
         if fingerprint(snapshot) != last or not done:

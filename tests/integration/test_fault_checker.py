@@ -80,3 +80,15 @@ def test_the_continuous_check_names_a_lost_device_seen_twice_in_a_row() -> None:
     assert continuous.check(held) == []
     assert continuous.check(lost) == []
     assert "no longer holds its devices" in continuous.check(lost)[0]
+
+
+def test_a_claim_kube_scheduler_unreserved_is_no_loss_while_it_holds_the_devices_but_is_named_once_settled() -> None:
+    running = pod("a", node="w")
+    running["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "ca"}]
+    stripped = claim("ca", "a", "gpu-0")
+    stripped["status"]["reservedFor"] = []  # Unreserve's strategic-merge delete, the allocation left as it was
+    stripped["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "a", "uid": "uid-a"}]  # made from a template
+    snapshot = faultcheck.Snapshot(pods=[running], claims=[stripped], podgroups=[], devices=1)
+    continuous = faultcheck.Continuous()
+    assert continuous.check(snapshot) == [] and continuous.check(snapshot) == [], "the devices stay held: no loss"
+    assert faultcheck.violations(snapshot) == ["pod a is bound but its claim ca is not reserved for it"]

@@ -38,6 +38,13 @@ if [[ "${PHALANX_JOBSET:-0}" == 1 ]]; then
 fi
 if [[ ${#missing[@]} -eq 0 ]]; then echo "$BIN"; exit 0; fi
 
+# One build at a time per cache: two test runs starting together once both built
+# jobset-controller into the same temporary file, and the second `mv` failed.
+# The one that waits finds the binaries built (each step checks before it builds).
+mkdir -p "$CACHE"
+exec 9>"$CACHE/build.lock"
+flock 9
+
 log() { echo "build-kube: $*" >&2; }
 mkdir -p "$BIN" "$DRIVER_BIN" "$NODE_BIN" "$JOBSET_BIN"
 
