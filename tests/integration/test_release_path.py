@@ -309,6 +309,45 @@ def test_required_anti_affinity_spreads_a_gang_one_rank_per_node(cluster: Cluste
     assert len({p["spec"]["nodeName"] for p in pods}) == 3, [p["spec"]["nodeName"] for p in pods]
 
 
+def test_a_bound_member_kube_scheduler_unreserved_is_reserved_again_by_the_resourceclaim_controller(
+    cluster: Cluster, fast_operator: Any, namespace: str
+) -> None:
+    """kube-scheduler's Unreserve after a binding that went through though it saw it fail (an API server killed under
+    it) takes a bound member out of its claim's reservedFor and leaves the allocation. The fault checker counts that
+    as no loss on the word of kube-controller-manager's resourceclaim controller, which reserves an allocated claim
+    for its bound pod again; this holds it to that (admin sends Unreserve's very patch), and the operator keeps out."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang("unres", 2, backoff_limit=0)))
+    member = wait_for(lambda: (b := _bound(_pods(cluster, namespace, "unres"))) and len(b) == 2 and b[0], "the gang bound")
+    uid = member["metadata"]["uid"]
+    name = member["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    before = cluster.get("resourceclaim", name, "-n", namespace, "--show-managed-fields")
+    assert uid in {r["uid"] for r in before["status"]["reservedFor"]}
+    unreserve = {"metadata": {"uid": before["metadata"]["uid"]}, "status": {"reservedFor": [{"$patch": "delete", "uid": uid}]}}
+    patch = ["-n", namespace, "patch", "resourceclaim", name, "--subresource=status", "--type=strategic", "-p", json.dumps(unreserve)]
+    stripped = json.loads(cluster.kubectl(*patch, "-o", "json").stdout)
+    assert not stripped["status"].get("reservedFor") and stripped["status"]["allocation"], "the strip happened, the devices stay held"
+
+    def reserved_again() -> dict | None:
+        claim = cluster.get("resourceclaim", name, "-n", namespace, "--show-managed-fields")
+        return claim if uid in {r["uid"] for r in claim["status"].get("reservedFor") or []} else None
+
+    claim = wait_for(reserved_again, f"{member['metadata']['name']} reserved again on {name}", timeout=30)
+    assert claim["status"]["allocation"] == before["status"]["allocation"], "the same devices, not a new allocation"
+    assert "kube-controller-manager" not in _reservers(before) and "kube-controller-manager" in _reservers(claim), [
+        claim["metadata"]["managedFields"]
+    ]
+
+
+def _reservers(claim: dict) -> set[str]:
+    """The field managers that own part of the claim's reservedFor."""
+    return {
+        m["manager"]
+        for m in claim["metadata"].get("managedFields") or []
+        if m.get("subresource") == "status" and "f:reservedFor" in ((m.get("fieldsV1") or {}).get("f:status") or {})
+    }
+
+
 def test_an_admin_access_monitor_shares_devices_with_everyone(cluster: Cluster, fast_operator: Any, namespace: str) -> None:
     cluster.kubectl("label", "namespace", namespace, "resource.kubernetes.io/admin-access=true")
     monitor_claim = {
