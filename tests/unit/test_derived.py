@@ -122,3 +122,33 @@ def test_objects_made_by_hand_sharing_a_uid_and_version_are_told_apart_by_name()
     views: Derived[str] = Derived()
     assert views.get(_pod("a", "1", uid="same"), None, lambda: "a") == "a"
     assert views.get(_pod("b", "1", uid="same"), None, lambda: "b") == "b"
+
+
+def _rule(version: str) -> JSON:
+    spec = {"deviceSelector": {"driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}, "taint": {"key": "k", "effect": "NoSchedule"}}
+    return {"metadata": {"name": "maintenance", "uid": "rule-uid", "resourceVersion": version}, "spec": spec}
+
+
+def test_what_the_slices_publish_is_served_whole_until_a_slice_or_a_taint_rule_changes() -> None:
+    reuse = inputs.Reuse()
+    nodes, pods = [_node("n1"), _node("n2")], [_pod("a", "1")]
+    slices = [_slice("n1"), _slice("n2")]
+    first = _both(reuse, nodes, pods, slices)
+    derived = reuse.slices.derived
+    again = _both(reuse, nodes, [_pod("a", "2", cpu="2")], slices)
+    assert again.devices is first.devices and reuse.slices.derived == derived, "no slice changed: served whole"
+    grown = _both(reuse, nodes, pods, [_slice("n1", "2", devices=3), slices[1]])
+    assert len(grown.devices) == 5 and reuse.slices.derived == derived + 1, "one slice changed: only its devices derived again"
+    assert _both(reuse, nodes, pods, [slices[1]]).devices == tuple(d for d in first.devices if d.pool == "n2"), "a slice gone"
+
+    ruled = inputs.build(nodes, pods, slices, [], [], [_rule("1")], reuse=reuse)
+    assert [d.taints for d in ruled.devices if d.name == "gpu-0" and d.pool == "n1"] != [()], "a rule taints its device"
+    assert inputs.build(nodes, pods, slices, [], [], [_rule("1")], reuse=reuse).devices is ruled.devices
+    assert inputs.build(nodes, pods, slices, [], [], reuse=reuse).devices == first.devices, "the rule gone: untainted again"
+
+    by_hand = _slice("n1")
+    del by_hand["metadata"]["resourceVersion"]
+    assert (
+        inputs.build(nodes, pods, [by_hand], [], [], reuse=reuse).devices
+        is not inputs.build(nodes, pods, [by_hand], [], [], reuse=reuse).devices
+    )
