@@ -603,3 +603,45 @@ async def test_no_claim_is_freed_under_a_running_pod_whatever_the_watch_shows(cl
             return got.returncode != 0 or not accessors.allocated_ids(json.loads(got.stdout))  # freed, or collected with its pod
 
         await asyncio.to_thread(wait_for, freed, "the claim freed once its pod is gone", 60)
+
+
+class _CountingKube(Kube):
+    """Counts the fresh reads of PodGroups: what a release's records cost beyond their writes."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        super().__init__(api)
+        self.group_reads = 0
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        self.group_reads += "/podgroups/" in path
+        return await super().get(path)
+
+
+async def test_a_record_is_judged_on_the_copy_at_hand_and_read_afresh_only_when_that_copy_is_behind(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Each record of a release is conditional on the PodGroup's resourceVersion. Judged on the copy the release
+    already has (the watch's, then its own last write's answer), a release reads no PodGroup at all; a copy that
+    moved on (its version, or a record it does not show yet) is read afresh, and only a fresh read that shows
+    another record stops the writer (NotLeading)."""
+    async with _by_hand(cluster, namespace) as (_, plain, view, fits):
+        kube = _CountingKube(plain.api)
+        path = custom_path("podgroups", namespace, "by-hand")
+        first = await kube.get(path)
+        releaser = Releaser(kube, view, Holes(kube), settle=0)
+        kube.group_reads = 0
+        released = await releaser.release(first, fits)
+        assert released.state == "Released" and kube.group_reads == 0, f"{kube.group_reads} PodGroup read(s) for a release"
+
+        copy = await kube.get(path)
+        cluster.kubectl("label", "podgroups.scheduling.phalanx.dev", "by-hand", "-n", namespace, "moved=on")
+        kube.group_reads = 0
+        written = await releaser.record(copy, released, expected=released)
+        assert kube.group_reads == 1, "a copy whose version moved on: its write refused (Conflict), then one fresh read"
+        assert written["metadata"]["labels"]["moved"] == "on"
+
+        kube.group_reads = 0
+        cleared = await releaser.record(first, None, expected=released)
+        assert kube.group_reads == 1 and not (cleared.get("status") or {}).get("reservation"), "a copy without the record: read afresh"
+        with pytest.raises(NotLeading):
+            await releaser.record(first, released, expected=released)

@@ -240,10 +240,10 @@ class Releaser:
         steps = steps or Steps()
         reservation = reservation_of(fits)
         self._still_leading()
-        await self.record(pod_group, reservation, expected=None)
+        recorded = await self.record(pod_group, reservation, expected=None)
         steps.done("record")
         crash_point("reserve.after-record")
-        return await self.complete(pod_group, reservation, steps=steps)
+        return await self.complete(recorded, reservation, steps=steps)
 
     async def release_member(self, pod_group: Mapping[str, Any], fits: Fits) -> schema.Reservation:
         """A late member of a group already released: the same steps, without touching the group's record."""
@@ -403,30 +403,38 @@ class Releaser:
 
     async def record(
         self, pod_group: Mapping[str, Any], reservation: schema.Reservation | None, *, expected: schema.Reservation | object | None = ANY
-    ) -> None:
-        """Write `status.reservation`. With `expected` (the record this release began from), only while the record is
-        still that one, conditional on the PodGroup's resourceVersion as read: a deposed leader's write cannot land
-        over what a new leader recorded or undid since (NotLeading: this release stops, writing nothing more)."""
+    ) -> dict[str, Any]:
+        """Write `status.reservation`; returns the PodGroup as written. With `expected` (the record this release
+        began from), only while the record is still that one, conditional on the PodGroup's resourceVersion as
+        judged: a deposed leader's write cannot land over what a new leader recorded or undid since (NotLeading:
+        this release stops, writing nothing more). It is judged first on `pod_group` as the caller has it (the
+        watch's copy, or the answer to this release's last record), and read afresh only when that copy has
+        moved on: each read saved is a round trip of every release on a loaded API server."""
         body = reservation.wire() if reservation is not None else None
         meta = pod_group["metadata"]
         path = custom_path("podgroups", meta["namespace"], meta["name"], status=True)
         if expected is ANY:
-            await self.kube.merge_patch(path, {"status": {"reservation": body}})
-            return
-        for _ in range(5):
+            return await self.kube.merge_patch(path, {"status": {"reservation": body}})
+        want = _identity(expected if isinstance(expected, schema.Reservation) else None)
+        held: Mapping[str, Any] | None = pod_group if meta.get("resourceVersion") else None
+        for _ in range(6):
             self._still_leading()
-            current = await self.kube.get(custom_path("podgroups", meta["namespace"], meta["name"]))
-            if current is None or current["metadata"]["uid"] != meta["uid"]:
-                raise ReleaseAborted("the PodGroup is gone")
-            if _identity(accessors.reservation(current)) != _identity(expected if isinstance(expected, schema.Reservation) else None):
+            fresh, current = held is None, held
+            held = None
+            if current is None:
+                current = await self.kube.get(custom_path("podgroups", meta["namespace"], meta["name"]))
+                if current is None or current["metadata"]["uid"] != meta["uid"]:
+                    raise ReleaseAborted("the PodGroup is gone")
+            if _identity(accessors.reservation(current)) != want:
+                if not fresh:
+                    continue  # the copy at hand may be behind: only a fresh read can say another replica took over
                 raise NotLeading("the recorded reservation changed under this release: another replica has taken it over")
             try:
-                await self.kube.merge_patch(
+                return await self.kube.merge_patch(
                     path, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": {"reservation": body}}
                 )
-                return
             except Conflict:
-                continue  # the PodGroup changed (its counts, its conditions): the record is judged again
+                continue  # the PodGroup changed (its counts, its conditions), or the copy was behind: judged again on a fresh read
         raise ReleaseAborted("the PodGroup kept changing while its reservation was being recorded")
 
     async def protect(self, pods: Iterable[Mapping[str, Any]]) -> None:
