@@ -435,6 +435,8 @@ class Releaser:
                 )
             except Conflict:
                 continue  # the PodGroup changed (its counts, its conditions), or the copy was behind: judged again on a fresh read
+            except NotFound as exc:
+                raise ReleaseAborted("the PodGroup is gone") from exc
         raise ReleaseAborted("the PodGroup kept changing while its reservation was being recorded")
 
     async def protect(self, pods: Iterable[Mapping[str, Any]]) -> None:
