@@ -97,16 +97,16 @@ class Reuse:
     claims: Derived[Claim] = field(default_factory=Derived)
     requests: dict[Requests, Requests] = field(default_factory=dict)
     """Each distinct set of requests once: most pods ask alike, and 100,000 copies would cost 16 MiB."""
-    published: tuple[tuple[tuple[str, str], ...], Published] | None = None
-    """What every slice and DeviceTaintRule publishes, by their (uid, resourceVersion)s in order: slices change
-    rarely, and at 5,000 slices grouping them into pools (three walks a build) took a quarter of every build."""
+    published: tuple[Any, Published] | None = None
+    """What the slices publish, by every slice's and DeviceTaintRule's (uid, resourceVersion), in order: slices
+    change rarely, and at 5,000 slices grouping them into pools (three walks a build) took a quarter of every build."""
 
     def shared(self, requests: Requests) -> Requests:
         return self.requests.setdefault(requests, requests)
 
-    def sweep(self, *, slices: bool = True) -> None:
-        """End a build; `slices` False keeps the slices' devices (the build served them whole from `published`)."""
-        for derived in (self.pods, self.nodes, self.claims, *((self.slices,) if slices else ())):
+    def sweep(self) -> None:
+        """End a build. The slices' devices are swept by `published`, only when it derived them again."""
+        for derived in (self.pods, self.nodes, self.claims):
             derived.sweep()
         if len(self.requests) > 4 * len(self.pods) + 1024:  # sets no pod asks for any more
             self.requests.clear()
@@ -344,9 +344,8 @@ def counters(
 def published(slices: Iterable[Mapping[str, Any]], taint_rules: Iterable[Mapping[str, Any]] = (), reuse: Reuse | None = None) -> Published:
     """What the slices offer, served whole from `reuse` while no slice and no rule changed."""
     slices, taint_rules = list(slices), list(taint_rules)
-    versions = _versions(slices)
-    rule_versions = _versions(taint_rules)
-    key = None if versions is None or rule_versions is None else (*versions, ("rules", ""), *rule_versions)
+    versions, rule_versions = _versions(slices), _versions(taint_rules)
+    key = None if versions is None or rule_versions is None else (versions, rule_versions)
     if reuse is not None and key is not None and reuse.published is not None and reuse.published[0] == key:
         return reuse.published[1]
     pools = _pools(slices)
@@ -356,6 +355,7 @@ def published(slices: Iterable[Mapping[str, Any]], taint_rules: Iterable[Mapping
         incomplete=tuple(incomplete_pools(slices, pools)),
     )
     if reuse is not None:
+        reuse.slices.sweep()
         reuse.published = None if key is None else (key, out)
     return out
 
@@ -583,7 +583,6 @@ def build(
         total["pods"] += 1
     claims = list(claims)
     classes = list(classes)
-    before = kept.published
     offered = published(slices, taint_rules, kept)
     claim_objs = [kept.claims.get(c, None, lambda c=c: claim(c)) for c in claims]
     held = {d for c in claims for d in dedicated_ids(c)}
@@ -608,7 +607,7 @@ def build(
         extended=frozen_map(extended_resources(classes)),
         incomplete=offered.incomplete,
     )
-    kept.sweep(slices=before is None or kept.published is not before)
+    kept.sweep()
     return built
 
 

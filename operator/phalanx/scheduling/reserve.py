@@ -416,25 +416,25 @@ class Releaser:
         if expected is ANY:
             return await self.kube.merge_patch(path, {"status": {"reservation": body}})
         want = _identity(expected if isinstance(expected, schema.Reservation) else None)
-        held: Mapping[str, Any] | None = pod_group if meta.get("resourceVersion") else None
+        current: Mapping[str, Any] | None = pod_group if meta.get("resourceVersion") else None
         for _ in range(6):
             self._still_leading()
-            fresh, current = held is None, held
-            held = None
+            fresh = current is None
             if current is None:
                 current = await self.kube.get(custom_path("podgroups", meta["namespace"], meta["name"]))
                 if current is None or current["metadata"]["uid"] != meta["uid"]:
                     raise ReleaseAborted("the PodGroup is gone")
             if _identity(accessors.reservation(current)) != want:
-                if not fresh:
-                    continue  # the copy at hand may be behind: only a fresh read can say another replica took over
-                raise NotLeading("the recorded reservation changed under this release: another replica has taken it over")
+                if fresh:
+                    raise NotLeading("the recorded reservation changed under this release: another replica has taken it over")
+                current = None  # the copy at hand may be behind: only a fresh read can say another replica took over
+                continue
             try:
                 return await self.kube.merge_patch(
                     path, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": {"reservation": body}}
                 )
             except Conflict:
-                continue  # the PodGroup changed (its counts, its conditions), or the copy was behind: judged again on a fresh read
+                current = None  # the PodGroup changed (its counts, its conditions), or the copy was behind: read afresh
             except NotFound as exc:
                 raise ReleaseAborted("the PodGroup is gone") from exc
         raise ReleaseAborted("the PodGroup kept changing while its reservation was being recorded")
