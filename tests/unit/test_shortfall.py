@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from builders import GPU, cluster, gang, node, running, term, with_rules
 from phalanx.planner import DeviceMatcher, Short, plan
-from phalanx.planner.model import Pod, PodTerm, Requirement, frozen_map
+from phalanx.planner.model import Pod, PodTerm, Requirement, Taint, frozen_map
 from phalanx.scheduling import shortfall
 from phalanx.scheduling.shortfall import Shortfalls, capacity, dimensions_of, freed, group_key
 
@@ -36,6 +36,23 @@ def test_a_republished_device_counts_as_new() -> None:
     before = cluster()
     after = replace(before, devices=tuple(replace(d, generation=1) if d.name == "gpu-0" else d for d in before.devices))
     assert shortfall.DEVICES in freed(capacity(before), capacity(after))
+
+
+def test_a_device_untainted_counts_as_new() -> None:
+    """A maintainer's DeviceTaintRule deleted frees nothing held, yet a group that did not tolerate the taint may now
+    use the device: a move, or the gang waiting for it would wait until something else moved."""
+    group, claims = gang("g", 2)
+    untainted = _with_claims(cluster(), claims)
+    tainted = replace(untainted, devices=tuple(replace(d, taints=(Taint("maintenance"),)) for d in untainted.devices))
+    assert shortfall.DEVICES in freed(capacity(tainted), capacity(untainted))
+    assert isinstance(plan(tainted, group, DeviceMatcher()), Short)
+    memo = Shortfalls()
+    memo.observe(capacity(tainted))
+    memo.remember("uid-g", group_key(group, tainted, 0))
+    assert memo.still_short("uid-g", group_key(group, tainted, 0))
+    memo.observe(capacity(untainted))
+    assert not memo.still_short("uid-g", group_key(group, untainted, 0)), "planned again once its devices are untainted"
+    assert not isinstance(plan(untainted, group, DeviceMatcher()), Short)
 
 
 def test_a_node_added_or_untainted_frees_nodes_and_its_resources() -> None:

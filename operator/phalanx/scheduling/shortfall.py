@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx.planner.model import Claim, Group, Snapshot
+from phalanx.planner.model import Claim, Group, Snapshot, Taint
 from phalanx.planner.nodes import blocking_reason
 
 DEVICES = "devices"
@@ -66,9 +66,10 @@ NATIVE = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 class Capacity:
     """What a snapshot offers a waiting group, reduced to what can be compared cheaply."""
 
-    free_devices: frozenset[tuple[str, str, str, int, str | None]]
-    """(driver, pool, device, pool generation, its node if local to one) of every device not held: a republished
-    device counts as new."""
+    free_devices: frozenset[tuple[str, str, str, int, str | None, tuple[Taint, ...]]]
+    """(driver, pool, device, pool generation, its node if local to one, its taints) of every device not held: a
+    republished device counts as new, and so does one whose taints changed (a DeviceTaintRule deleted, a driver
+    untainting it), which may open it to a group that did not tolerate them."""
     free: Mapping[str, Mapping[str, int]]
     """Node -> resource -> allocatable minus requested."""
     shape: Mapping[str, Any]
@@ -89,7 +90,7 @@ def capacity(snapshot: Snapshot, policy: Any = None) -> Capacity:
         free[node.name] = {k: v - node.requested.get(k, 0) for k, v in node.allocatable.items()}
         shape[node.name] = (tuple(sorted(node.labels.items())), node.taints, node.unschedulable)
     return Capacity(
-        free_devices=frozenset((*d.id, d.generation, d.node_name) for d in snapshot.devices if d.id not in snapshot.held),
+        free_devices=frozenset((*d.id, d.generation, d.node_name, d.taints) for d in snapshot.devices if d.id not in snapshot.held),
         free=free,
         shape=shape,
         pods=frozenset((p.namespace, p.name, p.node, bool(p.anti_affinity)) for p in snapshot.pods),
