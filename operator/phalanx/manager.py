@@ -76,6 +76,7 @@ class OperatorConfig:
     ready_backoff: float = 60.0
     ready_backoff_max: float = 3600.0
     hold_after: float = 300.0
+    release_concurrency: int = 4
     metrics_port: int | None = 8000
     metrics_listen: str = "0.0.0.0"
     readiness: str | None = "http://0.0.0.0:8081/readyz"
@@ -180,6 +181,7 @@ async def _lead(memo: kopf.Memo, logger: Any) -> None:
         ready_deadline=cfg.ready_deadline,
         ready_backoff=(cfg.ready_backoff, cfg.ready_backoff_max),
         hold_after=cfg.hold_after,
+        release_concurrency=cfg.release_concurrency,
     )
     loop.leading = lambda: memo.elector.leading
 

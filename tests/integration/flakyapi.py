@@ -85,10 +85,17 @@ def flaky_lifts(cluster: Cluster, namespace: str, flaky: FlakyLifts, *, timeout:
 
 @contextmanager
 def validating_webhook(
-    cluster: Cluster, namespace: str, review: Callable[[dict[str, Any]], dict[str, Any]], rule: dict[str, Any], *, name: str, timeout: int
+    cluster: Cluster,
+    namespace: str,
+    review: Callable[[dict[str, Any]], dict[str, Any]],
+    rule: dict[str, Any] | list[dict[str, Any]],
+    *,
+    name: str,
+    timeout: int,
 ) -> Iterator[None]:
     """Serve `review` (an AdmissionReview request -> its response) over TLS on loopback, registered as a validating
-    webhook for `rule` in `namespace` (the API server waits `timeout` s for an answer, 30 at most); removed on exit."""
+    webhook for `rule` (or each of a list) in `namespace` (the API server waits `timeout` s for an answer, 30 at
+    most); removed on exit."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -121,7 +128,7 @@ def validating_webhook(
                         "url": f"https://127.0.0.1:{server.server_port}/",
                         "caBundle": base64.b64encode(cert.ca_pem).decode(),
                     },
-                    "rules": [rule],
+                    "rules": rule if isinstance(rule, list) else [rule],
                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                     "failurePolicy": "Fail",
                     "sideEffects": "None",

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import pytest
 from conftest import WORKLOADS, Cluster, started_operator, wait_for
 from kubernetes_asyncio import client, config
 
+import flakyapi
 from jobs import gpu_gang, one_gpu_pod_spec
 from phalanx.api import keys
 from phalanx.kube.client import Conflict, Kube, claim_path, custom_path
@@ -346,6 +349,114 @@ def _reservers(claim: dict) -> set[str]:
         for m in claim["metadata"].get("managedFields") or []
         if m.get("subresource") == "status" and "f:reservedFor" in ((m.get("fieldsV1") or {}).get("f:status") or {})
     }
+
+
+class HeldClaimWrites:
+    """Holds Phalanx's first allocation write to each claim of the pods whose name starts with `prefix` until let go
+    (or `hold` seconds), and notes, by time, what it held and each gate lift it saw: the order the API server saw them in."""
+
+    def __init__(self, prefix: str, hold: float = 20.0) -> None:
+        self.prefix = prefix
+        self.hold = hold
+        self.go = threading.Event()
+        self.seen: list[tuple[float, str, str]] = []
+        """(time, what: "held", "let go" or "lift", object name)."""
+        self.lock = threading.Lock()
+
+    def review(self, request: dict[str, Any]) -> dict[str, Any]:
+        obj, old = request.get("object") or {}, request.get("oldObject") or {}
+        name = obj.get("metadata", {}).get("name", "")
+        if request.get("resource", {}).get("resource") == "pods":
+            gated = [_gate_of(old), _gate_of(obj)]
+            if gated == [True, False]:
+                with self.lock:
+                    self.seen.append((time.monotonic(), "lift", name))
+            return {"uid": request["uid"], "allowed": True}
+        owners = [o.get("name", "") for o in obj.get("metadata", {}).get("ownerReferences") or [] if o.get("kind") == "Pod"]
+        allocating = not (old.get("status") or {}).get("allocation") and (obj.get("status") or {}).get("allocation")
+        if allocating and any(o.startswith(self.prefix) for o in owners):
+            with self.lock:
+                self.seen.append((time.monotonic(), "held", name))
+            self.go.wait(self.hold)
+            with self.lock:
+                self.seen.append((time.monotonic(), "let go", name))
+        return {"uid": request["uid"], "allowed": True}
+
+
+def _gate_of(pod: dict[str, Any]) -> bool:
+    return any(g.get("name") == keys.SCHEDULING_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def _metric(handle: operatorproc.OperatorProcess, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{handle.metrics_port}/metrics", timeout=5) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def test_gangs_released_at_once_count_the_releases_under_way_and_never_share_a_device(
+    cluster: Cluster, fast_operator: Any, namespace: str
+) -> None:
+    """Two gangs of 2 wait for the same GPUs (a maintainer's DeviceTaintRule taints every one); the rule goes, and
+    one cycle plans both. The first's allocation writes are held by a webhook; the second is planned with the first
+    counted as done, so it takes other devices, and is released while the first is held (the webhook saw its gate
+    lifts in between: the scenario happened). Planned on the cluster alone, the second would take the first's GPUs
+    (the planner packs) and one release would be rolled back. None is."""
+    if fast_operator is None:
+        pytest.skip("needs the local control plane: a webhook on loopback")
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    maintenance = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": f"maintenance-{namespace}"},
+        "spec": {"deviceSelector": {"driver": "gpu.example.com"}, "taint": {"key": "test.phalanx.dev/maintenance", "effect": "NoSchedule"}},
+    }
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(maintenance))
+    held = HeldClaimWrites("first-")
+    rules = [
+        {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["resourceclaims/status"]},
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]},
+    ]
+    try:
+        with flakyapi.validating_webhook(cluster, namespace, held.review, rules, name="held-release", timeout=30):
+            before = {m: _metric(fast_operator, m) for m in ("phalanx_releases_overlapped_total", "phalanx_reservation_rollbacks_total")}
+            for name in ("first", "second"):  # ahead in the line: older, or of the same second and first by name
+                cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_gang(name, 2, backoff_limit=0)))
+            for name in ("first", "second"):
+                wait_for(
+                    lambda name=name: _condition(_pod_group(cluster, namespace, name)).get("reason") == "Unschedulable", f"{name} waits"
+                )
+            cluster.kubectl("delete", "devicetaintrule", maintenance["metadata"]["name"])
+            second = wait_for(
+                lambda: (b := _bound(_pods(cluster, namespace, "second"))) and len(b) == 2 and b, "the second bound", timeout=30
+            )
+            assert not _bound(_pods(cluster, namespace, "first")), "the first is still held"
+            held.go.set()
+            first = wait_for(lambda: (b := _bound(_pods(cluster, namespace, "first"))) and len(b) == 2 and b, "the first bound", timeout=30)
+    finally:
+        held.go.set()
+        cluster.kubectl("delete", "devicetaintrule", maintenance["metadata"]["name"], "--ignore-not-found")
+    seen = list(held.seen)
+    held_at = min(t for t, what, _ in seen if what == "held")
+    let_go = max(t for t, what, _ in seen if what == "let go")
+    lifts = {name: t for t, what, name in seen if what == "lift"}
+    assert all(held_at < lifts[p["metadata"]["name"]] < let_go for p in second), seen
+    assert all(lifts[p["metadata"]["name"]] > let_go for p in first), seen
+    devices = {
+        job: {
+            tuple(r[k] for k in ("driver", "pool", "device"))
+            for c in cluster.get("resourceclaims", "-n", namespace)["items"]
+            if any(o["name"].startswith(job + "-") for o in c["metadata"].get("ownerReferences") or [])
+            for r in c["status"]["allocation"]["devices"]["results"]
+        }
+        for job in ("first", "second")
+    }
+    assert len(devices["first"]) == len(devices["second"]) == 2 and not devices["first"] & devices["second"], devices
+    after = {m: _metric(fast_operator, m) for m in before}
+    assert after["phalanx_releases_overlapped_total"] > before["phalanx_releases_overlapped_total"], after
+    assert after["phalanx_reservation_rollbacks_total"] == before["phalanx_reservation_rollbacks_total"], "nothing was rolled back"
+    assert not cluster.get("events", "-n", namespace, "--field-selector", "reason=ReservationRolledBack")["items"]
 
 
 def test_an_admin_access_monitor_shares_devices_with_everyone(cluster: Cluster, fast_operator: Any, namespace: str) -> None:

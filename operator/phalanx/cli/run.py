@@ -110,6 +110,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "(default 300); 0: never; a Job's scheduling.phalanx.dev/hold-after annotation overrides it",
     )
     run.add_argument(
+        "--release-concurrency",
+        type=_at_least_one,
+        default=4,
+        help="gang releases written at once while the loop plans the next group, each counted as done by those plans "
+        "(default 4); 1: one release at a time, the loop waiting for each",
+    )
+    run.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="Kopf liveness endpoint (default http://0.0.0.0:8080/healthz)"
     )
     run.set_defaults(func=_run)
@@ -144,6 +151,7 @@ def _run(args: argparse.Namespace) -> int:
                 ready_backoff=args.ready_backoff,
                 ready_backoff_max=args.ready_backoff_max,
                 hold_after=args.hold_after,
+                release_concurrency=args.release_concurrency,
             )
         )
     except preflight.PreflightError as exc:
@@ -159,3 +167,10 @@ def _lease_timing(args: argparse.Namespace) -> Any:
         return Timing(args.leader_lease_duration, args.leader_renew_deadline, args.leader_retry_period)
     except ValueError as exc:
         raise SystemExit(f"phalanx run: {exc}") from None
+
+
+def _at_least_one(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
+    return number

@@ -51,6 +51,7 @@ from phalanx.scheduling.accessors import (
     allocated_ids,
     claim_names,
     dedicated_ids,
+    gated,
     nominated_devices,
     nomination,
     pinned_node,
@@ -59,6 +60,7 @@ from phalanx.scheduling.accessors import (
     shares,
     terminal,
 )
+from phalanx.scheduling.assumed import NOTHING, Assumption
 from phalanx.scheduling.derived import Derived
 
 Requests = tuple[tuple[str, int], ...]
@@ -561,14 +563,19 @@ def build(
     pinned: Mapping[str, str] | None = None,
     awaiting: frozenset[DeviceId] = frozenset(),
     reuse: Reuse | None = None,
+    assumed: Assumption = NOTHING,
 ) -> Snapshot:
     """`awaiting`: devices planned for extended resources that kube-scheduler has yet to allocate, counted as held.
-    `reuse`: what the builds before this one derived (the loop keeps one; None derives everything)."""
+    `reuse`: what the builds before this one derived (the loop keeps one; None derives everything).
+    `assumed`: the releases under way, counted as done (`assumed`): a member still gated on its planned node, a
+    claim the watch does not show allocated yet as holding what its release writes."""
     kept = Reuse() if reuse is None else reuse
     requested: dict[str, dict[str, int]] = {}
     placed: list[Pod] = []
     for pod in pods:
         where = placed_on(pod, pinned)
+        if where is None and gated(pod):
+            where = assumed.pods.get(pod["metadata"]["uid"])
         if where is None or terminal(pod):
             continue
         requests, view = kept.pods.get(
@@ -586,12 +593,19 @@ def build(
     offered = published(slices, taint_rules, kept)
     claim_objs = [kept.claims.get(c, None, lambda c=c: claim(c)) for c in claims]
     held = {d for c in claims for d in dedicated_ids(c)}
+    held_shares = [s for c in claims for s in shares(c)]
+    if assumed.claims:
+        written = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
+        for key, use in assumed.claims.items():
+            obj = written.get(key)
+            if obj is None or obj["metadata"]["uid"] != use.uid or allocated_ids(obj) is None:
+                held.update(use.whole)
+                held_shares.extend(use.shares)
     shared: dict[DeviceId, dict[str, Decimal]] = {}
-    for c in claims:
-        for device, consumed in shares(c):
-            total_shared = shared.setdefault(device, {})
-            for name, value in consumed.items():
-                total_shared[name] = total_shared.get(name, Decimal(0)) + value
+    for device, consumed in held_shares:
+        total_shared = shared.setdefault(device, {})
+        for name, value in consumed.items():
+            total_shared[name] = total_shared.get(name, Decimal(0)) + value
     built = Snapshot(
         nodes=tuple(
             replace(kept.nodes.get(n, None, lambda n=n: node(n, {})), requested=frozen_map(requested.get(n["metadata"]["name"])))
@@ -600,7 +614,7 @@ def build(
         devices=offered.devices,
         classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
         claims=frozen_map({c.key: c for c in claim_objs}),
-        held=frozenset(held) | awaiting,
+        held=frozenset(held) | awaiting | assumed.planned,
         pods=tuple(placed),
         shared=frozen_map({d: frozen_map(c) for d, c in shared.items()}),
         counters=offered.counters,

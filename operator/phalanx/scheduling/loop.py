@@ -34,7 +34,7 @@ import datetime
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from typing import Any
 
 from phalanx.api import intent, keys, schema
@@ -47,6 +47,7 @@ from phalanx.planner.preemption import no_candidates
 from phalanx.planner.queue import takes_room
 from phalanx.scheduling import (
     accessors,
+    assumed,
     conditions,
     disruption,
     groupclaims,
@@ -130,6 +131,7 @@ class SchedulingLoop:
         ready_deadline: float = 0.0,
         ready_backoff: tuple[float, float] = (60.0, 3600.0),
         hold_after: float = headhold.DEFAULT_HOLD_AFTER,
+        release_concurrency: int = 4,
     ) -> None:
         self.kube = kube
         self.view = view
@@ -179,6 +181,10 @@ class SchedulingLoop:
         """When the oldest change this cycle runs for arrived (monotonic)."""
         self.leading: Callable[[], bool] = lambda: True
         """False once this replica may have lost its Lease: no group is touched after that."""
+        self.releases = assumed.Releases(release_concurrency)
+        """Releases under way beside the loop's next plans, which count each as done."""
+        self._deposed = False
+        """A release or reconcile this cycle found another replica's record: the cycle touches no other group."""
 
     async def run(self) -> None:
         while True:
@@ -250,34 +256,48 @@ class SchedulingLoop:
         self._again = False
         if any(m.quiet is not None for _, m in self.memory.items()):
             await self._snapshot()  # capacity freed since the last cycle is observed before any group is passed over
-        for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
-            if not self.leading():
-                return
-            uid = pod_group["metadata"]["uid"]
-            remembered = self.memory.get(uid)
-            if remembered is not None and remembered.backoff is not None and remembered.backoff[0] > time.monotonic():
-                continue
-            if remembered is not None and self._passed_over(pod_group, remembered):
-                continue
-            try:
-                if await self._reconcile(pod_group, pods):
-                    self.memory.of(uid).backoff = None
-                else:
-                    self._back_off(pod_group)
-            except asyncio.CancelledError:
-                raise
-            except NotLeading as exc:
-                logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), exc)
-                return
-            except NotFound as exc:
-                logger.info(
-                    "%s/%s: an object went away mid-reconcile (%s); next cycle sees the new state", _ns(pod_group), _name(pod_group), exc
-                )
-            except Exception as exc:
-                delay = self._back_off(pod_group)
-                metrics.ERRORS.labels(stage="reconcile").inc()
-                logger.exception("%s/%s: reconcile failed (%s); retrying in %.1fs", _ns(pod_group), _name(pod_group), exc, delay)
-        await self._hold_for_head()
+        self._deposed = False
+        try:
+            for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
+                if not self.leading() or self._deposed:
+                    return
+                uid = pod_group["metadata"]["uid"]
+                remembered = self.memory.get(uid)
+                if remembered is not None and remembered.backoff is not None and remembered.backoff[0] > time.monotonic():
+                    continue
+                if remembered is not None and self._passed_over(pod_group, remembered):
+                    continue
+                await self._guarded(pod_group, self._reconcile(pod_group, pods))
+        except asyncio.CancelledError:
+            self.releases.cancel()  # each stops where its record says, resumed as after a crash
+            raise
+        finally:
+            await self.releases.drain()
+        if not self._deposed:
+            await self._hold_for_head()
+
+    async def _guarded(self, pod_group: Mapping[str, Any], attempt: Coroutine[Any, Any, bool]) -> None:
+        """One group's reconcile, or its release under way: an error is that group's alone (logged, counted, retried
+        with backoff); a lost Lease stops the cycle (`_deposed`)."""
+        uid = pod_group["metadata"]["uid"]
+        try:
+            if await attempt:
+                self.memory.of(uid).backoff = None
+            else:
+                self._back_off(pod_group)
+        except asyncio.CancelledError:
+            raise
+        except NotLeading as exc:
+            logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), exc)
+            self._deposed = True
+        except NotFound as exc:
+            logger.info(
+                "%s/%s: an object went away mid-reconcile (%s); next cycle sees the new state", _ns(pod_group), _name(pod_group), exc
+            )
+        except Exception as exc:
+            delay = self._back_off(pod_group)
+            metrics.ERRORS.labels(stage="reconcile").inc()
+            logger.exception("%s/%s: reconcile failed (%s); retrying in %.1fs", _ns(pod_group), _name(pod_group), exc, delay)
 
     async def _hold_for_head(self) -> None:
         """After every group was met in queue order: devices held for the head of the line, the rest given back."""
@@ -623,7 +643,7 @@ class SchedulingLoop:
         if self._base is None or self._base[0] != key:
             sources = [i.items() for i in (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules)]
             podgroups, pins, policy = view.podgroups.items(), self._pins(), self._policy()
-            built, capacity = await asyncio.to_thread(self._build, sources, podgroups, pins, policy)
+            built, capacity = await asyncio.to_thread(self._build, sources, podgroups, pins, policy, self.releases.assumed())
             self._base = (key, built)
             self.shortfalls.observe(capacity)
         return self.headhold.elsewhere(
@@ -631,19 +651,26 @@ class SchedulingLoop:
         )
 
     def _build(
-        self, sources: list[list[dict[str, Any]]], podgroups: list[dict[str, Any]], pins: dict[str, str], policy: tuple[Any, ...]
+        self,
+        sources: list[list[dict[str, Any]]],
+        podgroups: list[dict[str, Any]],
+        pins: dict[str, str],
+        policy: tuple[Any, ...],
+        under_way: assumed.Assumption,
     ) -> tuple[Snapshot, shortfall.Capacity]:
         started = time.thread_time()
         nodes, pods, slices, claims, classes, rules = sources
         awaiting = inputs.awaiting_kube_scheduler(podgroups, pods, claims)
-        built = inputs.build(nodes, pods, slices, claims, classes, rules, pinned=pins, awaiting=awaiting, reuse=self._reuse)
+        built = inputs.build(
+            nodes, pods, slices, claims, classes, rules, pinned=pins, awaiting=awaiting, reuse=self._reuse, assumed=under_way
+        )
         capacity = shortfall.capacity(inputs.nominated_elsewhere(built, podgroups, None), policy)
         self._built_cpu += time.thread_time() - started  # this worker's CPU counts against the cycle's budget too
         return built, capacity
 
     def _revision(self) -> tuple[Any, ...]:
-        """The state of the view (and of this process's pins) a snapshot is built from."""
-        return (self.view.revision, tuple(sorted(self.releaser.pinned.items())))
+        """The state of the view (and of this process's pins and releases under way) a snapshot is built from."""
+        return (self.view.revision, tuple(sorted(self.releaser.pinned.items())), self.releases.version)
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
@@ -703,6 +730,15 @@ class SchedulingLoop:
             metrics.HELD_BACK.inc()
             await self._set(pod_group, False, "Pending", self._hold_back_message(pod_group, ahead))
             return True
+        release = self._release(pod_group, result, steps, started, ready, min_count)
+        await self.releases.start(pod_group["metadata"]["uid"], result, self._guarded(pod_group, release))
+        return True
+
+    async def _release(
+        self, pod_group: dict[str, Any], result: Fits, steps: Steps, started: float, ready: list[dict[str, Any]], min_count: int
+    ) -> bool:
+        """Reserve and release a plan that fits, then say so; under way beside the loop's next plans (`assumed`)."""
+        nomination = accessors.nomination(pod_group)
         try:
             reservation = await self.releaser.release(pod_group, result, steps)
         except ReleaseAborted as exc:

@@ -70,6 +70,10 @@ HELD_BACK = Counter(
     "phalanx_releases_held_back_total",
     "Plans that fit but were not released: a group ahead in the queue, still waiting, could use the same room now.",
 )
+RELEASES_UNDER_WAY = Gauge("phalanx_releases_under_way", "Gang releases being written at this moment (at most --release-concurrency).")
+RELEASES_OVERLAPPED = Counter(
+    "phalanx_releases_overlapped_total", "Gang releases begun while another was still under way (counted as done by the plans meanwhile)."
+)
 ERRORS = Counter("phalanx_errors_total", "Unexpected errors, by stage; the group is retried with backoff.", ["stage"])
 DISRUPTIONS = Counter(
     "phalanx_podgroup_disruptions_total",
