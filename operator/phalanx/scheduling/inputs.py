@@ -567,8 +567,8 @@ def build(
 ) -> Snapshot:
     """`awaiting`: devices planned for extended resources that kube-scheduler has yet to allocate, counted as held.
     `reuse`: what the builds before this one derived (the loop keeps one; None derives everything).
-    `assumed`: the releases under way, counted as done (`assumed`): a member still gated on its planned node, a
-    claim the watch does not show allocated yet as holding what its release writes."""
+    `assumed`: the releases under way (`scheduling/assumed.py`), counted as done: a member still gated on its
+    planned node, a claim the watch does not show allocated yet as holding what its release writes."""
     kept = Reuse() if reuse is None else reuse
     requested: dict[str, dict[str, int]] = {}
     placed: list[Pod] = []
