@@ -260,3 +260,32 @@ def test_moves_no_verdict_can_see_are_dropped() -> None:
     memo.forget("uid-n")
     memo.observe(capacity(full))
     assert memo.moves == []
+
+
+def test_capacity_is_computed_only_when_a_group_is_short_to_compare_for() -> None:
+    """While no group is known short, an observed snapshot's capacity is not computed; remembered on, it is (the
+    capacity of that snapshot, not of a later one), and from then on each is computed as observed."""
+    group, claims = gang("b", 4)
+    full = _with_claims(_held(cluster(), *[(f"worker-{i}", f"gpu-{j}") for i in (1, 2) for j in (0, 1)]), claims)
+    computed: list[str] = []
+
+    def lazily(name, snapshot):
+        def compute():
+            computed.append(name)
+            return capacity(snapshot)
+
+        return compute
+
+    memo = Shortfalls()
+    assert memo.observe(lazily("first", cluster())) == set()
+    assert memo.observe(lazily("full", full)) == set()
+    assert computed == [], "nothing short: nothing to compare for"
+    memo.remember("uid-b", group_key(group, full, 0))
+    assert computed == ["full"], "the verdict's snapshot, once"
+    assert memo.still_short("uid-b", group_key(group, full, 0))
+    assert memo.observe(lazily("freed", _with_claims(cluster(), claims))) == {shortfall.DEVICES}
+    assert computed == ["full", "freed"]
+    assert not memo.still_short("uid-b", group_key(group, _with_claims(cluster(), claims), 0))
+    memo.forget("uid-b")
+    memo.observe(lazily("quiet again", full))
+    assert computed == ["full", "freed"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import logging
 import math
 import time
@@ -657,14 +658,18 @@ class SchedulingLoop:
         pins: dict[str, str],
         policy: tuple[Any, ...],
         under_way: assumed.Assumption,
-    ) -> tuple[Snapshot, shortfall.Capacity]:
+    ) -> tuple[Snapshot, shortfall.Capacity | Callable[[], shortfall.Capacity]]:
         started = time.thread_time()
         nodes, pods, slices, claims, classes, rules = sources
         awaiting = inputs.awaiting_kube_scheduler(podgroups, pods, claims)
         built = inputs.build(
             nodes, pods, slices, claims, classes, rules, pinned=pins, awaiting=awaiting, reuse=self._reuse, assumed=under_way
         )
-        capacity = shortfall.capacity(inputs.nominated_elsewhere(built, podgroups, None), policy)
+        capacity: shortfall.Capacity | Callable[[], shortfall.Capacity] = functools.partial(
+            shortfall.capacity, inputs.nominated_elsewhere(built, podgroups, None), policy
+        )
+        if self.shortfalls.short:
+            capacity = capacity()  # here, off the event loop; else only if a group is found short on this snapshot
         self._built_cpu += time.thread_time() - started  # this worker's CPU counts against the cycle's budget too
         return built, capacity
 

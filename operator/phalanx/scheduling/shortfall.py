@@ -43,7 +43,7 @@ other pods (pod affinity, anti-affinity, spreading) takes every move as its own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,9 +190,22 @@ class Shortfalls:
     last: Capacity | None = None
     short: dict[str, Verdict] = field(default_factory=dict)
     """PodGroup uid (or a memo of the loop's) -> its verdict."""
+    unseen: Callable[[], Capacity] | None = None
+    """The last snapshot's capacity, not computed: no group was short when it was observed."""
 
-    def observe(self, now: Capacity) -> set[str]:
-        """Compare with the previous capacity seen; what was freed is a move. Returns the dimensions freed."""
+    def observe(self, now: Capacity | Callable[[], Capacity]) -> set[str]:
+        """Compare with the previous capacity seen; what was freed is a move. Returns the dimensions freed.
+
+        `now` may come as the function that computes it. While no group is known short there is nothing to compare
+        for, so it is computed only if a verdict is remembered on it: a burst of gangs that all fit computes none (40
+        ms a snapshot at 5,000 nodes and 40,000 devices, as much as the snapshot's own build)."""
+        if callable(now):
+            if not self.short:
+                self.last, self.unseen = None, now
+                self._prune()
+                return set()
+            now = now()
+        self.unseen = None
         found = moves(self.last, now) if self.last is not None else set()
         if found:
             self.epoch += 1
@@ -203,6 +216,8 @@ class Shortfalls:
 
     def remember(self, uid: str, key: GroupKey, nodes: frozenset[str] | None = None) -> None:
         """The group was found short on the capacity last observed; `nodes`: where a move could help it (`eligible`)."""
+        if self.unseen is not None:
+            self.last, self.unseen = self.unseen(), None
         self.short[uid] = Verdict(key, self.epoch, dimensions_of(key.group), nodes)
 
     def still_short(self, uid: str, key: GroupKey) -> bool:
