@@ -289,3 +289,25 @@ def test_capacity_is_computed_only_when_a_group_is_short_to_compare_for() -> Non
     memo.forget("uid-b")
     memo.observe(lazily("quiet again", full))
     assert computed == ["full", "freed"]
+
+
+def test_why_a_short_group_is_planned_again_is_counted() -> None:
+    """What woke a group known short, by kind (the operator's `phalanx_short_groups_replanned_total`): its own change,
+    or the capacity freed that it could use."""
+    from prometheus_client import REGISTRY
+
+    def count(why: str) -> float:
+        return REGISTRY.get_sample_value("phalanx_short_groups_replanned_total", {"why": why}) or 0.0
+
+    group, claims = gang("b", 4)
+    full = _with_claims(_held(cluster(), *[(f"worker-{i}", f"gpu-{j}") for i in (1, 2) for j in (0, 1)]), claims)
+    memo = Shortfalls()
+    memo.observe(capacity(full))
+    memo.remember("uid-b", group_key(group, full, 0))
+    changed, devices = count("changed"), count(shortfall.DEVICES)
+    assert not memo.still_short("uid-b", group_key(group, full, 10)), "a new priority is a new question"
+    assert count("changed") == changed + 1
+    memo.remember("uid-b", group_key(group, full, 0))
+    memo.observe(capacity(_with_claims(cluster(), claims)))
+    assert not memo.still_short("uid-b", group_key(group, _with_claims(cluster(), claims), 0))
+    assert count(shortfall.DEVICES) == devices + 1

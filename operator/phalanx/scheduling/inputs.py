@@ -88,6 +88,14 @@ def _versions(objs: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, str], ...] 
     return tuple(out)
 
 
+ClaimView = tuple[Claim, tuple[DeviceId, ...], tuple[tuple[DeviceId, dict[str, Decimal]], ...]]
+"""A claim as the planner models it, with the devices its allocation takes whole and the shares it holds."""
+
+
+def claim_view(obj: Mapping[str, Any]) -> ClaimView:
+    return claim(obj), dedicated_ids(obj), tuple(shares(obj))
+
+
 @dataclass
 class Reuse:
     """What `build` may take from the builds before it, each value by its object's version (`derived`): a pod's
@@ -96,7 +104,7 @@ class Reuse:
     pods: Derived[tuple[Requests, Pod]] = field(default_factory=Derived)
     nodes: Derived[Node] = field(default_factory=Derived)
     slices: Derived[tuple[Device, ...]] = field(default_factory=Derived)
-    claims: Derived[Claim] = field(default_factory=Derived)
+    claims: Derived[ClaimView] = field(default_factory=Derived)
     requests: dict[Requests, Requests] = field(default_factory=dict)
     """Each distinct set of requests once: most pods ask alike, and 100,000 copies would cost 16 MiB."""
     published: tuple[Any, Published] | None = None
@@ -135,6 +143,9 @@ def awaiting_kube_scheduler(
     """Devices a reservation planned for a member's extended resources while kube-scheduler has not yet allocated
     that member's own claim: held for Phalanx's next plans, so it gives them to no other gang in that window.
     Only Phalanx heeds this; a pod kube-scheduler places alone may still take them (the bind deadline covers it)."""
+    planned = [p for g in podgroups for p in (((g.get("status") or {}).get("reservation") or {}).get("planned") or ())]
+    if not planned:
+        return frozenset()  # no reservation planned any: the pods and claims need no walk
     live = {p["metadata"]["uid"] for p in pods if not terminal(p) and not p["metadata"].get("deletionTimestamp")}
     served = {
         ref["uid"]
@@ -145,10 +156,9 @@ def awaiting_kube_scheduler(
     }
     return frozenset(
         tuple(d.split("/", 2))  # type: ignore[misc]
-        for g in podgroups
-        for planned in (((g.get("status") or {}).get("reservation") or {}).get("planned") or ())
-        if planned.get("uid") in live and planned["uid"] not in served
-        for d in planned.get("devices") or ()
+        for entry in planned
+        if entry.get("uid") in live and entry["uid"] not in served
+        for d in entry.get("devices") or ()
     )
 
 
@@ -591,16 +601,15 @@ def build(
     claims = list(claims)
     classes = list(classes)
     offered = published(slices, taint_rules, kept)
-    claim_objs = [kept.claims.get(c, None, lambda c=c: claim(c)) for c in claims]
-    held = {d for c in claims for d in dedicated_ids(c)}
-    held_shares = [s for c in claims for s in shares(c)]
-    if assumed.claims:
-        written = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
-        for key, use in assumed.claims.items():
-            obj = written.get(key)
-            if obj is None or obj["metadata"]["uid"] != use.uid or allocated_ids(obj) is None:
-                held.update(use.whole)
-                held_shares.extend(use.shares)
+    views = [kept.claims.get(c, None, lambda c=c: claim_view(c)) for c in claims]
+    modelled = {model.key: model for model, _, _ in views}
+    held = {d for _, whole, _ in views for d in whole}
+    held_shares = [s for _, _, held_by in views for s in held_by]
+    for key, use in assumed.claims.items():
+        written = modelled.get(key)
+        if written is None or written.uid != use.uid or written.allocated is None:
+            held.update(use.whole)
+            held_shares.extend(use.shares)
     shared: dict[DeviceId, dict[str, Decimal]] = {}
     for device, consumed in held_shares:
         total_shared = shared.setdefault(device, {})
@@ -613,7 +622,7 @@ def build(
         ),
         devices=offered.devices,
         classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
-        claims=frozen_map({c.key: c for c in claim_objs}),
+        claims=frozen_map(modelled),
         held=frozenset(held) | awaiting | assumed.planned,
         pods=tuple(placed),
         shared=frozen_map({d: frozen_map(c) for d, c in shared.items()}),

@@ -127,6 +127,12 @@ PREEMPTION_ATTEMPT_DURATION = Histogram(
     "From choosing the victims to the preemptor released on the devices they freed (1 s resolution: the nomination's time).",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )
+SHORT_REPLANNED = Counter(
+    "phalanx_short_groups_replanned_total",
+    "Groups known short planned again, by why: changed (the group, its claims or priority), or the kind of capacity "
+    "freed that it could use (devices, nodes, pods-gone, pods-added, classes, policy, or a node resource's name).",
+    ["why"],
+)
 PASSED_OVER = Counter(
     "phalanx_groups_passed_over_total",
     "Visits to waiting groups a cycle skipped: known short, nothing they read changed, nothing they could use freed.",

@@ -49,6 +49,7 @@ from typing import Any
 
 from phalanx.planner.model import Claim, Group, Snapshot, Taint
 from phalanx.planner.nodes import blocking_reason
+from phalanx.scheduling import metrics
 
 DEVICES = "devices"
 NODES = "nodes"
@@ -224,12 +225,16 @@ class Shortfalls:
         """True when planning again cannot change the verdict: same group, nothing it could use freed where it could
         use it since. A verdict checked so is carried to the current epoch: the moves before it need no second look."""
         known = self.short.get(uid)
-        if known is None or known.key != key:
+        if known is None:
+            return False
+        if known.key != key:
+            metrics.SHORT_REPLANNED.labels(why="changed").inc()
             return False
         for epoch, dim, node in reversed(self.moves):
             if epoch <= known.epoch:
                 break
             if dim in known.dimensions and (node is None or known.nodes is None or node in known.nodes):
+                metrics.SHORT_REPLANNED.labels(why=dim.removeprefix(RESOURCE) if dim.startswith(RESOURCE) else dim).inc()
                 return False
         known.epoch = self.epoch
         return True
