@@ -7,7 +7,9 @@ One cycle:
    re-validated, then completed or rolled back (`reserve`);
 3. each PodGroup still waiting for its first placement, once its quorum
    exists (minCount gated pods whose claims exist), is planned on a fresh
-   snapshot; on Fits it is reserved and released as a unit, unless a group
+   snapshot; on Fits it is reserved and released as a unit (up to
+   `release_concurrency` releases under way at once, each counted as done by
+   the plans made meanwhile: `assumed`), unless a group
    ahead of it in the queue (`queue`: priority, then age) still waiting
    could use the same room now, on Short the exact reason goes to its status;
 4. a released group that does not reach minCount bound within the bind
