@@ -180,6 +180,21 @@ def test_forgotten_groups_go() -> None:
     assert not memo.still_short("uid-g", group_key(group, snapshot, 0))
 
 
+def test_the_loops_memos_of_a_group_stay_while_the_group_does() -> None:
+    """The loop keeps verdicts of its own under a group's uid (`UID/members`, late members short; `UID/hold`, the
+    head's hold that could not fit): they go with their group, not with every cycle's sweep of the live groups."""
+    group, claims = gang("g", 4)
+    snapshot = _with_claims(cluster(), claims)
+    memo = Shortfalls()
+    memo.observe(capacity(snapshot))
+    for uid in ("uid-g/members", "uid-g/hold", "uid-x/hold"):
+        memo.remember(uid, group_key(group, snapshot, 0))
+    memo.keep_only({"uid-g"})
+    assert memo.still_short("uid-g/members", group_key(group, snapshot, 0))
+    assert memo.still_short("uid-g/hold", group_key(group, snapshot, 0))
+    assert not memo.still_short("uid-x/hold", group_key(group, snapshot, 0))
+
+
 def _pinned_to(group, node_name: str):
     """Every member may only go to `node_name` (a nodeSelector on its hostname)."""
     return replace(group, members=tuple(replace(m, node_selector=frozen_map({"kubernetes.io/hostname": node_name})) for m in group.members))

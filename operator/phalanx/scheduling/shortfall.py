@@ -249,7 +249,8 @@ class Shortfalls:
         self.short.pop(uid, None)
 
     def keep_only(self, live: set[str]) -> None:
-        for uid in [u for u in self.short if u not in live]:
+        """Only the verdicts of live groups stay, with the loop's own memos of each (`UID/members`, `UID/hold`)."""
+        for uid in [u for u in self.short if u.partition("/")[0] not in live]:
             del self.short[uid]
 
     def _prune(self) -> None:
