@@ -403,8 +403,7 @@ def test_gangs_released_at_once_count_the_releases_under_way_and_never_share_a_d
     counted as done, so it takes other devices, and is released while the first is held (the webhook saw its gate
     lifts in between: the scenario happened). Planned on the cluster alone, the second would take the first's GPUs
     (the planner packs) and one release would be rolled back. None is."""
-    if fast_operator is None:
-        pytest.skip("needs the local control plane: a webhook on loopback")
+    assert fast_operator is not None, "needs the local control plane (`./task test` starts it): a webhook on loopback"
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     maintenance = {
         "apiVersion": "resource.k8s.io/v1",
