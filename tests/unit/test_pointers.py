@@ -43,10 +43,15 @@ def _pod(name: str, gated: bool = True) -> dict[str, Any]:
     }
 
 
+def _gated(groups: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> list[tuple[dict[str, Any], list[Any]]]:
+    """What the loop gives: each group's gated live members (`gated_members`, kept while the group stands)."""
+    return [(g, pointers.gated_members(g, pods)) for g, pods in groups]
+
+
 def test_each_gated_member_gets_one_event_naming_its_group_and_explain() -> None:
     kube = FakeKube()
     notes = pointers.Pointers(kube, JOBS.name)  # type: ignore[arg-type]
-    groups = [(_group({"gang": {"minCount": 2}}), [_pod("b-0"), _pod("b-1"), _pod("b-2", gated=False)])]
+    groups = _gated([(_group({"gang": {"minCount": 2}}), [_pod("b-0"), _pod("b-1"), _pod("b-2", gated=False)])])
     assert asyncio.run(notes.point(groups)) == 2
     for _ in range(5):  # later cycles write nothing
         assert asyncio.run(notes.point(groups)) == 0
@@ -65,7 +70,7 @@ def test_each_gated_member_gets_one_event_naming_its_group_and_explain() -> None
 
 def test_basic_groups_get_none_and_a_refusal_is_raised_and_retried() -> None:
     kube = FakeKube()
-    assert asyncio.run(pointers.Pointers(kube, JOBS.name).point([(_group({"basic": {}}), [_pod("a-0")])])) == 0  # type: ignore[arg-type]
+    assert asyncio.run(pointers.Pointers(kube, JOBS.name).point(_gated([(_group({"basic": {}}), [_pod("a-0")])]))) == 0  # type: ignore[arg-type]
     refused = FakeKube(refuse=True)
     notes = pointers.Pointers(refused, JOBS.name)  # type: ignore[arg-type]
     groups = [(_group({"gang": {"minCount": 1}}), [_pod("b-0")])]

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any
 
 from kubernetes_asyncio import client, watch
@@ -41,6 +41,57 @@ TYPE_FIELDS = frozenset({"kind", "apiVersion"})
 def key_of(obj: dict[str, Any]) -> Key:
     meta = obj["metadata"]
     return (meta.get("namespace", ""), meta["name"])
+
+
+class Index:
+    """A store's objects by keys derived from each (client-go's Indexer), kept as the store changes: a reader looks
+    up one key's objects instead of walking the store every cycle, and a key's `version` moves with every write to
+    its objects (a heartbeat's too), so what a reader derives from one key's objects is derived again only then."""
+
+    def __init__(self, keys: Callable[[dict[str, Any]], Iterable[Hashable]]) -> None:
+        self._keys = keys
+        self._buckets: dict[Hashable, dict[Key, dict[str, Any]]] = {}
+        self._versions: dict[Hashable, int] = {}
+        self._writes = 0
+
+    def get(self, key: Hashable) -> list[dict[str, Any]]:
+        bucket = self._buckets.get(key)
+        return list(bucket.values()) if bucket else []
+
+    def version(self, key: Hashable) -> int:
+        """Equal versions, equal objects under the key (an emptied key is as one never filled: 0)."""
+        return self._versions.get(key, 0)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._buckets
+
+    def put(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+        """One object written (`before` None: created) or deleted (`after` None)."""
+        obj = after if after is not None else before
+        if obj is None:
+            return
+        key = key_of(obj)
+        old = set(self._keys(before)) if before is not None else set()
+        new = set(self._keys(after)) if after is not None else set()
+        self._writes += 1
+        for k in old - new:
+            bucket = self._buckets.get(k)
+            if bucket is not None:
+                bucket.pop(key, None)
+                if bucket:
+                    self._versions[k] = self._writes
+                else:
+                    del self._buckets[k], self._versions[k]
+        for k in new:
+            self._buckets.setdefault(k, {})[key] = after  # type: ignore[assignment]
+            self._versions[k] = self._writes
+
+    def rebuild(self, store: dict[Key, dict[str, Any]]) -> None:
+        """After a list replaced the store: every key is new (its version too)."""
+        self._buckets.clear()
+        self._versions.clear()
+        for obj in store.values():
+            self.put(None, obj)
 
 
 class Informer:
@@ -81,6 +132,15 @@ class Informer:
         self.version: str | None = None
         """The last resourceVersion seen (list or event): a watch that breaks resumes from it."""
         self._tick = asyncio.Event()
+        self.indexes: dict[str, Index] = {}
+
+    def index(self, name: str, keys: Callable[[dict[str, Any]], Iterable[Hashable]]) -> Index:
+        """The index `name` of this store (made, from what the store holds now, on first asking)."""
+        found = self.indexes.get(name)
+        if found is None:
+            found = self.indexes[name] = Index(keys)
+            found.rebuild(self.store)
+        return found
 
     def _changed(self) -> None:
         self.revision += 1
@@ -125,6 +185,8 @@ class Informer:
             except (ApiException, ApiError) as exc:
                 if exc.status == 404 and self.optional:
                     self.store = {}
+                    for index in self.indexes.values():
+                        index.rebuild(self.store)
                     self.version = None
                     self.synced.set()
                     await asyncio.sleep(60)
@@ -158,6 +220,8 @@ class Informer:
                 if self.store.get(key) != obj:
                     self._on_write(self.store.get(key), obj)
         self.store = store
+        for index in self.indexes.values():
+            index.rebuild(store)
         self.relists += 1
         self.synced.set()
         self._changed()
@@ -178,26 +242,40 @@ class Informer:
                 kind, obj = _event(event)
                 if obj is None:
                     continue
-                if kind != "BOOKMARK":
-                    if kind == "DELETED":
-                        self.store.pop(key_of(obj), None)
-                        if self._on_gone is not None:
-                            self._on_gone(self._keep(obj))
-                        self._changed()
-                    else:
-                        kept = self._keep(obj)
-                        before = self.store.get(key_of(obj))
-                        if self._on_write is not None:
-                            self._on_write(before, kept)
-                        self.store[key_of(obj)] = kept
-                        if before is not None and unread_change(before, kept):
-                            self._unread()
-                        else:
-                            self._changed()
+                self.apply(kind, obj)
                 self.version = obj["metadata"].get("resourceVersion") or self.version
+
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED, BOOKMARK) to the store, its indexes and whoever listens."""
+        if kind == "BOOKMARK":
+            return
+        if kind == "DELETED":
+            gone = self.store.pop(key_of(obj), None)
+            for index in self.indexes.values():
+                index.put(gone, None)
+            if self._on_gone is not None:
+                self._on_gone(self._keep(obj))
+            self._changed()
+            return
+        kept = self._keep(obj)
+        before = self.store.get(key_of(obj))
+        if self._on_write is not None:
+            self._on_write(before, kept)
+        self.store[key_of(obj)] = kept
+        for index in self.indexes.values():
+            index.put(before, kept)
+        if before is not None and unread_change(before, kept):
+            self._unread()
+        else:
+            self._changed()
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.store.get((namespace, name))
+
+    @property
+    def written(self) -> tuple[int, int, int]:
+        """Moves with every write to the store, a heartbeat's too: equal, the same objects at the same versions."""
+        return (self.relists, self.revision, self.unread)
 
     def items(self) -> list[dict[str, Any]]:
         return list(self.store.values())

@@ -25,6 +25,11 @@ def terminal(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def live(pod: Mapping[str, Any]) -> bool:
+    """Neither terminal nor terminating: a member that counts."""
+    return not terminal(pod) and not pod["metadata"].get("deletionTimestamp")
+
+
 def gated(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == keys.SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or [])
 

@@ -390,7 +390,7 @@ def explain(
     uid = pod_group["metadata"]["uid"]
     pods_of = accessors.pods_by_group(objects.podgroups, objects.pods, kind)
     every = sorted(pods_of.get(uid, []), key=kind.member_order)
-    live = [p for p in every if not accessors.terminal(p) and not p["metadata"].get("deletionTimestamp")]
+    live = [p for p in every if accessors.live(p)]
     claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in objects.claims}
     priorities = {p["metadata"]["name"]: p for p in objects.priorities}
     bound = [p for p in live if p["spec"].get("nodeName")]

@@ -250,6 +250,8 @@ class HeadHold:
             if kept_for is not None and order(pod_group, ahead.priority) > kept_for[1]:
                 return kept_for[0]
             meta = pod_group["metadata"]
+            if self._never_fits(ahead):
+                continue
             if not _waiting(pod_group, ahead.memo):
                 continue  # late members of a running gang, or a basic group: no first placement to wait for
             if ahead.freed:
@@ -270,6 +272,15 @@ class HeadHold:
             return Held(meta["uid"], meta["namespace"], meta["name"], found, held_at, since, ahead.priority)
         return kept_for[0] if kept_for is not None else None
 
+    def _never_fits(self, ahead: Ahead) -> bool:
+        """A gang the cycle passed over that holds nothing and could not fit even on an empty cluster, with nothing
+        changed since that it could use: `_plan` would say so again. Said first, at the cost of one memo look, as a
+        thousand such gangs can stand in the line."""
+        uid = ahead.pod_group["metadata"]["uid"]
+        if ahead.key is None or (self.current is not None and self.current.uid == uid) or (ahead.pod_group.get("status") or {}).get("hold"):
+            return False
+        return self.shortfalls.nowhere(uid, ahead.key)
+
     async def _plan(
         self,
         ahead: Ahead,
@@ -284,7 +295,8 @@ class HeadHold:
         if self._planned is not None and self._planned[0] == key:
             return self._planned[1]
         base = await snapshot()
-        question, memo = shortfall.group_key(ahead.group, base, ahead.priority), f"{uid}/hold"
+        question = ahead.key if ahead.key is not None else shortfall.group_key(ahead.group, base, ahead.priority)
+        memo = f"{uid}/hold"
         if not kept and (self.shortfalls.nowhere(uid, question) or self.shortfalls.still_short(memo, question)):
             return None  # could not fit on the cluster emptied of devices, and nothing it could use appeared since
         others = frozenset(d for g, devices in nominated.items() if g != uid for d in devices)

@@ -12,7 +12,7 @@ remembered until they go.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
@@ -44,6 +44,14 @@ def message(pod_group: Mapping[str, Any], owner: str | None) -> str:
     )
 
 
+def gated_members(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The live members of a gang behind the gate (none for a basic group): those a pointer is due on. Depends on the
+    group and its pods alone: the loop keeps it."""
+    if not accessors.gang(pod_group):
+        return []
+    return [p for p in pods if accessors.live(p) and accessors.gated(p)]
+
+
 class Pointers:
     def __init__(self, kube: Kube, owner: Callable[[Mapping[str, Any]], str | None]) -> None:
         """`owner`: a group's owner's name, as its workload kind records it (`scheduling.owner`)."""
@@ -51,17 +59,26 @@ class Pointers:
         self.owner = owner
         self.done: set[str] = set()
         """Uids of pods whose Event exists: not written again while they live."""
+        self._complete: dict[str, list[Mapping[str, Any]]] = {}
+        """PodGroup uid -> its members as last given, every one of them pointed: the loop gives the same list while
+        the group and its pods are unchanged (`membership`), so a thousand waiting gangs are not looked through again."""
 
-    async def point(self, groups: Iterable[tuple[Mapping[str, Any], list[dict[str, Any]]]]) -> int:
-        """An Event on each gated member of a gang not yet pointed, PER_CYCLE at most; returns how many were written.
-        Raises on any refusal but "exists" (the pods not written are tried on the next cycle)."""
-        due = [
-            (pod_group, pod)
-            for pod_group, pods in groups
-            if accessors.gang(pod_group)
-            for pod in pods
-            if accessors.gated(pod) and pod["metadata"]["uid"] not in self.done
-        ]
+    async def point(self, groups: Iterable[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> int:
+        """An Event on each member given (`gated_members` of each group) not yet pointed, PER_CYCLE at most; returns
+        how many were written. Raises on any refusal but "exists" (the pods not written are tried on the next cycle)."""
+        due = []
+        complete: dict[str, list[Mapping[str, Any]]] = {}
+        for pod_group, pods in groups:
+            uid = pod_group["metadata"]["uid"]
+            if self._complete.get(uid) is pods:  # the same members as when each was found pointed: done only grows
+                complete[uid] = pods
+                continue
+            missing = [(pod_group, pod) for pod in pods if pod["metadata"]["uid"] not in self.done]
+            if missing:
+                due += missing
+            else:
+                complete[uid] = pods
+        self._complete = complete
         written = await all_answered(self._point(pod_group, pod) for pod_group, pod in due[:PER_CYCLE])
         return sum(written)
 
@@ -73,6 +90,6 @@ class Pointers:
         self.done.add(pod["metadata"]["uid"])
         return created
 
-    def keep_only(self, live: set[str]) -> None:
+    def keep_only(self, live: Container[str]) -> None:
         """Pods that are gone are forgotten."""
-        self.done &= live
+        self.done = {uid for uid in self.done if uid in live}

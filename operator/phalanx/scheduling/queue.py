@@ -21,6 +21,7 @@ from typing import Any
 from phalanx.api import keys
 from phalanx.planner.model import DeviceId, Group, Snapshot
 from phalanx.scheduling import accessors
+from phalanx.scheduling.shortfall import GroupKey
 
 
 def order(pod_group: Mapping[str, Any], priority: int) -> tuple[int, str, str]:
@@ -36,7 +37,7 @@ def waiting(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> 
     for cond in (pod_group.get("status") or {}).get("conditions") or []:
         if cond["type"] == keys.INITIALLY_SCHEDULED and cond["status"] == "True":
             return False
-    return any(accessors.gated(p) and not accessors.terminal(p) and not p["metadata"].get("deletionTimestamp") for p in pods)
+    return any(accessors.gated(p) and accessors.live(p) for p in pods)
 
 
 def positions(
@@ -58,6 +59,9 @@ class Ahead:
     """The devices its preemption's victims free: its room once they go (counted free when judging its claim)."""
     memo: str = ""
     """Its key in the loop's shortfall memo (empty: its uid): a group known short needs no plan to say so."""
+    key: GroupKey | None = None
+    """Its shortfall key as last found short, for a group the cycle passed over (`quiet`): what it reads is unchanged
+    since, so the key stands and need not be derived again from the snapshot."""
 
     @property
     def name(self) -> str:
@@ -72,11 +76,19 @@ class Line:
     _joined: set[str] = field(default_factory=set)
     """The uids in `ahead`: a cycle with a thousand groups waiting joins each in O(1), not O(line)."""
 
-    def join(self, pod_group: Mapping[str, Any], group: Group, priority: int, freed: Iterable[DeviceId] = (), memo: str = "") -> None:
+    def join(
+        self,
+        pod_group: Mapping[str, Any],
+        group: Group,
+        priority: int,
+        freed: Iterable[DeviceId] = (),
+        memo: str = "",
+        key: GroupKey | None = None,
+    ) -> None:
         uid = pod_group["metadata"]["uid"]
         if uid not in self._joined:
             self._joined.add(uid)
-            self.ahead.append(Ahead(pod_group, group, priority, frozenset(freed), memo or uid))
+            self.ahead.append(Ahead(pod_group, group, priority, frozenset(freed), memo or uid, key))
 
     @staticmethod
     def room(snapshot: Snapshot, ahead: Ahead) -> Snapshot:

@@ -18,7 +18,7 @@ memo never outlives the state it describes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,15 +36,35 @@ def inputs(
 ) -> Inputs | None:
     """What a waiting group's visit reads, by version: the PodGroup, every pod of its owner (terminal ones too) and
     the claims they name. None when an object has no version to compare (made by hand): such a group is visited."""
-    members = []
-    for pod in pods:
-        meta = pod["metadata"]
-        claims = tuple(None if (obj := claim(meta["namespace"], name)) is None else _version(obj) for name in _claim_names(pod))
-        members.append((meta["uid"], _version(pod), claims))
-    versions = (_version(pod_group), *(m[1] for m in members), *(c for m in members for c in m[2] if c is not None))
-    if None in versions:
+    pods = list(pods)
+    members = tuple((p["metadata"]["uid"], _version(p)) for p in pods)
+    if any(version is None for _, version in members):
         return None
-    return (_version(pod_group), priority, tuple(members))
+    return fingerprint(pod_group, members, claim_versions(claim_refs(pod_group, pods), claim), priority)
+
+
+def claim_refs(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """(namespace, name) of every claim the pods name, in order."""
+    return tuple((p["metadata"]["namespace"], name) for p in pods for name in _claim_names(p))
+
+
+def fingerprint(pod_group: Mapping[str, Any], members: Hashable, claims: tuple[str | None, ...] | None, priority: int) -> Inputs | None:
+    """`inputs`, from what stands for the members' versions (the loop's: their index version, which moves with every
+    write to one of them) and the versions of the claims they name (`claim_versions`)."""
+    if _version(pod_group) is None or claims is None:
+        return None
+    return (_version(pod_group), priority, members, claims)
+
+
+def claim_versions(refs: Iterable[tuple[str, str]], claim: Callable[[str, str], Mapping[str, Any] | None]) -> tuple[str | None, ...] | None:
+    """The version of each claim named (None: not there); None when one there has no version."""
+    versions = []
+    for namespace, name in refs:
+        obj = claim(namespace, name)
+        if obj is not None and _version(obj) is None:
+            return None
+        versions.append(None if obj is None else _version(obj))
+    return tuple(versions)
 
 
 _NAMES: dict[tuple[str, str], tuple[str, ...]] = {}

@@ -18,15 +18,12 @@ article's preemption finding 3).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
 from phalanx.scheduling import accessors, conditions
-
-
-def _live(pod: Mapping[str, Any]) -> bool:
-    return not accessors.terminal(pod) and not pod["metadata"].get("deletionTimestamp")
 
 
 def mid_release(pod_group: Mapping[str, Any]) -> bool:
@@ -39,7 +36,7 @@ def held_devices(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
     `pods`: every pod of its owner; `claim(namespace, name)` looks a ResourceClaim up."""
     if not accessors.gang(pod_group) or pod_group["metadata"].get("deletionTimestamp"):
         return 0
-    live = [p for p in pods if _live(p)]
+    live = [p for p in pods if accessors.live(p)]
     if sum(1 for p in live if accessors.placed_on(p) is not None) >= accessors.min_count(pod_group) or mid_release(pod_group):
         return 0
     devices = set()
@@ -51,6 +48,12 @@ def held_devices(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
     return len(devices)
 
 
-def incomplete_group_devices(podgroups: Iterable[Mapping[str, Any]], pods_of: Mapping[str, Iterable[Mapping[str, Any]]], claim: Any) -> int:
-    """Over `podgroups`, the groups the loop schedules (their owners of its kind)."""
-    return sum(held_devices(g, pods_of.get(g["metadata"]["uid"], []), claim) for g in podgroups)
+def incomplete_group_devices(
+    podgroups: Iterable[Mapping[str, Any]],
+    pods_of: Mapping[str, Iterable[Mapping[str, Any]]],
+    claim: Any,
+    held: Callable[[Mapping[str, Any], Iterable[Mapping[str, Any]]], int] | None = None,
+) -> int:
+    """Over `podgroups`, the groups the loop schedules (their owners of its kind). `held`: each group's
+    `held_devices`, as the loop keeps them."""
+    return sum((held or functools.partial(held_devices, claim=claim))(g, pods_of.get(g["metadata"]["uid"], [])) for g in podgroups)

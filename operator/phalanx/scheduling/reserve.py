@@ -38,7 +38,7 @@ import contextlib
 import datetime
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from decimal import Decimal
 from typing import Any, NoReturn
 
@@ -599,7 +599,7 @@ class Releaser:
                 f"devices of this reservation were also allocated to {', '.join(intruders)}; ours yields", frozenset(shared)
             )
 
-    def forget(self, live: set[str]) -> None:
+    def forget(self, live: Container[str]) -> None:
         """Pins of pods that are gone go with them."""
         for uid in [u for u in self.pinned if u not in live]:
             del self.pinned[uid]

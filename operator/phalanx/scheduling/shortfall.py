@@ -227,7 +227,7 @@ class Shortfalls:
         known = self.short.get(uid)
         if known is None:
             return False
-        if known.key != key:
+        if known.key is not key and known.key != key:
             metrics.SHORT_REPLANNED.labels(why="changed").inc()
             return False
         for epoch, dim, node in reversed(self.moves):

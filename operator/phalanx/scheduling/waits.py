@@ -8,7 +8,7 @@ them fires however long nothing changes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
@@ -23,24 +23,38 @@ def _scheduled(pod_group: Mapping[str, Any]) -> bool:
 
 
 def current(
-    groups: Iterable[tuple[Mapping[str, Any], list[Mapping[str, Any]]]], quorum_at: Mapping[str, float], now: float
+    groups: Iterable[tuple[Mapping[str, Any], list[Mapping[str, Any]]]],
+    quorum_at: Mapping[str, float],
+    now: float,
+    waits_in: Callable[[Mapping[str, Any], list[Mapping[str, Any]]], str | None] | None = None,
 ) -> dict[str, Wait]:
     """Priority class ("" for none) -> its gangs waiting. A gang waits from the loop first seeing its quorum (`quorum_at`,
-    monotonic like `now`) while it still has minCount gated live members and is neither released nor scheduled."""
+    monotonic like `now`) while it still has minCount gated live members and is neither released nor scheduled.
+    `waits_in`: `priority_class`, or what the loop kept of it."""
     out: dict[str, Wait] = {}
     for pod_group, pods in groups:
         since = quorum_at.get(pod_group["metadata"]["uid"])
-        if since is None or not accessors.gang(pod_group) or _scheduled(pod_group):
+        if since is None:
             continue
-        reservation = accessors.reservation(pod_group)
-        if reservation is not None and reservation.state == "Released":
+        name = (waits_in or priority_class)(pod_group, pods)
+        if name is None:
             continue
-        if sum(1 for p in pods if accessors.gated(p)) < accessors.min_count(pod_group):
-            continue
-        name = pod_group["spec"].get("priorityClassName") or ""
         count, oldest = out.get(name, (0, 0.0))
         out[name] = (count + 1, max(oldest, now - since))
     return out
+
+
+def priority_class(pod_group: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> str | None:
+    """The priority class a gang waits in ("" for none), if it has minCount gated live members and is neither released
+    nor scheduled; None if it does not wait. Depends on the group and its pods alone: the loop keeps it."""
+    if not accessors.gang(pod_group) or _scheduled(pod_group):
+        return None
+    reservation = accessors.reservation(pod_group)
+    if reservation is not None and reservation.state == "Released":
+        return None
+    if sum(1 for p in pods if accessors.live(p) and accessors.gated(p)) < accessors.min_count(pod_group):
+        return None
+    return pod_group["spec"].get("priorityClassName") or ""
 
 
 _published: set[str] = {""}

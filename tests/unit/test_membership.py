@@ -1,0 +1,120 @@
+"""Each group's members from the pods informer's index, and what the loop derives from them, kept by version.
+
+The oracle is `accessors.pods_by_group`, the walk over every pod the cycle made before; the informer is driven by the
+watch events it applies (`Informer.apply`), as the watch does.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import apiobjects as api
+from phalanx.kinds import KINDS
+from phalanx.kube.informers import Index, Informer
+from phalanx.scheduling import accessors
+from phalanx.scheduling.membership import Membership
+
+JSON = dict[str, Any]
+
+
+def _versioned(obj: JSON, version: int) -> JSON:
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["resourceVersion"] = str(version)
+    return obj
+
+
+def _job_pod(name: str, job: str, version: int = 1) -> JSON:
+    return _versioned(api.pod(name, gated=True, owner=api.owned_by(name=job, uid=f"{job}-uid")), version)
+
+
+def _group(job: str, version: int = 1) -> JSON:
+    return _versioned(api.pod_group(job, owner=api.owned_by(name=job, uid=f"{job}-uid")), version)
+
+
+def _pods(*pods: JSON) -> Informer:
+    informer = Informer("pods", None, "/api/v1/pods", None, lambda: None, keep=lambda obj: obj)  # type: ignore[arg-type]
+    for pod in pods:
+        informer.apply("ADDED", pod)
+    return informer
+
+
+def test_an_index_keeps_each_key_s_objects_and_moves_only_the_versions_of_keys_written() -> None:
+    index = Index(lambda obj: [obj["metadata"]["labels"]["team"]])
+    a1 = {"metadata": {"namespace": "ml", "name": "a1", "labels": {"team": "a"}}}
+    b1 = {"metadata": {"namespace": "ml", "name": "b1", "labels": {"team": "b"}}}
+    index.put(None, a1)
+    index.put(None, b1)
+    a_at, b_at = index.version("a"), index.version("b")
+    assert index.get("a") == [a1] and index.get("b") == [b1] and a_at != b_at
+
+    moved = {"metadata": {"namespace": "ml", "name": "a1", "labels": {"team": "b"}}}
+    index.put(a1, moved)
+    assert index.get("a") == [] and "a" not in index and index.version("a") == 0, "an emptied key is one never filled"
+    assert index.get("b") == [b1, moved] and index.version("b") > b_at
+
+    b_at = index.version("b")
+    index.put(None, {"metadata": {"namespace": "ml", "name": "c1", "labels": {"team": "c"}}})
+    assert index.version("b") == b_at, "a write under another key leaves this one's version"
+
+    index.put(b1, None)
+    assert index.get("b") == [moved] and index.version("b") > b_at
+
+    index.rebuild({("ml", "a1"): a1})
+    assert index.get("a") == [a1] and index.get("b") == [] and index.get("c") == []
+
+
+def test_members_are_those_the_walk_over_every_pod_finds_as_the_watch_writes_them() -> None:
+    pods = _pods(_job_pod("a-0", "a"), _job_pod("a-1", "a"), _job_pod("b-0", "b"), api.pod("loner", owner=[]))
+    members = Membership(pods, KINDS)
+    groups = [_group("a"), _group("b"), _group("c")]
+    members.refresh(groups)
+
+    def walked() -> dict[str, list[str]]:
+        return {
+            uid: sorted(p["metadata"]["name"] for p in found) for uid, found in accessors.pods_by_group(groups, pods.items(), KINDS).items()
+        }
+
+    def indexed() -> dict[str, list[str]]:
+        return {uid: sorted(p["metadata"]["name"] for p in members[uid]) for uid in members}
+
+    assert indexed() == walked() == {"a-uid": ["a-0", "a-1"], "b-uid": ["b-0"], "c-uid": []}
+    pods.apply("ADDED", _job_pod("c-0", "c"))
+    pods.apply("DELETED", _job_pod("a-1", "a"))
+    pods.apply("MODIFIED", _job_pod("b-0", "b", version=2))
+    assert indexed() == walked() == {"a-uid": ["a-0"], "b-uid": ["b-0"], "c-uid": ["c-0"]}
+    assert members["b-uid"][0]["metadata"]["resourceVersion"] == "2", "the object as last written"
+
+    members.refresh(groups[:1])
+    assert list(members) == ["a-uid"] and members.get("b-uid") is None, "a group not refreshed has no members here"
+
+
+def test_a_derived_value_is_derived_again_only_once_its_group_or_one_of_its_pods_is_written() -> None:
+    pods = _pods(_job_pod("a-0", "a"), _job_pod("b-0", "b"))
+    members = Membership(pods, KINDS)
+    derived: list[str] = []
+
+    def names(pod_group: JSON, found: list[JSON]) -> list[str]:
+        derived.append(pod_group["metadata"]["name"])
+        return [p["metadata"]["name"] for p in found]
+
+    a, b = _group("a"), _group("b")
+    members.refresh([a, b])
+    assert members.derived(a, "names", names) == ["a-0"] and members.derived(b, "names", names) == ["b-0"]
+    assert members.derived(a, "names", names) == ["a-0"] and members.derived(b, "names", names) == ["b-0"]
+    assert derived == ["a", "b"], "nothing written: both served"
+
+    pods.apply("MODIFIED", _job_pod("b-0", "b", version=2))
+    assert members.derived(a, "names", names) == ["a-0"] and members.derived(b, "names", names) == ["b-0"]
+    assert derived == ["a", "b", "b"], "b's pod written: b alone derived again"
+
+    a = _group("a", version=2)
+    members.refresh([a, b])
+    pods.apply("ADDED", _job_pod("a-1", "a"))
+    assert members.derived(a, "names", names) == ["a-0", "a-1"]
+    assert members.kept("names", names)(b, None) == ["b-0"]
+    assert derived == ["a", "b", "b", "a"]
+
+    members.refresh([a])
+    members.refresh([a, b])
+    assert members.derived(b, "names", names) == ["b-0"] and derived[-1] == "b", "what was kept of a group gone went with it"
