@@ -12,7 +12,7 @@ from typing import Any
 import apiobjects as api
 from phalanx.kinds import KINDS
 from phalanx.kube.informers import Index, Informer
-from phalanx.scheduling import accessors
+from phalanx.scheduling import accessors, pointers, quiet, quorum, waits
 from phalanx.scheduling.membership import Membership
 
 JSON = dict[str, Any]
@@ -90,6 +90,7 @@ def test_members_are_those_the_walk_over_every_pod_finds_as_the_watch_writes_the
 
 
 def test_a_derived_value_is_derived_again_only_once_its_group_or_one_of_its_pods_is_written() -> None:
+    """Written as of the last `refresh`: a cycle derives from the versions it began with."""
     pods = _pods(_job_pod("a-0", "a"), _job_pod("b-0", "b"))
     members = Membership(pods, KINDS)
     derived: list[str] = []
@@ -105,16 +106,44 @@ def test_a_derived_value_is_derived_again_only_once_its_group_or_one_of_its_pods
     assert derived == ["a", "b"], "nothing written: both served"
 
     pods.apply("MODIFIED", _job_pod("b-0", "b", version=2))
+    assert members.derived(b, "names", names) == ["b-0"] and derived == ["a", "b"], "kept as of the cycle's refresh"
+    members.refresh([a, b])
     assert members.derived(a, "names", names) == ["a-0"] and members.derived(b, "names", names) == ["b-0"]
     assert derived == ["a", "b", "b"], "b's pod written: b alone derived again"
 
     a = _group("a", version=2)
-    members.refresh([a, b])
     pods.apply("ADDED", _job_pod("a-1", "a"))
+    members.refresh([a, b])
     assert members.derived(a, "names", names) == ["a-0", "a-1"]
-    assert members.kept("names", names)(b, None) == ["b-0"]
+    assert members.derived(b, "names", names) == ["b-0"]
     assert derived == ["a", "b", "b", "a"]
 
     members.refresh([a])
     members.refresh([a, b])
     assert members.derived(b, "names", names) == ["b-0"] and derived[-1] == "b", "what was kept of a group gone went with it"
+
+
+def test_facts_are_what_each_reader_derives_and_reads_follow_the_claims_store() -> None:
+    """The facts a cycle keeps are what `pointers`, `waits`, `quiet` and `quorum` derive from the same objects; the
+    claims' reads are derived again when the claims store is written, the facts are not."""
+    gpu = _versioned(api.claim("a-0-gpu", "gpu-0"), 7)
+    pods = _pods(_job_pod("a-0", "a"), _job_pod("a-1", "a"), _versioned(api.pod("a-2", owner=api.owned_by(name="a", uid="a-uid")), 1))
+    claims = Informer("claims", None, "/claims", None, lambda: None, keep=lambda obj: obj)  # type: ignore[arg-type]
+    claims.apply("ADDED", gpu)
+    members = Membership(pods, KINDS)
+    group = _group("a")
+    members.refresh([group])
+    every = members["a-uid"]
+
+    facts = members.facts(group)
+    assert [p["metadata"]["name"] for p in facts.live] == ["a-0", "a-1", "a-2"]
+    assert facts.gated == pointers.gated_members(group, every) and [p["metadata"]["name"] for p in facts.gated] == ["a-0", "a-1"]
+    assert facts.waits_in == waits.priority_class(group, every) == ""
+    assert facts.claims == quiet.claim_refs(group, every)
+    read = members.reads(group, claims.get, claims.written)
+    assert read.versions == quiet.claim_versions(facts.claims, claims.get) == ("7", None, None)
+    assert read.held == quorum.held_devices(group, every, claims.get) == 1
+
+    claims.apply("MODIFIED", _versioned(gpu, 8))
+    assert members.facts(group) is facts, "a claim written: the facts stand"
+    assert members.reads(group, claims.get, claims.written).versions == ("8", None, None)

@@ -27,7 +27,6 @@ def test_a_gang_at_quorum_holds_nothing_below_it() -> None:
 def test_a_gang_that_lost_a_member_counts_the_devices_the_others_hold() -> None:
     pods = [_pod("a"), _pod("b", phase="Failed")]
     assert quorum.held_devices(_group(), pods, _claims("a", "b")) == 1
-    assert quorum.incomplete_group_devices([_group()], {"g-uid": pods}, _claims("a", "b")) == 1
 
 
 def test_a_release_in_progress_is_left_out_and_a_basic_group_never_counts() -> None:
@@ -43,4 +42,3 @@ def test_the_group_s_claim_counts_once_however_many_members_use_it() -> None:
     pods = [pod(n, node="n1", phase=p, claims=(f"{n}-gpu", "g-shared")) for n, p in (("a", "Running"), ("b", "Running"), ("c", "Failed"))]
     claims = lookup(*(claim(f"{n}-gpu", f"{n}-dev") for n in "abc"), claim("g-shared", "channel-0", "channel-1"))
     assert quorum.held_devices(_group(3), pods, claims) == 4
-    assert quorum.incomplete_group_devices([_group(3)], {"g-uid": pods}, claims) == 4

@@ -65,7 +65,6 @@ from phalanx.scheduling import (
     pointers,
     queue,
     quiet,
-    quorum,
     repair,
     shortfall,
     teardown,
@@ -108,11 +107,6 @@ def _since(timestamp: str | None) -> float:
         return math.inf
     then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
-
-
-def _live_members(pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The members a cycle reconciles: live ones, by name."""
-    return sorted(filter(accessors.live, pods), key=_name)
 
 
 def _cause_label(cause: str) -> str:
@@ -229,11 +223,9 @@ class SchedulingLoop:
         self.releaser.forget(self._pod_uids)
         podgroups = self.view.podgroups.items()
         self.members.refresh(podgroups)
-        groups = [
-            (g, self.members.derived(g, "live", _live_members))
-            for g in podgroups
-            if self.members.owner_uid(g) and not g["metadata"].get("deletionTimestamp")
-        ]
+        scheduled = [g for g in podgroups if self.members.owner_uid(g) and not g["metadata"].get("deletionTimestamp")]
+        facts = [self.members.facts(g) for g in scheduled]
+        groups = [(g, f.live) for g, f in zip(scheduled, facts, strict=True)]
         self._forget({g["metadata"]["uid"] for g, _ in groups})
         try:
             for rules in (self.holes, self.preemptor.nominated):
@@ -258,15 +250,13 @@ class SchedulingLoop:
                 metrics.ERRORS.labels(stage="free").inc()
                 logger.exception("claims of members torn down not freed; the resourceclaim controller frees them, or the next cycle")
         self._preempted = {v.uid: self._preempted_by(g) for g, _ in groups if (n := accessors.nomination(g)) is not None for v in n.victims}
-        held = self.members.kept("held", lambda g, pods: quorum.held_devices(g, pods, self.view.claims.get), also=self.view.claims.written)
-        metrics.INCOMPLETE_GROUP_DEVICES.set(
-            quorum.incomplete_group_devices([g for g, _ in groups], self._pods_of, self.view.claims.get, held)
-        )
-        waits_in = self.members.kept("waits", waits.priority_class)
-        waits.publish(waits.current(groups, self._quorum_since(), time.monotonic(), waits_in))  # every cycle: fresh on a quiet cluster
+        held = sum(self.members.reads(g, self.view.claims.get, self.view.claims.written).held for g in scheduled)
+        metrics.INCOMPLETE_GROUP_DEVICES.set(held)
+        waiting = [(g, f.waits_in) for g, f in zip(scheduled, facts, strict=True)]
+        waits.publish(waits.current(waiting, self._quorum_since(), time.monotonic()))  # every cycle: fresh on a quiet cluster
         if self.leading():
             try:
-                await self.pointers.point((g, self.members.derived(g, "gated", pointers.gated_members)) for g, _ in groups)
+                await self.pointers.point((g, f.gated) for g, f in zip(scheduled, facts, strict=True))
             except asyncio.CancelledError:
                 raise
             except Exception:  # an Event refused holds no gang: the pods not pointed are tried next cycle
@@ -362,11 +352,8 @@ class SchedulingLoop:
         uid = pod_group["metadata"]["uid"]
         if uid not in self.members:
             return None
-        claims = self.members.derived(pod_group, "claims", self._claim_versions, also=self.view.claims.written)
+        claims = self.members.reads(pod_group, self.view.claims.get, self.view.claims.written).versions
         return quiet.fingerprint(pod_group, self.members.version(uid), claims, self._priority(pod_group))
-
-    def _claim_versions(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> tuple[str | None, ...] | None:
-        return quiet.claim_versions(quiet.claim_refs(pod_group, pods), self.view.claims.get)
 
     def _forget(self, live: set[str]) -> None:
         """What the loop remembers of PodGroups that are gone goes with them."""

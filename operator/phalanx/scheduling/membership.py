@@ -10,21 +10,64 @@ about 0.1 ms a gang a cycle, so one pod bound anywhere cost 240 ms of CPU on
 
 Now the pods informer keeps its pods by (namespace, owner uid) as they are
 written (`kube.informers.Index`), and each key's version moves with every
-write to one of its pods. A value derived from a group and its members is
-kept under (the group's resourceVersion, its members' version) and derived
-again only when either moves, so a group nothing touched costs a few lookups.
+write to one of its pods. What a cycle reads of a group and its members
+(`Facts`), and of the claims they name (`Reads`), is kept under (the group's
+resourceVersion, its members' version, the claims store's) and derived again
+only when one moves, so a group nothing touched costs two lookups.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from phalanx.kube.informers import Informer
+from phalanx.scheduling import accessors, pointers, quiet, quorum, waits
 from phalanx.scheduling.owner import OwnerKind
 
 T = TypeVar("T")
 JSON = dict[str, Any]
+
+
+ClaimLookup = Callable[[str, str], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a cycle reads of one group and its pods."""
+
+    live: list[JSON]
+    """Its live members, by name: those the cycle reconciles."""
+    gated: list[JSON]
+    """A gang's live members behind the gate (`pointers.gated_members`): those a pointer is due on."""
+    waits_in: str | None
+    """The priority class it waits in (`waits.priority_class`); None when it does not wait."""
+    claims: tuple[tuple[str, str], ...]
+    """Every claim its pods name (`quiet.claim_refs`)."""
+
+
+def facts(pod_group: Mapping[str, Any], pods: list[JSON]) -> Facts:
+    return Facts(
+        live=sorted(filter(accessors.live, pods), key=lambda p: p["metadata"]["name"]),
+        gated=pointers.gated_members(pod_group, pods),  # type: ignore[arg-type]
+        waits_in=waits.priority_class(pod_group, pods),  # type: ignore[arg-type]
+        claims=quiet.claim_refs(pod_group, pods),
+    )
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a cycle reads of the claims a group's pods name."""
+
+    versions: tuple[str | None, ...] | None
+    """Each one's resourceVersion (`quiet.claim_versions`), for the group's quiet fingerprint."""
+    held: int
+    """The devices it holds below quorum (`quorum.held_devices`)."""
+
+
+def reads(pod_group: Mapping[str, Any], pods: list[JSON], claims: tuple[tuple[str, str], ...], claim: ClaimLookup) -> Reads:
+    return Reads(quiet.claim_versions(claims, claim), quorum.held_devices(pod_group, pods, claim))
 
 
 class Membership(Mapping[str, list[JSON]]):
@@ -39,13 +82,17 @@ class Membership(Mapping[str, list[JSON]]):
         """PodGroup uid -> (namespace, owner uid) of the groups refreshed last."""
         self._owners: dict[str, tuple[str | None, str | None]] = {}
         """PodGroup uid -> (resourceVersion, owner uid): read once per version of the group."""
-        self._derived: dict[tuple[str, str], tuple[Hashable, Any]] = {}
-        """(PodGroup uid, what) -> ((resourceVersion, members' version), value)."""
+        self._stamps: dict[str, int] = {}
+        """PodGroup uid -> its members' version at the last `refresh`: what is derived in a cycle is kept under the
+        version the cycle began with (a pod written since is met by the next cycle, as a cycle meets a snapshot)."""
+        self._derived: dict[str, dict[str, tuple[Hashable, Any]]] = {}
+        """what -> PodGroup uid -> ((resourceVersion, members' version, also), value)."""
 
     def refresh(self, podgroups: list[JSON]) -> None:
         """The groups this cycle meets; what was kept for any other goes."""
         keys: dict[str, tuple[str, str]] = {}
         owners: dict[str, tuple[str | None, str | None]] = {}
+        stamps: dict[str, int] = {}
         for group in podgroups:
             meta = group["metadata"]
             uid, version = meta["uid"], meta.get("resourceVersion")
@@ -53,11 +100,12 @@ class Membership(Mapping[str, list[JSON]]):
             if known is None or known[0] != version or version is None:
                 known = (version, self._kind.owner_uid(group))
             owners[uid] = known
-            keys[uid] = (meta["namespace"], known[1] or "")
+            key = keys[uid] = (meta["namespace"], known[1] or "")
+            stamps[uid] = self._by_owner.version(key)
         gone = self._keys.keys() - keys.keys()
-        self._keys, self._owners = keys, owners
+        self._keys, self._owners, self._stamps = keys, owners, stamps
         if gone:
-            self._derived = {k: v for k, v in self._derived.items() if k[0] in keys}
+            self._derived = {what: {u: v for u, v in kept.items() if u in keys} for what, kept in self._derived.items()}
 
     def owner_uid(self, pod_group: Mapping[str, Any]) -> str | None:
         """The group's owner of this loop's kind, as read at the last `refresh` (None: another kind's group)."""
@@ -77,8 +125,8 @@ class Membership(Mapping[str, list[JSON]]):
         return len(self._keys)
 
     def version(self, uid: str) -> int:
-        """Moves with every write to one of the group's pods."""
-        return self._by_owner.version(self._keys[uid])
+        """Moves with every write to one of the group's pods (as of the last `refresh`)."""
+        return self._stamps[uid]
 
     def derived(
         self, pod_group: Mapping[str, Any], what: str, derive: Callable[[Mapping[str, Any], list[JSON]], T], also: Hashable = None
@@ -87,18 +135,21 @@ class Membership(Mapping[str, list[JSON]]):
         `also` (the version of whatever else `derive` reads: the claims store's) moved."""
         meta = pod_group["metadata"]
         uid = meta["uid"]
-        if uid not in self._keys:  # a group not refreshed (created since): derived, not kept
+        stamp = self._stamps.get(uid)
+        if stamp is None:  # a group not refreshed (created since): derived, not kept
             return derive(pod_group, self._by_owner.get((meta["namespace"], self._kind.owner_uid(pod_group) or "")))
-        version = (meta.get("resourceVersion"), self.version(uid), also)
-        kept = self._derived.get((uid, what))
+        version = (meta.get("resourceVersion"), stamp, also)
+        kept_for = self._derived.setdefault(what, {})
+        kept = kept_for.get(uid)
         if kept is not None and kept[0] == version and version[0] is not None:
             return kept[1]  # type: ignore[no-any-return]
         value = derive(pod_group, self[uid])
-        self._derived[(uid, what)] = (version, value)
+        kept_for[uid] = (version, value)
         return value
 
-    def kept(
-        self, what: str, derive: Callable[[Mapping[str, Any], list[JSON]], T], also: Hashable = None
-    ) -> Callable[[Mapping[str, Any], Any], T]:
-        """`derive` as a function of (group, pods) that answers from `derived` (the pods it is given are not read)."""
-        return lambda pod_group, _pods: self.derived(pod_group, what, derive, also)
+    def facts(self, pod_group: Mapping[str, Any]) -> Facts:
+        return self.derived(pod_group, "facts", facts)
+
+    def reads(self, pod_group: Mapping[str, Any], claim: ClaimLookup, claims_written: Hashable) -> Reads:
+        """`claims_written`: the claims store's version (`Informer.written`)."""
+        return self.derived(pod_group, "reads", lambda g, pods: reads(g, pods, self.facts(g).claims, claim), also=claims_written)

@@ -18,8 +18,7 @@ article's preemption finding 3).
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
@@ -46,14 +45,3 @@ def held_devices(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
             if found is not None:
                 devices.update(accessors.consuming_ids(found) or ())
     return len(devices)
-
-
-def incomplete_group_devices(
-    podgroups: Iterable[Mapping[str, Any]],
-    pods_of: Mapping[str, Iterable[Mapping[str, Any]]],
-    claim: Any,
-    held: Callable[[Mapping[str, Any], Iterable[Mapping[str, Any]]], int] | None = None,
-) -> int:
-    """Over `podgroups`, the groups the loop schedules (their owners of its kind). `held`: each group's
-    `held_devices`, as the loop keeps them."""
-    return sum((held or functools.partial(held_devices, claim=claim))(g, pods_of.get(g["metadata"]["uid"], [])) for g in podgroups)

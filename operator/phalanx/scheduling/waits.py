@@ -8,7 +8,7 @@ them fires however long nothing changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
@@ -22,22 +22,14 @@ def _scheduled(pod_group: Mapping[str, Any]) -> bool:
     return conditions.true(pod_group, keys.INITIALLY_SCHEDULED)
 
 
-def current(
-    groups: Iterable[tuple[Mapping[str, Any], list[Mapping[str, Any]]]],
-    quorum_at: Mapping[str, float],
-    now: float,
-    waits_in: Callable[[Mapping[str, Any], list[Mapping[str, Any]]], str | None] | None = None,
-) -> dict[str, Wait]:
-    """Priority class ("" for none) -> its gangs waiting. A gang waits from the loop first seeing its quorum (`quorum_at`,
-    monotonic like `now`) while it still has minCount gated live members and is neither released nor scheduled.
-    `waits_in`: `priority_class`, or what the loop kept of it."""
+def current(waiting: Iterable[tuple[Mapping[str, Any], str | None]], quorum_at: Mapping[str, float], now: float) -> dict[str, Wait]:
+    """Priority class ("" for none) -> its gangs waiting. `waiting`: each group with the class it waits in
+    (`priority_class`; None: it does not wait). A gang waits from the loop first seeing its quorum (`quorum_at`,
+    monotonic like `now`)."""
     out: dict[str, Wait] = {}
-    for pod_group, pods in groups:
+    for pod_group, name in waiting:
         since = quorum_at.get(pod_group["metadata"]["uid"])
-        if since is None:
-            continue
-        name = (waits_in or priority_class)(pod_group, pods)
-        if name is None:
+        if since is None or name is None:
             continue
         count, oldest = out.get(name, (0, 0.0))
         out[name] = (count + 1, max(oldest, now - since))
