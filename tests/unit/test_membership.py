@@ -40,7 +40,7 @@ def _pods(*pods: JSON) -> Informer:
 
 
 def test_an_index_keeps_each_key_s_objects_and_moves_only_the_versions_of_keys_written() -> None:
-    index = Index(lambda obj: [obj["metadata"]["labels"]["team"]])
+    index = Index(lambda obj: [team] if (team := obj["metadata"]["labels"].get("team")) else [])
     a1 = {"metadata": {"namespace": "ml", "name": "a1", "labels": {"team": "a"}}}
     b1 = {"metadata": {"namespace": "ml", "name": "b1", "labels": {"team": "b"}}}
     index.put(None, a1)
@@ -59,6 +59,10 @@ def test_an_index_keeps_each_key_s_objects_and_moves_only_the_versions_of_keys_w
 
     index.put(b1, None)
     assert index.get("b") == [moved] and index.version("b") > b_at
+
+    writes = index.writes
+    index.put(None, {"metadata": {"namespace": "ml", "name": "loner", "labels": {}}})
+    assert index.writes == writes, "an object under no key moves no version"
 
     index.rebuild({("ml", "a1"): a1})
     assert index.get("a") == [a1] and index.get("b") == [] and index.get("c") == []

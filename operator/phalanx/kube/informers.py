@@ -58,6 +58,11 @@ class Index:
         bucket = self._buckets.get(key)
         return list(bucket.values()) if bucket else []
 
+    @property
+    def writes(self) -> int:
+        """Moves with every write to an object under some key: equal, every key holds what it held."""
+        return self._writes
+
     def version(self, key: Hashable) -> int:
         """Equal versions, equal objects under the key (an emptied key is as one never filled: 0)."""
         return self._versions.get(key, 0)
@@ -73,6 +78,8 @@ class Index:
         key = key_of(obj)
         old = set(self._keys(before)) if before is not None else set()
         new = set(self._keys(after)) if after is not None else set()
+        if not old and not new:
+            return
         self._writes += 1
         for k in old - new:
             bucket = self._buckets.get(k)

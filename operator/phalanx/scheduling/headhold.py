@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -242,9 +243,16 @@ class HeadHold:
         while none in the line is, nothing is planned."""
         if kept_for is None and not any(_waiting(a.pod_group, a.memo) and _past(a.pod_group, self.default_after) for a in line):
             return None
-        nominated = {
-            g["metadata"]["uid"]: frozenset(accessors.nominated_devices(n)) for g in podgroups if (n := accessors.nomination(g)) is not None
-        }
+
+        @functools.cache
+        def nominated() -> dict[str, frozenset[DeviceId]]:
+            """Each preempting group's devices, read only if a plan is made (a thousand gangs may be looked through)."""
+            return {
+                g["metadata"]["uid"]: frozenset(accessors.nominated_devices(n))
+                for g in podgroups
+                if (n := accessors.nomination(g)) is not None
+            }
+
         for ahead in line:
             pod_group = ahead.pod_group
             if kept_for is not None and order(pod_group, ahead.priority) > kept_for[1]:
@@ -284,7 +292,7 @@ class HeadHold:
     async def _plan(
         self,
         ahead: Ahead,
-        nominated: Mapping[str, frozenset[DeviceId]],
+        nominated: Callable[[], Mapping[str, frozenset[DeviceId]]],
         snapshot: Callable[[], Awaitable[Snapshot]],
         revision: Hashable,
         kept: frozenset[DeviceId],
@@ -299,7 +307,7 @@ class HeadHold:
         memo = f"{uid}/hold"
         if not kept and (self.shortfalls.nowhere(uid, question) or self.shortfalls.still_short(memo, question)):
             return None  # could not fit on the cluster emptied of devices, and nothing it could use appeared since
-        others = frozenset(d for g, devices in nominated.items() if g != uid for d in devices)
+        others = frozenset(d for g, devices in nominated().items() if g != uid for d in devices)
         # in a worker thread, as every plan
         found = await asyncio.to_thread(hold_for, replace(base, held=others), ahead.group, kept, matcher)
         if found is None:

@@ -137,6 +137,11 @@ def containers(pod: Mapping[str, Any]) -> tuple[Container, ...]:
     return tuple(of(c, True) for c in spec.get("initContainers") or []) + tuple(of(c, False) for c in spec.get("containers") or [])
 
 
+def any_planned(podgroups: Iterable[Mapping[str, Any]]) -> bool:
+    """Some reservation planned devices for a member's extended resources (`awaiting_kube_scheduler` has work)."""
+    return any(((g.get("status") or {}).get("reservation") or {}).get("planned") for g in podgroups)
+
+
 def awaiting_kube_scheduler(
     podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]]
 ) -> frozenset[DeviceId]:

@@ -87,6 +87,7 @@ DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
 SUSPENDED = "JobSuspended"
 READY_TIMEOUT = "PodsReadyTimeout"
 """Kueue's word for a workload evicted because its pods were not Ready in time."""
+PLACED = "placed"
 COUNTS_EVERY = 1.0
 """Seconds between two writes of a group's member counts: a gang of hundreds binding would otherwise write its
 status once per cycle, on the API server kube-scheduler is binding through."""
@@ -107,6 +108,11 @@ def _since(timestamp: str | None) -> float:
         return math.inf
     then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
+
+
+def _placed(pod: Mapping[str, Any]) -> bool:
+    """Bound, or past the gate (pinned and released, or never gated): a pod a snapshot may count on a node."""
+    return bool(pod["spec"].get("nodeName")) or not accessors.gated(pod)
 
 
 def _cause_label(cause: str) -> str:
@@ -160,6 +166,9 @@ class SchedulingLoop:
         looked up in the pods informer's index; and what the cycle derives from each group, kept while it stands."""
         self._pods_of: Mapping[str, list[dict[str, Any]]] = self.members
         self._pod_uids = view.pods.index("uid", lambda pod: [pod["metadata"]["uid"]])
+        self._placed = view.pods.index("placed", lambda pod: [PLACED] if _placed(pod) else [])
+        """The pods a snapshot counts (bound, or past the gate): a build walks these and the releases' under way, not
+        the thousands of members waiting behind the gate."""
         self._counted: set[tuple[tuple[str, str, str], str]] = set()
         """(device, claim uid) of double allocations already counted: a conflict takes cycles to end, it counts once."""
         self._evicting: dict[str, float] = {}
@@ -189,6 +198,21 @@ class SchedulingLoop:
         """A release or reconcile this cycle found another replica's record: the cycle touches no other group."""
         self._passed = 0
         """Waiting groups this cycle passed over (`quiet`), counted into the metric as the cycle ends."""
+        self._reads: tuple[Any, ...] = ()
+        """What the stores a quiet group's visit reads were (`written`) as the last cycle met its groups."""
+        self._reads_stand = False
+        """None of those stores was written since: every quiet memo's inputs stand, unread."""
+        self._met: tuple[tuple[Any, ...], list[dict[str, Any]], list[membership.Facts]] | None = None
+        """(the groups' and their pods' `written`, the groups this loop schedules, their facts): read again only
+        once a group or a member was written."""
+        self._held: tuple[tuple[Any, ...], int] | None = None
+        """(what it read, the devices gangs below quorum hold): summed again only once one of those was written."""
+        self._line: tuple[tuple[Any, ...], list[str]] | None = None
+        """(the groups' and priority classes' `written`, the groups' uids in queue order): sorted again only then."""
+        self._nominations: tuple[Any, dict[str, tuple[dict[str, Any], schema.Nomination]]] | None = None
+        """(the groups' `written`, each preempting group's nomination)."""
+        self._kept_of_view: dict[str, tuple[tuple[Any, ...], Any]] = {}
+        """What `_of_view` derived from whole stores: (their `written`, the value)."""
         self._no_conflicts: tuple[Any, ...] | None = None
         """The claims' and slices' `written` when `_repair` last found no device held beyond what it allows."""
 
@@ -221,19 +245,25 @@ class SchedulingLoop:
     async def cycle(self) -> None:
         self._members.sweep()
         self.releaser.forget(self._pod_uids)
-        podgroups = self.view.podgroups.items()
-        self.members.refresh(podgroups)
-        scheduled = [g for g in podgroups if self.members.owner_uid(g) and not g["metadata"].get("deletionTimestamp")]
-        facts = [self.members.facts(g) for g in scheduled]
+        reads = (self.view.podgroups.written, self.members.writes, self.view.claims.written, self.view.priorities.written)
+        self._reads_stand, self._reads = reads == self._reads, reads
+        if self._met is None or self._met[0] != reads[:2]:
+            podgroups = self.view.podgroups.items()
+            self.members.refresh(podgroups)
+            scheduled = [g for g in podgroups if self.members.owner_uid(g) and not g["metadata"].get("deletionTimestamp")]
+            self._met = (reads[:2], scheduled, [self.members.facts(g) for g in scheduled])
+            self._forget({g["metadata"]["uid"] for g in scheduled})
+        _, scheduled, facts = self._met
         groups = [(g, f.live) for g, f in zip(scheduled, facts, strict=True)]
-        self._forget({g["metadata"]["uid"] for g, _ in groups})
+        self._forget_due()
+        nominated = self._nominated(scheduled)
         try:
             for rules in (self.holes, self.preemptor.nominated):
                 if rules.served is None:
                     await rules.load()  # the rules a previous run left behind
-            await self._repair({g["metadata"]["uid"]: pods for g, pods in groups})
-            nominated = {d for g, _ in groups if (n := accessors.nomination(g)) is not None for d in accessors.nominated_devices(n)}
-            await self.preemptor.nominated.uncover([d for d in self.preemptor.nominated.covered if d not in nominated])
+            await self._repair(groups)
+            devices = {d for _, n in nominated.values() for d in accessors.nominated_devices(n)}
+            await self.preemptor.nominated.uncover([d for d in self.preemptor.nominated.covered if d not in devices])
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -249,9 +279,10 @@ class SchedulingLoop:
             except Exception:
                 metrics.ERRORS.labels(stage="free").inc()
                 logger.exception("claims of members torn down not freed; the resourceclaim controller frees them, or the next cycle")
-        self._preempted = {v.uid: self._preempted_by(g) for g, _ in groups if (n := accessors.nomination(g)) is not None for v in n.victims}
-        held = sum(self.members.reads(g, self.view.claims.get, self.view.claims.written).held for g in scheduled)
-        metrics.INCOMPLETE_GROUP_DEVICES.set(held)
+        self._preempted = {v.uid: self._preempted_by(g) for g, n in nominated.values() for v in n.victims}
+        if self._held is None or self._held[0] != reads:
+            self._held = (reads, sum(self.members.reads(g, self.view.claims.get, reads[2]).held for g in scheduled))
+        metrics.INCOMPLETE_GROUP_DEVICES.set(self._held[1])
         waiting = [(g, f.waits_in) for g, f in zip(scheduled, facts, strict=True)]
         waits.publish(waits.current(waiting, self._quorum_since(), time.monotonic()))  # every cycle: fresh on a quiet cluster
         if self.leading():
@@ -268,8 +299,11 @@ class SchedulingLoop:
             await self._snapshot()  # capacity freed since the last cycle is observed before any group is passed over
         self._deposed = False
         self._passed = 0
+        if self._line is None or self._line[0] != (reads[0], reads[3]):
+            self._line = ((reads[0], reads[3]), [g["metadata"]["uid"] for g in sorted(scheduled, key=self._order)])
+        position = {uid: i for i, uid in enumerate(self._line[1])}
         try:
-            for pod_group, pods in sorted(groups, key=lambda gp: self._order(gp[0])):
+            for pod_group, pods in sorted(groups, key=lambda gp: position[gp[0]["metadata"]["uid"]]):
                 if not self.leading() or self._deposed:
                     return
                 uid = pod_group["metadata"]["uid"]
@@ -337,7 +371,7 @@ class SchedulingLoop:
         if memo is None:
             return False
         uid = pod_group["metadata"]["uid"]
-        if remembered.due is not None or remembered.counts_due or memo.inputs != self._quiet_inputs(pod_group):
+        if remembered.due is not None or remembered.counts_due or (not self._reads_stand and memo.inputs != self._quiet_inputs(pod_group)):
             remembered.quiet = None
             return False
         if not self.shortfalls.still_short(uid, memo.key):
@@ -356,8 +390,12 @@ class SchedulingLoop:
         return quiet.fingerprint(pod_group, self.members.version(uid), claims, self._priority(pod_group))
 
     def _forget(self, live: set[str]) -> None:
-        """What the loop remembers of PodGroups that are gone goes with them."""
+        """What the loop remembers of PodGroups that are gone goes with them (when the groups have changed)."""
         self.memory.keep_only(live)
+        self.shortfalls.keep_only(live)
+
+    def _forget_due(self) -> None:
+        """Each cycle: deadlines passed, and what is remembered of pods and claims that are gone."""
         now = time.monotonic()
         for _, remembered in self.memory.items():
             if remembered.due is not None and remembered.due <= now:
@@ -366,10 +404,17 @@ class SchedulingLoop:
             claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
             self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
         pods = self._pod_uids
-        self.pointers.keep_only(pods)
-        now = time.monotonic()
-        self._evicting = {uid: until for uid, until in self._evicting.items() if uid in pods and until > now}
-        self.shortfalls.keep_only(live)
+        if len(self.pointers.done) > len(self.view.pods.store):  # some pod pointed at is gone (uids are never reused)
+            self.pointers.keep_only(pods)
+        if self._evicting:
+            self._evicting = {uid: until for uid, until in self._evicting.items() if uid in pods and until > now}
+
+    def _nominated(self, scheduled: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], schema.Nomination]]:
+        """PodGroup uid -> (the group, its nomination), of every group preempting (read once per state of the groups)."""
+        if self._nominations is None or self._nominations[0] != self.view.podgroups.written:
+            found = {g["metadata"]["uid"]: (g, n) for g in scheduled if (n := accessors.nomination(g)) is not None}
+            self._nominations = (self.view.podgroups.written, found)
+        return self._nominations[1]
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
         """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
@@ -661,31 +706,35 @@ class SchedulingLoop:
         view = self.view
         key = self._revision()
         if self._base is None or self._base[0] != key:
-            sources = [i.items() for i in (view.nodes, view.pods, view.slices, view.claims, view.classes, view.taint_rules)]
+            under_way = self.releases.assumed()
+            sources = [i.items() for i in (view.nodes, view.slices, view.claims, view.classes, view.taint_rules)]
+            sources.insert(1, self._placed.get(PLACED) + [p for u in under_way.pods for p in self._pod_uids.get(u) if not _placed(p)])
             podgroups, pins, policy = view.podgroups.items(), self._pins(), self._policy()
-            built, capacity = await asyncio.to_thread(self._build, sources, podgroups, pins, policy, self.releases.assumed())
+            every = view.pods.items() if self._of_view("planned", (view.podgroups.written,), lambda: inputs.any_planned(podgroups)) else []
+            built, capacity = await asyncio.to_thread(self._build, sources, podgroups, every, pins, policy, under_way)
             self._base = (key, built)
             self.shortfalls.observe(capacity)
-        return self.headhold.elsewhere(
-            inputs.nominated_elsewhere(self._base[1], view.podgroups.items(), for_group), for_group, self._priority
-        )
+        return self.headhold.elsewhere(inputs.nominated_elsewhere(self._base[1], self._nominating(), for_group), for_group, self._priority)
 
     def _build(
         self,
         sources: list[list[dict[str, Any]]],
         podgroups: list[dict[str, Any]],
+        every: list[dict[str, Any]],
         pins: dict[str, str],
         policy: tuple[Any, ...],
         under_way: assumed.Assumption,
     ) -> tuple[Snapshot, shortfall.Capacity | Callable[[], shortfall.Capacity]]:
         started = time.thread_time()
         nodes, pods, slices, claims, classes, rules = sources
-        awaiting = inputs.awaiting_kube_scheduler(podgroups, pods, claims)
+        awaiting = inputs.awaiting_kube_scheduler(podgroups, every, claims)
         built = inputs.build(
             nodes, pods, slices, claims, classes, rules, pinned=pins, awaiting=awaiting, reuse=self._reuse, assumed=under_way
         )
         capacity: shortfall.Capacity | Callable[[], shortfall.Capacity] = functools.partial(
-            shortfall.capacity, inputs.nominated_elsewhere(built, podgroups, None), policy
+            shortfall.capacity,
+            inputs.nominated_elsewhere(built, [g for g in podgroups if accessors.nomination(g) is not None], None),
+            policy,
         )
         if self.shortfalls.short:
             capacity = capacity()  # here, off the event loop; else only if a group is found short on this snapshot
@@ -698,13 +747,34 @@ class SchedulingLoop:
 
     def _pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
-        return {**accessors.pins(self.view.podgroups.items()), **self.releaser.pinned}
+        recorded = self._of_view("pins", (self.view.podgroups.written,), lambda: accessors.pins(self.view.podgroups.items()))
+        return {**recorded, **self.releaser.pinned}
 
     def _policy(self) -> tuple[Any, ...]:
         """What preemption reads besides capacity: priority classes, disruption budgets, the groups' specs."""
-        objs = [*self.view.priorities.items(), *self.view.budgets.items()]
-        specs = [(g["metadata"]["uid"], g["metadata"].get("generation")) for g in self.view.podgroups.items()]
-        return (frozenset((o["metadata"]["uid"], o["metadata"]["resourceVersion"]) for o in objs), frozenset(specs))
+
+        def policy() -> tuple[Any, ...]:
+            objs = [*self.view.priorities.items(), *self.view.budgets.items()]
+            specs = [(g["metadata"]["uid"], g["metadata"].get("generation")) for g in self.view.podgroups.items()]
+            return (frozenset((o["metadata"]["uid"], o["metadata"]["resourceVersion"]) for o in objs), frozenset(specs))
+
+        view = self.view
+        return self._of_view("policy", (view.priorities.written, view.budgets.written, view.podgroups.written), policy)  # type: ignore[no-any-return]
+
+    def _nominating(self) -> list[dict[str, Any]]:
+        """The PodGroups with a nomination (their preemption under way), of every kind."""
+        return self._of_view(  # type: ignore[no-any-return]
+            "preempting",
+            (self.view.podgroups.written,),
+            lambda: [g for g in self.view.podgroups.items() if accessors.nomination(g) is not None],
+        )
+
+    def _of_view(self, what: str, written: tuple[Any, ...], derive: Callable[[], Any]) -> Any:
+        """`derive()`, derived again only once the stores it reads (their `written`) were written."""
+        kept = self._kept_of_view.get(what)
+        if kept is None or kept[0] != written:
+            kept = self._kept_of_view[what] = (written, derive())
+        return kept[1]
 
     async def _attempt(self, pod_group: dict[str, Any], ready: list[dict[str, Any]], min_count: int) -> bool:
         started = time.monotonic()
@@ -1034,7 +1104,7 @@ class SchedulingLoop:
         await self._event(pod_group, "Warning", reason, message)
         return True
 
-    async def _repair(self, members_of: Mapping[str, list[dict[str, Any]]]) -> None:
+    async def _repair(self, groups: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
         """Each device held beyond what it allows is given back by the holder that allocated later."""
         await self.holes.sweep(self.view.claims.items())
         judged = (self.view.claims.written, self.view.slices.written)
@@ -1045,6 +1115,7 @@ class SchedulingLoop:
         )
         self._no_conflicts = None if conflicts else judged
         reserved = repair.reserved_claims(self.view.podgroups.items()) if conflicts else {}
+        members_of = {g["metadata"]["uid"]: pods for g, pods in groups} if conflicts else {}
         for conflict in conflicts:
             device = "/".join(conflict.device)
             await self.holes.cover([conflict.device], f"held by {_name(conflict.keep)} and {len(conflict.later)} later claim(s)")

@@ -124,6 +124,11 @@ class Membership(Mapping[str, list[JSON]]):
     def __len__(self) -> int:
         return len(self._keys)
 
+    @property
+    def writes(self) -> int:
+        """Moves with every write to a pod of some group: equal, every group has the pods it had."""
+        return self._by_owner.writes
+
     def version(self, uid: str) -> int:
         """Moves with every write to one of the group's pods (as of the last `refresh`)."""
         return self._stamps[uid]

@@ -75,6 +75,8 @@ class Line:
     ahead: list[Ahead] = field(default_factory=list)
     _joined: set[str] = field(default_factory=set)
     """The uids in `ahead`: a cycle with a thousand groups waiting joins each in O(1), not O(line)."""
+    _before: dict[str, Ahead] = field(default_factory=dict)
+    """The last cycle's line by uid: a group joining as it did then joins as the same `Ahead`, not a new one."""
 
     def join(
         self,
@@ -86,9 +88,19 @@ class Line:
         key: GroupKey | None = None,
     ) -> None:
         uid = pod_group["metadata"]["uid"]
-        if uid not in self._joined:
-            self._joined.add(uid)
-            self.ahead.append(Ahead(pod_group, group, priority, frozenset(freed), memo or uid, key))
+        if uid in self._joined:
+            return
+        self._joined.add(uid)
+        freed = frozenset(freed)
+        before = self._before.get(uid)
+        same = (
+            before is not None
+            and before.pod_group is pod_group
+            and before.group is group
+            and before.key is key
+            and (before.priority, before.freed, before.memo) == (priority, freed, memo or uid)
+        )
+        self.ahead.append(before if same else Ahead(pod_group, group, priority, freed, memo or uid, key))  # type: ignore[arg-type]
 
     @staticmethod
     def room(snapshot: Snapshot, ahead: Ahead) -> Snapshot:
@@ -96,5 +108,6 @@ class Line:
         return replace(snapshot, held=snapshot.held - ahead.freed) if ahead.freed else snapshot
 
     def clear(self) -> None:
-        self.ahead.clear()
+        self._before = {a.pod_group["metadata"]["uid"]: a for a in self.ahead}
+        self.ahead = []
         self._joined.clear()

@@ -227,9 +227,11 @@ class Shortfalls:
         known = self.short.get(uid)
         if known is None:
             return False
-        if known.key is not key and known.key != key:
-            metrics.SHORT_REPLANNED.labels(why="changed").inc()
-            return False
+        if known.key is not key:
+            if known.key != key:
+                metrics.SHORT_REPLANNED.labels(why="changed").inc()
+                return False
+            known.key = key  # equal: the caller's, which it asks with again, is compared by identity next time
         for epoch, dim, node in reversed(self.moves):
             if epoch <= known.epoch:
                 break
