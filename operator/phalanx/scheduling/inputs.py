@@ -14,7 +14,7 @@ pod affinity, topology spreading and host ports are judged against.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
@@ -24,6 +24,7 @@ from phalanx.planner import quantity
 from phalanx.planner.model import (
     CapacityPolicy,
     Claim,
+    ClaimKey,
     Container,
     CounterUse,
     Device,
@@ -107,6 +108,9 @@ class Reuse:
     claims: Derived[ClaimView] = field(default_factory=Derived)
     requests: dict[Requests, Requests] = field(default_factory=dict)
     """Each distinct set of requests once: most pods ask alike, and 100,000 copies would cost 16 MiB."""
+    claimed: tuple[Hashable, dict[ClaimKey, Claim], frozenset[DeviceId], tuple[Any, ...]] | None = None
+    """(the claims store's version, then: each claim's model, the devices held whole, the shares held): claims are
+    modelled again only once the store is written, not on every build (3,000 waiting claims took a third of one)."""
     published: tuple[Any, Published] | None = None
     """What the slices publish, by every slice's and DeviceTaintRule's (uid, resourceVersion), in order: slices
     change rarely, and at 5,000 slices grouping them into pools (three walks a build) took a quarter of every build."""
@@ -114,9 +118,10 @@ class Reuse:
     def shared(self, requests: Requests) -> Requests:
         return self.requests.setdefault(requests, requests)
 
-    def sweep(self) -> None:
-        """End a build. The slices' devices are swept by `published`, only when it derived them again."""
-        for derived in (self.pods, self.nodes, self.claims):
+    def sweep(self, claims: bool = True) -> None:
+        """End a build. The slices' devices are swept by `published`, only when it derived them again; the claims'
+        only when they were (`claimed`)."""
+        for derived in (self.pods, self.nodes, self.claims) if claims else (self.pods, self.nodes):
             derived.sweep()
         if len(self.requests) > 4 * len(self.pods) + 1024:  # sets no pod asks for any more
             self.requests.clear()
@@ -579,9 +584,12 @@ def build(
     awaiting: frozenset[DeviceId] = frozenset(),
     reuse: Reuse | None = None,
     assumed: Assumption = NOTHING,
+    claims_written: Hashable = None,
 ) -> Snapshot:
     """`awaiting`: devices planned for extended resources that kube-scheduler has yet to allocate, counted as held.
     `reuse`: what the builds before this one derived (the loop keeps one; None derives everything).
+    `claims_written`: the version of the store `claims` come from (`Informer.written`): equal, the claims are taken
+    as modelled for the last build (None: modelled now).
     `assumed`: the releases under way (`scheduling/assumed.py`), counted as done: a member still gated on its
     planned node, a claim the watch does not show allocated yet as holding what its release writes."""
     kept = Reuse() if reuse is None else reuse
@@ -603,13 +611,20 @@ def build(
         for name, value in requests:
             total[name] = total.get(name, 0) + value
         total["pods"] += 1
-    claims = list(claims)
     classes = list(classes)
     offered = published(slices, taint_rules, kept)
-    views = [kept.claims.get(c, None, lambda c=c: claim_view(c)) for c in claims]
-    modelled = {model.key: model for model, _, _ in views}
-    held = {d for _, whole, _ in views for d in whole}
-    held_shares = [s for _, _, held_by in views for s in held_by]
+    reused = claims_written is not None and kept.claimed is not None and kept.claimed[0] == claims_written
+    if not reused:
+        views = [kept.claims.get(c, None, lambda c=c: claim_view(c)) for c in claims]
+        kept.claimed = (
+            claims_written,
+            {model.key: model for model, _, _ in views},
+            frozenset(d for _, whole, _ in views for d in whole),
+            tuple(s for _, _, held_by in views for s in held_by),
+        )
+    _, modelled, whole_held, shares_held = kept.claimed  # type: ignore[misc]
+    held = set(whole_held)
+    held_shares = list(shares_held)
     for key, use in assumed.claims.items():
         written = modelled.get(key)
         if written is None or written.uid != use.uid or written.allocated is None:
@@ -635,7 +650,7 @@ def build(
         extended=frozen_map(extended_resources(classes)),
         incomplete=offered.incomplete,
     )
-    kept.sweep()
+    kept.sweep(claims=not reused)
     return built
 
 

@@ -37,7 +37,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Hashable, Mapping
 from typing import Any
 
 from phalanx.api import intent, keys, schema
@@ -711,7 +711,7 @@ class SchedulingLoop:
             sources.insert(1, self._placed.get(PLACED) + [p for u in under_way.pods for p in self._pod_uids.get(u) if not _placed(p)])
             podgroups, pins, policy = view.podgroups.items(), self._pins(), self._policy()
             every = view.pods.items() if self._of_view("planned", (view.podgroups.written,), lambda: inputs.any_planned(podgroups)) else []
-            built, capacity = await asyncio.to_thread(self._build, sources, podgroups, every, pins, policy, under_way)
+            built, capacity = await asyncio.to_thread(self._build, sources, podgroups, every, pins, policy, under_way, view.claims.written)
             self._base = (key, built)
             self.shortfalls.observe(capacity)
         return self.headhold.elsewhere(inputs.nominated_elsewhere(self._base[1], self._nominating(), for_group), for_group, self._priority)
@@ -724,17 +724,26 @@ class SchedulingLoop:
         pins: dict[str, str],
         policy: tuple[Any, ...],
         under_way: assumed.Assumption,
+        claims_written: Hashable,
     ) -> tuple[Snapshot, shortfall.Capacity | Callable[[], shortfall.Capacity]]:
         started = time.thread_time()
         nodes, pods, slices, claims, classes, rules = sources
         awaiting = inputs.awaiting_kube_scheduler(podgroups, every, claims)
         built = inputs.build(
-            nodes, pods, slices, claims, classes, rules, pinned=pins, awaiting=awaiting, reuse=self._reuse, assumed=under_way
+            nodes,
+            pods,
+            slices,
+            claims,
+            classes,
+            rules,
+            pinned=pins,
+            awaiting=awaiting,
+            reuse=self._reuse,
+            assumed=under_way,
+            claims_written=claims_written,
         )
         capacity: shortfall.Capacity | Callable[[], shortfall.Capacity] = functools.partial(
-            shortfall.capacity,
-            inputs.nominated_elsewhere(built, [g for g in podgroups if accessors.nomination(g) is not None], None),
-            policy,
+            shortfall.capacity, inputs.nominated_elsewhere(built, podgroups, None), policy
         )
         if self.shortfalls.short:
             capacity = capacity()  # here, off the event loop; else only if a group is found short on this snapshot
