@@ -170,6 +170,26 @@ def test_preemption_inputs_wake_every_group() -> None:
     assert not memo.still_short("uid-f", group_key(group, snapshot, 0))
 
 
+def test_the_preemption_inputs_move_with_a_spec_changed_not_with_a_group_made_or_gone() -> None:
+    """A thousand gangs submitted or deleted are no news to a preemption (their pods, placed or gone, are moves of
+    their own); a PriorityClass, a budget, or a group's spec changed after it was made (a victim's disruption mode,
+    a preemptor's own policy) is."""
+
+    def obj(uid: str, version: str = "1", generation: int | None = 1) -> dict:
+        return {"metadata": {"uid": uid, "resourceVersion": version, "generation": generation}}
+
+    classes, budgets = [obj("pc")], [obj("pdb")]
+    groups = [obj("g1"), obj("g2", generation=None)]
+    before = shortfall.policy(classes, budgets, groups)
+    assert shortfall.policy(classes, budgets, [*groups, obj("g3")]) == before, "a group made"
+    assert shortfall.policy(classes, budgets, groups[:1]) == before, "a group gone"
+    assert shortfall.policy(classes, budgets, [obj("g1", generation=2), groups[1]]) != before, "a spec changed"
+    changed = shortfall.policy(classes, budgets, [obj("g1", generation=2)])
+    assert shortfall.policy(classes, budgets, [obj("g1", generation=3)]) != changed, "changed again"
+    assert shortfall.policy([obj("pc", "2")], budgets, groups) != before, "a PriorityClass"
+    assert shortfall.policy(classes, [obj("pdb", "2")], groups) != before, "a budget"
+
+
 def test_forgotten_groups_go() -> None:
     group, claims = gang("g", 4)
     snapshot = _with_claims(cluster(), claims)

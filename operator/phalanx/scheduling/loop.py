@@ -760,15 +760,13 @@ class SchedulingLoop:
         return {**recorded, **self.releaser.pinned}
 
     def _policy(self) -> tuple[Any, ...]:
-        """What preemption reads besides capacity: priority classes, disruption budgets, the groups' specs."""
-
-        def policy() -> tuple[Any, ...]:
-            objs = [*self.view.priorities.items(), *self.view.budgets.items()]
-            specs = [(g["metadata"]["uid"], g["metadata"].get("generation")) for g in self.view.podgroups.items()]
-            return (frozenset((o["metadata"]["uid"], o["metadata"]["resourceVersion"]) for o in objs), frozenset(specs))
-
+        """What preemption reads besides capacity (`shortfall.policy`), read again only once one of its stores was written."""
         view = self.view
-        return self._of_view("policy", (view.priorities.written, view.budgets.written, view.podgroups.written), policy)  # type: ignore[no-any-return]
+        return self._of_view(  # type: ignore[no-any-return]
+            "policy",
+            (view.priorities.written, view.budgets.written, view.podgroups.written),
+            lambda: shortfall.policy(view.priorities.items(), view.budgets.items(), view.podgroups.items()),
+        )
 
     def _nominating(self) -> list[dict[str, Any]]:
         """The PodGroups with a nomination (their preemption under way), of every kind."""

@@ -43,7 +43,7 @@ other pods (pod affinity, anti-affinity, spreading) takes every move as its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +98,22 @@ def capacity(snapshot: Snapshot, policy: Any = None) -> Capacity:
         classes=(tuple(sorted(snapshot.classes.items())), tuple(sorted(snapshot.extended.items()))),
         policy=policy,
     )
+
+
+def policy(
+    priorities: Iterable[Mapping[str, Any]], budgets: Iterable[Mapping[str, Any]], podgroups: Iterable[Mapping[str, Any]]
+) -> tuple[frozenset[Any], frozenset[Any]]:
+    """The preemption inputs besides capacity, fingerprinted: every PriorityClass and PodDisruptionBudget by version,
+    and every PodGroup whose spec changed since it was made (generation past 1), by its generation.
+
+    A group as made is no news to a group found short: its pods, placed later, are new candidates for eviction, and a
+    new pod of lower priority frees no more than it takes, so the most a preemption can free stays what it was (a
+    pod that goes is a move of its own). A spec changed (a victim's disruption mode, a preemptor's own policy) may
+    decide a preemption either way. Every group's (uid, generation) was fingerprinted before, so each of a thousand
+    gangs submitted or deleted planned every short gang again, each with a preemption search over every pod."""
+    versions = frozenset((o["metadata"]["uid"], o["metadata"].get("resourceVersion")) for o in (*priorities, *budgets))
+    specs = frozenset((g["metadata"]["uid"], generation) for g in podgroups if (generation := g["metadata"].get("generation") or 1) > 1)
+    return versions, specs
 
 
 Move = tuple[str, str | None]
