@@ -207,8 +207,10 @@ class SchedulingLoop:
         once a group or a member was written."""
         self._held: tuple[tuple[Any, ...], int] | None = None
         """(what it read, the devices gangs below quorum hold): summed again only once one of those was written."""
-        self._line: tuple[tuple[Any, ...], list[str]] | None = None
-        """(the groups' and priority classes' `written`, the groups' uids in queue order): sorted again only then."""
+        self._line: tuple[tuple[Any, ...], list[tuple[dict[str, Any], list[dict[str, Any]]]]] | None = None
+        """(what it read, the groups with their live members in queue order): sorted again only once one was written."""
+        self._pointed: tuple[Any, ...] | None = None
+        """The groups' and their pods' `written` when every gated member was found pointed at."""
         self._nominations: tuple[Any, dict[str, tuple[dict[str, Any], schema.Nomination]]] | None = None
         """(the groups' `written`, each preempting group's nomination)."""
         self._kept_of_view: dict[str, tuple[tuple[Any, ...], Any]] = {}
@@ -285,9 +287,11 @@ class SchedulingLoop:
         metrics.INCOMPLETE_GROUP_DEVICES.set(self._held[1])
         waiting = [(g, f.waits_in) for g, f in zip(scheduled, facts, strict=True)]
         waits.publish(waits.current(waiting, self._quorum_since(), time.monotonic()))  # every cycle: fresh on a quiet cluster
-        if self.leading():
+        if self.leading() and self._pointed != reads[:2]:
             try:
                 await self.pointers.point((g, f.gated) for g, f in zip(scheduled, facts, strict=True))
+                if not self.pointers.owed:
+                    self._pointed = reads[:2]  # none was due: none is until a group or a member is written
             except asyncio.CancelledError:
                 raise
             except Exception:  # an Event refused holds no gang: the pods not pointed are tried next cycle
@@ -299,11 +303,11 @@ class SchedulingLoop:
             await self._snapshot()  # capacity freed since the last cycle is observed before any group is passed over
         self._deposed = False
         self._passed = 0
-        if self._line is None or self._line[0] != (reads[0], reads[3]):
-            self._line = ((reads[0], reads[3]), [g["metadata"]["uid"] for g in sorted(scheduled, key=self._order)])
-        position = {uid: i for i, uid in enumerate(self._line[1])}
+        if self._line is None or self._line[0] != reads:
+            position = {g["metadata"]["uid"]: i for i, g in enumerate(sorted(scheduled, key=self._order))}
+            self._line = (reads, sorted(groups, key=lambda gp: position[gp[0]["metadata"]["uid"]]))
         try:
-            for pod_group, pods in sorted(groups, key=lambda gp: position[gp[0]["metadata"]["uid"]]):
+            for pod_group, pods in self._line[1]:
                 if not self.leading() or self._deposed:
                     return
                 uid = pod_group["metadata"]["uid"]

@@ -243,6 +243,8 @@ class Shortfalls:
         known = self.short.get(uid)
         if known is None:
             return False
+        if known.epoch == self.epoch and known.key is key:
+            return True  # checked since the last move, on this very question (a cycle asks twice for each gang it passes)
         if known.key is not key:
             if known.key != key:
                 metrics.SHORT_REPLANNED.labels(why="changed").inc()
