@@ -207,7 +207,7 @@ class SchedulingLoop:
         once a group or a member was written."""
         self._held: tuple[tuple[Any, ...], int] | None = None
         """(what it read, the devices gangs below quorum hold): summed again only once one of those was written."""
-        self._line: tuple[tuple[Any, ...], list[tuple[dict[str, Any], list[dict[str, Any]]]]] | None = None
+        self._ordered: tuple[tuple[Any, ...], list[tuple[dict[str, Any], list[dict[str, Any]]]]] | None = None
         """(what it read, the groups with their live members in queue order): sorted again only once one was written."""
         self._pointed: tuple[Any, ...] | None = None
         """The groups' and their pods' `written` when every gated member was found pointed at."""
@@ -303,11 +303,11 @@ class SchedulingLoop:
             await self._snapshot()  # capacity freed since the last cycle is observed before any group is passed over
         self._deposed = False
         self._passed = 0
-        if self._line is None or self._line[0] != reads:
+        if self._ordered is None or self._ordered[0] != reads:
             position = {g["metadata"]["uid"]: i for i, g in enumerate(sorted(scheduled, key=self._order))}
-            self._line = (reads, sorted(groups, key=lambda gp: position[gp[0]["metadata"]["uid"]]))
+            self._ordered = (reads, sorted(groups, key=lambda gp: position[gp[0]["metadata"]["uid"]]))
         try:
-            for pod_group, pods in self._line[1]:
+            for pod_group, pods in self._ordered[1]:
                 if not self.leading() or self._deposed:
                     return
                 uid = pod_group["metadata"]["uid"]
