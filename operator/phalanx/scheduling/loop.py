@@ -199,9 +199,8 @@ class SchedulingLoop:
         self._passed = 0
         """Waiting groups this cycle passed over (`quiet`), counted into the metric as the cycle ends."""
         self._reads: tuple[Any, ...] = ()
-        """What the stores a quiet group's visit reads were (`written`) as the last cycle met its groups."""
-        self._reads_stand = False
-        """None of those stores was written since: every quiet memo's inputs stand, unread."""
+        """The stores a waiting group's visit reads (groups, pods of groups, claims, priority classes), by their
+        `written`, as this cycle began: a quiet memo last found true under the same is true still, unread."""
         self._met: tuple[tuple[Any, ...], list[dict[str, Any]], list[membership.Facts]] | None = None
         """(the groups' and their pods' `written`, the groups this loop schedules, their facts): read again only
         once a group or a member was written."""
@@ -248,7 +247,7 @@ class SchedulingLoop:
         self._members.sweep()
         self.releaser.forget(self._pod_uids)
         reads = (self.view.podgroups.written, self.members.writes, self.view.claims.written, self.view.priorities.written)
-        self._reads_stand, self._reads = reads == self._reads, reads
+        self._reads = reads
         if self._met is None or self._met[0] != reads[:2]:
             podgroups = self.view.podgroups.items()
             self.members.refresh(podgroups)
@@ -375,12 +374,14 @@ class SchedulingLoop:
         if memo is None:
             return False
         uid = pod_group["metadata"]["uid"]
-        if remembered.due is not None or remembered.counts_due or (not self._reads_stand and memo.inputs != self._quiet_inputs(pod_group)):
+        unread = remembered.quiet_at == self._reads  # found true since every store it reads was last written
+        if remembered.due is not None or remembered.counts_due or (not unread and memo.inputs != self._quiet_inputs(pod_group)):
             remembered.quiet = None
             return False
         if not self.shortfalls.still_short(uid, memo.key):
             remembered.quiet = None
             return False
+        remembered.quiet_at = self._reads
         self.line.join(pod_group, memo.key.group, memo.key.priority, key=memo.key)
         self._passed += 1
         return True
@@ -800,7 +801,8 @@ class SchedulingLoop:
         if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
             self.line.join(pod_group, group, self._priority(pod_group))
             if quiet.memoizable(pod_group) and (seen := self._quiet_inputs(pod_group)) is not None:
-                self.memory.of(pod_group["metadata"]["uid"]).quiet = quiet.Quiet(seen, key)
+                remembered = self.memory.of(pod_group["metadata"]["uid"])
+                remembered.quiet, remembered.quiet_at = quiet.Quiet(seen, key), self._reads
             return True  # its status already says why; nothing it could use was freed
         # in a worker thread: a costly claim must not keep the webhooks and probes this event loop serves from answering
         result = await asyncio.to_thread(plan, snapshot, group, self.matcher)

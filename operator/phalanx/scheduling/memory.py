@@ -44,6 +44,9 @@ class GroupMemory:
     """Members of a group of its own admitted without the gate that a Warning already named."""
     quiet: Quiet | None = None
     """Its last visit found it short and wrote nothing: passed over while nothing it reads changes (`quiet`)."""
+    quiet_at: tuple[Any, ...] | None = None
+    """The stores that memo reads, by their `written`, as the cycle that last found it true began: while they stand,
+    it is true without reading it again."""
 
 
 class Memory:
