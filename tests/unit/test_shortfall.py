@@ -64,6 +64,30 @@ def test_a_node_added_or_untainted_frees_nodes_and_its_resources() -> None:
     assert freed(capacity(before), capacity(untainted)) == {shortfall.NODES}
 
 
+def test_capacity_kept_between_snapshots_equals_capacity_afresh_through_changes() -> None:
+    """What is kept is served only for the same objects (the same devices and held, a node's same labels and taints):
+    each change below gives what a fresh computation gives, and the moves between them are the same."""
+    kept = shortfall.Kept()
+    base = cluster(workers=2)
+    steps = [
+        base,
+        replace(base, nodes=tuple(replace(n, requested=frozen_map({"cpu": 100})) for n in base.nodes)),  # a bind
+        _held(base, ("worker-1", "gpu-0")),  # a device taken
+        replace(base, nodes=(*base.nodes, node("worker-9"))),  # a node added
+        replace(base, nodes=tuple(replace(n, taints=()) for n in base.nodes)),  # untainted
+        replace(base, nodes=tuple(replace(n, labels=frozen_map({"pool": "a"})) for n in base.nodes)),  # relabelled
+        base,
+    ]
+    before = None
+    for snapshot in steps:
+        now = capacity(snapshot, kept=kept)
+        assert now == capacity(snapshot)
+        if before is not None:
+            assert freed(before, now) == freed(before, capacity(snapshot))
+        before = now
+    assert capacity(base, kept=kept).free_devices is kept.devices[2], "the same devices and held: served again"
+
+
 def test_cpu_given_back_frees_that_resource_only() -> None:
     busy = replace(cluster(), nodes=tuple(replace(n, requested=frozen_map({"cpu": 500})) for n in cluster().nodes))
     assert freed(capacity(busy), capacity(cluster())) == {shortfall.RESOURCE + "cpu"}

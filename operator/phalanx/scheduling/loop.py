@@ -176,6 +176,8 @@ class SchedulingLoop:
         self._base: tuple[tuple[Any, ...], Snapshot] | None = None
         """(view revision and pins, snapshot): built once per state of the view, not once per group or member."""
         self._reuse = inputs.Reuse()
+        self._capacity = shortfall.Kept()
+        """What shortfall capacity derived from the snapshots before (free devices, each node's shape)."""
         """What each build derived from each pod, node, slice and claim, reused by the next for the same version."""
         self._built_cpu = 0.0
         """CPU seconds this cycle's snapshot builds took in their worker thread (the budget counts them)."""
@@ -748,7 +750,7 @@ class SchedulingLoop:
             claims_written=claims_written,
         )
         capacity: shortfall.Capacity | Callable[[], shortfall.Capacity] = functools.partial(
-            shortfall.capacity, inputs.nominated_elsewhere(built, podgroups, None), policy
+            shortfall.capacity, inputs.nominated_elsewhere(built, podgroups, None), policy, self._capacity
         )
         if self.shortfalls.short:
             capacity = capacity()  # here, off the event loop; else only if a group is found short on this snapshot

@@ -84,14 +84,40 @@ class Capacity:
     """The preemption inputs (priority classes, disruption budgets) as the caller fingerprints them."""
 
 
-def capacity(snapshot: Snapshot, policy: Any = None) -> Capacity:
+@dataclass
+class Kept:
+    """What `capacity` derived from the snapshots before, served again where the next holds the same objects (a
+    snapshot reuses each unchanged node's labels and taints, and the published devices while no slice changed).
+    At 1,000 nodes and 8,000 devices capacity was a third of the operator's CPU, computed afresh each snapshot."""
+
+    devices: tuple[Any, Any, frozenset[Any]] | None = None
+    """(the snapshot's devices, what it held, the free devices): one tuple, replaced whole (two threads may build)."""
+    shapes: dict[str, tuple[Any, Any, bool, Any]] = field(default_factory=dict)
+    """Node -> (its labels, its taints, unschedulable, its shape)."""
+
+
+def capacity(snapshot: Snapshot, policy: Any = None, kept: Kept | None = None) -> Capacity:
     free: dict[str, dict[str, int]] = {}
     shape: dict[str, Any] = {}
+    shapes = kept.shapes if kept is not None else {}
     for node in snapshot.nodes:
         free[node.name] = {k: v - node.requested.get(k, 0) for k, v in node.allocatable.items()}
-        shape[node.name] = (tuple(sorted(node.labels.items())), node.taints, node.unschedulable)
+        known = shapes.get(node.name)
+        if known is None or known[0] is not node.labels or known[1] is not node.taints or known[2] != node.unschedulable:
+            known = (node.labels, node.taints, node.unschedulable, (tuple(sorted(node.labels.items())), node.taints, node.unschedulable))
+            if kept is not None:
+                kept.shapes[node.name] = known
+        shape[node.name] = known[3]
+    if kept is not None and len(kept.shapes) > 2 * len(snapshot.nodes) + 64:  # nodes gone
+        kept.shapes = {name: kept.shapes[name] for name in shape if name in kept.shapes}
+    devices = kept.devices if kept is not None else None
+    if devices is None or devices[0] is not snapshot.devices or devices[1] != snapshot.held:
+        offered = frozenset((*d.id, d.generation, d.node_name, d.taints) for d in snapshot.devices if d.id not in snapshot.held)
+        devices = (snapshot.devices, snapshot.held, offered)
+        if kept is not None:
+            kept.devices = devices
     return Capacity(
-        free_devices=frozenset((*d.id, d.generation, d.node_name, d.taints) for d in snapshot.devices if d.id not in snapshot.held),
+        free_devices=devices[2],
         free=free,
         shape=shape,
         pods=frozenset((p.namespace, p.name, p.node, bool(p.anti_affinity)) for p in snapshot.pods),
