@@ -17,9 +17,13 @@ this order:
   waiting   Phalanx with 1 and then 1,000 gangs of 3 that cannot be placed (a
             nodeSelector no node has): the operator's CPU for one change (a
             pod bound directly and started by kwok, K of them one second
-            apart, idle CPU over as long subtracted), and for one pod deleted
-            (capacity freed: every waiting group may use it, so it is planned
-            again);
+            apart), and for one pod deleted (capacity freed: every waiting
+            group may use it, so it is planned again). Each window runs from
+            the first change until the loop is still (no cycle for 5 s), so
+            what a change sets off is counted however long it trails; idle CPU
+            is measured over 24 s once the loop is still, before each, and
+            subtracted at its rate. The cycles each change made are printed;
+
   footprint the operator's RSS and CPU with 10,000, 50,000 and 100,000 pods
             (bound directly to the workers, no claims; kwok runs them): idle
             RSS and CPU once each level has settled, and the time to create it.
@@ -42,6 +46,7 @@ import json
 import sys
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +64,10 @@ START_WORKERS = 8
 CREATORS = 48
 """Footprint pods created at once: the API server, not the bench, should be what limits the rate."""
 WAIT_SELECTOR = {"bench.phalanx.dev/pool": "nowhere"}
+STILL = 5.0
+"""Seconds without a cycle after which the loop is taken as still: what a change set off has run its course."""
+IDLE_SPAN = 24.0
+"""Seconds of each idle window the waiting figures subtract, at its rate, from the changes' windows."""
 
 
 @dataclass(frozen=True)
@@ -239,35 +248,71 @@ async def change_cost(way: tw.Way, waiting: int, changes: int, workers: list[str
         await asyncio.sleep(2)
     while await pointed() < 3 * waiting and time.monotonic() < deadline:  # noqa: ASYNC110 (polls the API)
         await asyncio.sleep(2)
-    await asyncio.sleep(10)  # the last statuses written, their watch events taken
 
-    async def window(seconds: float) -> float:
-        c0 = _cpu(pid)
-        await asyncio.sleep(seconds)
-        return _cpu(pid) - c0
+    def counters() -> tuple[float, float, dict[str, float]]:
+        """(the operator's CPU seconds, its cycles, the watch changes it kept by resource)."""
+        samples = scrape(way.operator)
+        kept = {k.split('resource="', 1)[1].rstrip('"}'): v for k, v in samples.items() if k.startswith("phalanx_watch_changes_total{")}
+        return _cpu(pid), _sum(samples, "phalanx_scheduling_cycles_total"), kept
 
-    span = changes * 1.0 + 4.0
-    idle = await window(span)
-    c0 = _cpu(pid)
-    for i in range(changes):
+    async def phase(act: Callable[[int], Awaitable[Any]] | None) -> dict[str, Any]:
+        """CPU, cycles and changes from the first act until the loop is still (no cycle for STILL seconds: what the
+        change set off is in it, however long it trails), or over an idle span when there is no act."""
+        cpu0, cycles0, changes0 = counters()
+        started = time.monotonic()
+        if act is None:
+            await asyncio.sleep(IDLE_SPAN)
+        else:
+            for i in range(changes):
+                await act(i)
+                await asyncio.sleep(1.0)
+            await still()
+        cpu1, cycles1, changes1 = counters()
+        return {
+            "seconds": time.monotonic() - started,
+            "cpu": cpu1 - cpu0,
+            "cycles": cycles1 - cycles0,
+            "changes": {r: v - changes0.get(r, 0.0) for r, v in changes1.items() if v - changes0.get(r, 0.0)},
+        }
+
+    async def still() -> None:
+        deadline, last, since = time.monotonic() + 300, None, time.monotonic()
+        while time.monotonic() < deadline:
+            cycles = counters()[1]
+            if cycles != last:
+                last, since = cycles, time.monotonic()
+            elif time.monotonic() - since >= STILL:
+                return
+            await asyncio.sleep(0.5)
+        say(f"waiting: the loop was never still for {STILL} s in 300 s; measuring anyway")
+
+    await still()
+    idle = await phase(None)
+
+    async def add(i: int) -> None:
         await core.create_namespaced_pod("ballast", tw.bound_pod(f"change-{i}", workers[i % len(workers)], {"app": "change"}))
-        await asyncio.sleep(1.0)
-    await asyncio.sleep(span - changes * 1.0)
-    added = _cpu(pid) - c0
-    idle2 = await window(span)
-    c0 = _cpu(pid)
-    for i in range(changes):
+
+    async def delete(i: int) -> None:
         await core.delete_namespaced_pod(f"change-{i}", "ballast", grace_period_seconds=0)
-        await asyncio.sleep(1.0)
-    await asyncio.sleep(span - changes * 1.0)
-    deleted = _cpu(pid) - c0
-    idle_rate = (idle + idle2) / (2 * span)
+
+    added = await phase(add)
+    await still()
+    idle2 = await phase(None)
+    deleted = await phase(delete)
+    idle_rate = (idle["cpu"] + idle2["cpu"]) / (2 * IDLE_SPAN)
+
+    def per_change(measured: dict[str, Any]) -> float:
+        return 1000 * max(0.0, measured["cpu"] - idle_rate * measured["seconds"]) / changes
+
     out = {
         "waiting": waiting,
         "unschedulable_seen": seen,
         "idle_cpu_percent": 100 * idle_rate,
-        "cpu_per_pod_added_ms": 1000 * max(0.0, added - idle_rate * span) / changes,
-        "cpu_per_pod_deleted_ms": 1000 * max(0.0, deleted - idle_rate * span) / changes,
+        "cpu_per_pod_added_ms": per_change(added),
+        "cpu_per_pod_deleted_ms": per_change(deleted),
+        "cycles_per_pod_added": added["cycles"] / changes,
+        "cycles_per_pod_deleted": deleted["cycles"] / changes,
+        "phases": {"idle": idle, "added": added, "idle2": idle2, "deleted": deleted},
     }
     say(f"waiting {waiting}: {out}")
     return out
@@ -432,14 +477,16 @@ def tables(plan: ScalePlan, raw: dict[str, Any]) -> str:
     if raw["waiting"]:
         lines += [
             "",
-            f"waiting gangs (Phalanx): operator CPU per change, mean of {plan.changes}, idle CPU subtracted",
-            "| gangs waiting | of them seen Unschedulable | idle CPU | per pod added (bound, started) | per pod deleted (capacity freed) | load average |",
-            "|---|---|---|---|---|---|",
+            f"waiting gangs (Phalanx): operator CPU per change, mean of {plan.changes}, until the loop is still, idle CPU subtracted",
+            "| gangs waiting | of them seen Unschedulable | idle CPU | per pod added (bound, started) | cycles | "
+            "per pod deleted (capacity freed) | cycles | load average |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for row in raw["waiting"]:
+            cycles = [f"{row[k]:.1f}" if k in row else "-" for k in ("cycles_per_pod_added", "cycles_per_pod_deleted")]
             lines.append(
                 f"| {row['waiting']:,} | {row['unschedulable_seen']:,} | {row['idle_cpu_percent']:.1f}% | {row['cpu_per_pod_added_ms']:.0f} ms "
-                f"| {row['cpu_per_pod_deleted_ms']:.0f} ms | {row.get('load', '-')} |"
+                f"| {cycles[0]} | {row['cpu_per_pod_deleted_ms']:.0f} ms | {cycles[1]} | {row.get('load', '-')} |"
             )
         if len(raw["waiting"]) == 2:
             one, many = raw["waiting"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 import apiobjects as api
 from phalanx.kinds import KINDS
 from phalanx.kube.informers import Index, Informer
@@ -151,3 +153,28 @@ def test_facts_are_what_each_reader_derives_and_reads_follow_the_claims_store() 
     claims.apply("MODIFIED", _versioned(gpu, 8))
     assert members.facts(group) is facts, "a claim written: the facts stand"
     assert members.reads(group, claims.get, claims.written).versions == ("8", None, None)
+
+
+def test_the_changes_metric_counts_each_write_kept_and_not_a_write_only_its_version_moved() -> None:
+    """`phalanx_watch_changes_total` is what the bench divides a change's cycles by: it counts a kept write once, and
+    a heartbeat (a new resourceVersion, nothing else) goes to the unread counter instead."""
+    informer = _pods()
+
+    def counted() -> tuple[float, float]:
+        return (
+            REGISTRY.get_sample_value("phalanx_watch_changes_total", {"resource": "pods"}) or 0.0,
+            REGISTRY.get_sample_value("phalanx_watch_unread_changes_total", {"resource": "pods"}) or 0.0,
+        )
+
+    before = counted()
+    informer.apply("ADDED", _job_pod("a-0", "a", version=1))
+    relabelled = _job_pod("a-0", "a", version=2)
+    relabelled["metadata"]["labels"] = {"moved": "yes"}
+    informer.apply("MODIFIED", relabelled)
+    after_kept = counted()
+    assert after_kept == (before[0] + 2, before[1])
+
+    only_version = copy.deepcopy(relabelled)
+    only_version["metadata"]["resourceVersion"] = "3"
+    informer.apply("MODIFIED", only_version)
+    assert counted() == (after_kept[0], after_kept[1] + 1)

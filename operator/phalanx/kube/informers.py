@@ -140,6 +140,7 @@ class Informer:
         """The last resourceVersion seen (list or event): a watch that breaks resumes from it."""
         self._tick = asyncio.Event()
         self.indexes: dict[str, Index] = {}
+        self._counted = metrics.CHANGES.labels(resource=name)
 
     def index(self, name: str, keys: Callable[[dict[str, Any]], Iterable[Hashable]]) -> Index:
         """The index `name` of this store (made, from what the store holds now, on first asking)."""
@@ -151,6 +152,7 @@ class Informer:
 
     def _changed(self) -> None:
         self.revision += 1
+        self._counted.inc()
         self._wake_waiters()
         self._on_change()
 

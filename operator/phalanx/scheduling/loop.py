@@ -223,7 +223,9 @@ class SchedulingLoop:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.view.changed.wait(), timeout=self._next_wake())
-            self._woken_for = self.view.changed_since if self.view.changed.is_set() else time.monotonic()
+            by_change = self.view.changed.is_set()
+            self._woken_for = self.view.changed_since if by_change else time.monotonic()
+            metrics.CYCLES.labels(woken_by="change" if by_change else "timer").inc()
             self.view.changed.clear()
             cpu, self._built_cpu = time.thread_time(), 0.0
             try:

@@ -137,6 +137,16 @@ PASSED_OVER = Counter(
     "phalanx_groups_passed_over_total",
     "Visits to waiting groups a cycle skipped: known short, nothing they read changed, nothing they could use freed.",
 )
+CYCLES = Counter(
+    "phalanx_scheduling_cycles_total",
+    "Scheduling cycles, by what woke them: a change a watch delivered, or a timer (a back-off, a deadline, the period).",
+    ["woken_by"],
+)
+CHANGES = Counter(
+    "phalanx_watch_changes_total",
+    "Watch events that changed what the operator keeps of an object, by resource: each wakes a cycle (many may share one).",
+    ["resource"],
+)
 UNREAD_CHANGES = Counter(
     "phalanx_watch_unread_changes_total",
     "Watch events that changed nothing the operator keeps of an object (a node's heartbeat), by resource: they wake no cycle.",
