@@ -19,7 +19,7 @@ this order:
             pod bound directly and started by kwok, K of them one second
             apart), and for one pod deleted (capacity freed: every waiting
             group may use it, so it is planned again). Each window runs from
-            the first change until the loop is still (no cycle for 5 s), so
+            the first change until the loop is still (no cycle a change woke for 10 s), so
             what a change sets off is counted however long it trails; idle CPU
             is measured over 24 s once the loop is still, before each, and
             subtracted at its rate. The cycles each change made are printed;
@@ -64,8 +64,11 @@ START_WORKERS = 8
 CREATORS = 48
 """Footprint pods created at once: the API server, not the bench, should be what limits the rate."""
 WAIT_SELECTOR = {"bench.phalanx.dev/pool": "nowhere"}
-STILL = 5.0
-"""Seconds without a cycle after which the loop is taken as still: what a change set off has run its course."""
+STILL = 10.0
+"""Seconds with no cycle a change woke (and none a timer woke beyond the period's) after which the loop is taken as
+still: what a change set off has run its course."""
+PERIOD = 5.0
+"""The operator's scheduling period (`SchedulingLoop.period`): a still loop still cycles this often."""
 IDLE_SPAN = 24.0
 """Seconds of each idle window the waiting figures subtract, at its rate, from the changes' windows."""
 
@@ -249,15 +252,21 @@ async def change_cost(way: tw.Way, waiting: int, changes: int, workers: list[str
     while await pointed() < 3 * waiting and time.monotonic() < deadline:  # noqa: ASYNC110 (polls the API)
         await asyncio.sleep(2)
 
-    def counters() -> tuple[float, float, dict[str, float]]:
-        """(the operator's CPU seconds, its cycles, the watch changes it kept by resource)."""
+    def counters() -> tuple[float, dict[str, float], dict[str, float]]:
+        """(the operator's CPU seconds, its cycles by what woke them, the watch changes it kept by resource)."""
         samples = scrape(way.operator)
-        kept = {k.split('resource="', 1)[1].rstrip('"}'): v for k, v in samples.items() if k.startswith("phalanx_watch_changes_total{")}
-        return _cpu(pid), _sum(samples, "phalanx_scheduling_cycles_total"), kept
+
+        def by(name: str, label: str) -> dict[str, float]:
+            return {k.split(f'{label}="', 1)[1].rstrip('"}'): v for k, v in samples.items() if k.startswith(name + "{")}
+
+        return _cpu(pid), by("phalanx_scheduling_cycles_total", "woken_by"), by("phalanx_watch_changes_total", "resource")
+
+    def moved(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
 
     async def phase(act: Callable[[int], Awaitable[Any]] | None) -> dict[str, Any]:
-        """CPU, cycles and changes from the first act until the loop is still (no cycle for STILL seconds: what the
-        change set off is in it, however long it trails), or over an idle span when there is no act."""
+        """CPU, cycles and changes from the first act until the loop is `still` (what the changes set off is in it,
+        however long it trails), or over an idle span when there is no act."""
         cpu0, cycles0, changes0 = counters()
         started = time.monotonic()
         if act is None:
@@ -271,19 +280,21 @@ async def change_cost(way: tw.Way, waiting: int, changes: int, workers: list[str
         return {
             "seconds": time.monotonic() - started,
             "cpu": cpu1 - cpu0,
-            "cycles": cycles1 - cycles0,
-            "changes": {r: v - changes0.get(r, 0.0) for r, v in changes1.items() if v - changes0.get(r, 0.0)},
+            "cycles": moved(cycles0, cycles1),
+            "changes": moved(changes0, changes1),
         }
 
     async def still() -> None:
-        deadline, last, since = time.monotonic() + 300, None, time.monotonic()
+        """Until STILL seconds pass with no cycle a change woke, and no more woken by a timer than the period's."""
+        deadline = time.monotonic() + 300
+        since, at = time.monotonic(), counters()[1]
         while time.monotonic() < deadline:
-            cycles = counters()[1]
-            if cycles != last:
-                last, since = cycles, time.monotonic()
+            await asyncio.sleep(1.0)
+            woke = moved(at, counters()[1])
+            if woke.get("change") or woke.get("timer", 0) > STILL / PERIOD + 1:
+                since, at = time.monotonic(), counters()[1]
             elif time.monotonic() - since >= STILL:
                 return
-            await asyncio.sleep(0.5)
         say(f"waiting: the loop was never still for {STILL} s in 300 s; measuring anyway")
 
     await still()
@@ -310,8 +321,8 @@ async def change_cost(way: tw.Way, waiting: int, changes: int, workers: list[str
         "idle_cpu_percent": 100 * idle_rate,
         "cpu_per_pod_added_ms": per_change(added),
         "cpu_per_pod_deleted_ms": per_change(deleted),
-        "cycles_per_pod_added": added["cycles"] / changes,
-        "cycles_per_pod_deleted": deleted["cycles"] / changes,
+        "cycles_per_pod_added": added["cycles"].get("change", 0.0) / changes,
+        "cycles_per_pod_deleted": deleted["cycles"].get("change", 0.0) / changes,
         "phases": {"idle": idle, "added": added, "idle2": idle2, "deleted": deleted},
     }
     say(f"waiting {waiting}: {out}")
