@@ -22,7 +22,7 @@ this order:
             the first change until the loop is still (no cycle a change woke for 10 s), so
             what a change sets off is counted however long it trails; idle CPU
             is measured over 24 s once the loop is still, before each, and
-            subtracted at its rate. The cycles each change made are printed;
+            subtracted at its rate. The cycles the changes woke are printed;
 
   footprint the operator's RSS and CPU with 10,000, 50,000 and 100,000 pods
             (bound directly to the workers, no claims; kwok runs them): idle
