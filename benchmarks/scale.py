@@ -19,11 +19,11 @@ this order:
             pod bound directly and started by kwok, K of them one second
             apart), and for one pod deleted (capacity freed: every waiting
             group may use it, so it is planned again). Each window runs from
-            the first change until the loop is still (no cycle a change woke for 10 s), so
-            what a change sets off is counted however long it trails; idle CPU
-            is measured over 24 s once the loop is still, before each, and
-            subtracted at its rate. The cycles the changes woke are printed;
-
+            the first change until the loop is still (no cycle a change woke
+            for 10 s), so what a change sets off is counted however long it
+            trails; idle CPU is measured over 24 s once the loop is still,
+            before each, and subtracted at its rate. The cycles each change
+            woke are printed beside its cost;
   footprint the operator's RSS and CPU with 10,000, 50,000 and 100,000 pods
             (bound directly to the workers, no claims; kwok runs them): idle
             RSS and CPU once each level has settled, and the time to create it.

@@ -156,8 +156,8 @@ def test_facts_are_what_each_reader_derives_and_reads_follow_the_claims_store() 
 
 
 def test_the_changes_metric_counts_each_write_kept_and_not_a_write_only_its_version_moved() -> None:
-    """`phalanx_watch_changes_total` is what the bench divides a change's cycles by: it counts a kept write once, and
-    a heartbeat (a new resourceVersion, nothing else) goes to the unread counter instead."""
+    """`phalanx_watch_changes_total` says what woke the loop (the waiting bench prints it per window): it counts a
+    kept write once, and a heartbeat (a new resourceVersion, nothing else) goes to the unread counter instead."""
     informer = _pods()
 
     def counted() -> tuple[float, float]:
