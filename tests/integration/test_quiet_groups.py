@@ -19,11 +19,11 @@ from phalanx.localcluster import demo
 POOL = "phalanx-test/quiet-pool"
 
 
-def _passed_over(operator: Operator) -> float:
+def _counter(operator: Operator, name: str = "phalanx_groups_passed_over_total") -> float:
     assert operator.handle is not None
     with urllib.request.urlopen(f"http://127.0.0.1:{operator.handle.metrics_port}/metrics", timeout=5) as answer:
         for line in answer.read().decode().splitlines():
-            if line.startswith("phalanx_groups_passed_over_total "):
+            if line.startswith(name + " "):
                 return float(line.split()[1])
     return 0.0
 
@@ -47,15 +47,18 @@ def test_waiting_gangs_are_passed_over_until_room_appears_and_then_the_first_in_
     cluster: Cluster, operator: Operator, namespace: str
 ) -> None:
     """Three gangs of 2 that no node can take (a node label none has) wait Unschedulable; later cycles pass them over
-    (the counter moves by at least one visit each, the scenario happened). Then one worker (2 GPUs) gets the label: a
-    change the memo must not hide. The oldest gang is released onto it, the other two still wait."""
+    (the counter moves by at least one visit each, the scenario happened), and then take the line of them whole (its
+    counter moves). Then one worker (2 GPUs) gets the label: a change neither memo may hide. The oldest gang is
+    released onto it, the other two still wait."""
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
     names = ["quiet-a", "quiet-b", "quiet-c"]
     for name in names:
         cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(_gang(name)))
     wait_for(lambda: set(_reasons(cluster, namespace).values()) == {"Unschedulable"} and len(_reasons(cluster, namespace)) == 3, "all wait")
-    before = _passed_over(operator)
-    wait_for(lambda: _passed_over(operator) >= before + len(names), "the waiting gangs passed over", timeout=30)
+    before = _counter(operator)
+    wait_for(lambda: _counter(operator) >= before + len(names), "the waiting gangs passed over", timeout=30)
+    taken = _counter(operator, "phalanx_quiet_lines_taken_total")
+    wait_for(lambda: _counter(operator, "phalanx_quiet_lines_taken_total") > taken, "a cycle took the line whole", timeout=30)
     worker = "worker-3"
     cluster.kubectl("label", "node", worker, f"{POOL}=yes")
     try:

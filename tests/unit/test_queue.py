@@ -198,6 +198,21 @@ def _line(count: int) -> tuple[queue.Line, list[dict], Snapshot]:
     return line, podgroups, with_claims(cluster(), claims)
 
 
+def test_a_line_taken_whole_is_as_if_each_had_joined_again() -> None:
+    """A cycle that takes the last cycle's line (`Line.take`) has each group in it once, and the next cycle's joins
+    find each as the same `Ahead`."""
+    line, podgroups, _ = _line(3)
+    kept = list(line.ahead)
+    line.clear()
+    line.take(kept)
+    assert line.ahead == kept
+    line.join(podgroups[1], kept[1].group, 0)
+    assert line.ahead == kept, "already in the line"
+    line.clear()
+    line.join(podgroups[2], kept[2].group, 0)
+    assert line.ahead[0] is kept[2]
+
+
 def test_gangs_that_can_never_fit_are_planned_for_a_hold_once_not_every_cycle(monkeypatch) -> None:
     """A line of gangs past their hold-after that no node can take: the first cycle plans each on the emptied cluster
     (to find the head), the next ones plan none until something they could use appears. Every plan of a thousand such

@@ -370,3 +370,39 @@ def test_why_a_short_group_is_planned_again_is_counted() -> None:
     memo.observe(capacity(_with_claims(cluster(), claims)))
     assert not memo.still_short("uid-b", group_key(group, _with_claims(cluster(), claims), 0))
     assert count(shortfall.DEVICES) == devices + 1
+
+
+def test_a_line_of_verdicts_stands_together_until_something_freed_is_of_use_to_one() -> None:
+    """`standing` / `stands`: one check for the line a cycle passed over, as `still_short` is one for each group. A pod
+    leaving a node none of them can use leaves the line standing (each verdict carried to the new epoch); one leaving a
+    node one of them can use does not, and then that one alone is not short; a verdict made again is a new line."""
+    n, n_claims = gang("n", 2)
+    m, m_claims = gang("m", 2)
+    n, m = _pinned_to(n, "worker-1"), _pinned_to(m, "worker-2")
+    pods = (Pod("ml", "a", "worker-1"), Pod("ml", "b", "worker-2"), Pod("ml", "c", "worker-3"))
+    full = _with_claims(
+        replace(_held(cluster(), *[(f"worker-{i}", f"gpu-{j}") for i in (1, 2, 3) for j in (0, 1)]), pods=pods), n_claims + m_claims
+    )
+    memo = Shortfalls()
+    memo.observe(capacity(full))
+    for uid, group in (("uid-n", n), ("uid-m", m)):
+        memo.remember(uid, group_key(group, full, 0), shortfall.eligible(group, full))
+    line = memo.standing(["uid-n", "uid-m"])
+    assert line is not None and line.nodes == {"worker-1", "worker-2"}
+
+    assert memo.observe(capacity(replace(full, pods=pods[:2]))) == {shortfall.PODS_GONE}, "c left worker-3"
+    assert memo.stands(line)
+    assert {v.epoch for v in memo.short.values()} == {memo.epoch}, "carried, as still_short would"
+
+    memo.observe(capacity(replace(full, pods=pods[:1])))  # b left worker-2
+    assert not memo.stands(line)
+    assert memo.still_short("uid-n", group_key(n, full, 0)) and not memo.still_short("uid-m", group_key(m, full, 0))
+
+    again = memo.standing(["uid-n", "uid-m"])
+    assert again is not None and memo.stands(again)
+    memo.remember("uid-m", group_key(m, full, 0), frozenset({"worker-2"}))
+    assert not memo.stands(again), "a verdict made again"
+    assert memo.standing(["uid-n", "uid-x"]) is None, "a group with no verdict: no line"
+    anywhere = memo.standing(["uid-n", "uid-m"])
+    memo.clear()
+    assert anywhere is not None and not memo.stands(anywhere), "every verdict dropped"

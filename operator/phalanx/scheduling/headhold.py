@@ -166,6 +166,12 @@ class HeadHold:
         """PodGroup uid -> the `status.hold` this process last wrote: the watch may not show it yet."""
         self._planned: tuple[Hashable, frozenset[DeviceId] | None] | None = None
         """(what the last plan read, its answer): the head's hold is planned again only when either changes."""
+        self.settled = False
+        """The last update held nothing, gave nothing back, wrote nothing, and planned for no gang of its line (each
+        never fits, or waits for no first placement): on the same line, with its verdicts standing, the next would
+        do the same, whatever the time (no gang's hold-after is read)."""
+        self._looked = False
+        """The last `_desired` read some gang's hold-after, planned, or kept a hold: its answer may change alone."""
 
     def elsewhere(self, snapshot: Snapshot, for_group: Mapping[str, Any] | None, priority: Priority) -> Snapshot:
         return elsewhere(snapshot, self.current, for_group, priority)
@@ -193,6 +199,7 @@ class HeadHold:
                 built.append(await snapshot())
             return built[0]
 
+        self.settled = False
         desired = await self._desired(line, podgroups, once, revision, matcher, self._backing_off(podgroups, backing_off))
         want = desired.devices if desired is not None else frozenset()
         if desired is not None:
@@ -202,16 +209,19 @@ class HeadHold:
             )
         given_back = sorted(set(self.rules.covered) - want)
         await self.rules.uncover(given_back)
+        wrote = False
         for g in podgroups:
             uid = g["metadata"]["uid"]
             if (desired is None or uid != desired.uid) and (
                 self._written.get(uid) or ((g.get("status") or {}).get("hold") and uid not in self._written)
             ):
                 await self._write(g["metadata"]["namespace"], g["metadata"]["name"], uid, None)
+                wrote = True
         live = {g["metadata"]["uid"] for g in podgroups}
         self._written = {u: w for u, w in self._written.items() if u in live}
         if desired != self.current:
             logger.info("hold for the head of the line: %s", desired.record() if desired is not None else "none")
+        self.settled = desired is None and self.current is None and not self._looked and not given_back and not wrote
         self.current = desired
         metrics.HELD_DEVICES.labels(purpose=HEAD).set(len(want))
         return bool(given_back)
@@ -241,6 +251,10 @@ class HeadHold:
         """The hold the line asks for; `kept_for`: the hold of a holder backing off, and its place in the queue, which
         stays the head's unless a group met before that place is. Only a gang past its hold-after is held for, so
         while none in the line is, nothing is planned."""
+        self._looked = True
+        if kept_for is None and not any(not self._never_fits(a) and _waiting(a.pod_group, a.memo) for a in line):
+            self._looked = False  # each gang of the line never fits, or waits for no first placement
+            return None
         if kept_for is None and not any(_waiting(a.pod_group, a.memo) and _past(a.pod_group, self.default_after) for a in line):
             return None
 

@@ -148,7 +148,7 @@ class SchedulingLoop:
         """Seconds a released gang has to get every member Ready (0: no deadline); a Job's annotation overrides it."""
         self.ready_backoff = ready_backoff
         """(base, cap) seconds of the back-off before a gang torn down at its ready deadline is admitted again."""
-        self.memory = memory.Memory()
+        self.memory = memory.Memory(counts_every=COUNTS_EVERY)
         """What the loop remembers of each group between cycles."""
         self.matcher = DeviceMatcher()
         self.holes = Holes(kube)
@@ -203,9 +203,14 @@ class SchedulingLoop:
         self._reads: tuple[Any, ...] = ()
         """The stores a waiting group's visit reads (groups, pods of groups, claims, priority classes), by their
         `written`, as this cycle began: a quiet memo last found true under the same is true still, unread."""
-        self._met: tuple[tuple[Any, ...], list[dict[str, Any]], list[membership.Facts]] | None = None
-        """(the groups' and their pods' `written`, the groups this loop schedules, their facts): read again only
-        once a group or a member was written."""
+        self._met: (
+            tuple[tuple[Any, ...], list[dict[str, Any]], list[membership.Facts], list[tuple[dict[str, Any], list[dict[str, Any]]]]] | None
+        ) = None
+        """(the groups' and their pods' `written`, the groups this loop schedules, their facts, each with its live
+        members): read again only once a group or a member was written."""
+        self._waits: tuple[tuple[Any, ...], memory.Summary, dict[str, waits.Wait]] | None = None
+        """(the groups' and their pods' `written`, the memory summed, each priority class's waiting gangs and when
+        the oldest began to wait)."""
         self._held: tuple[tuple[Any, ...], int] | None = None
         """(what it read, the devices gangs below quorum hold): summed again only once one of those was written."""
         self._ordered: tuple[tuple[Any, ...], list[tuple[dict[str, Any], list[dict[str, Any]]]]] | None = None
@@ -216,6 +221,8 @@ class SchedulingLoop:
         """(the groups' `written`, each preempting group's nomination)."""
         self._kept_of_view: dict[str, tuple[tuple[Any, ...], Any]] = {}
         """What `_of_view` derived from whole stores: (their `written`, the value)."""
+        self._quiet_line: quiet.QuietLine | None = None
+        """The line of the last walk that visited no group."""
         self._no_conflicts: tuple[Any, ...] | None = None
         """The claims' and slices' `written` when `_repair` last found no device held beyond what it allows."""
 
@@ -238,14 +245,8 @@ class SchedulingLoop:
             await asyncio.sleep(self._budget.rest(time.monotonic(), time.thread_time() - cpu + self._built_cpu))
 
     def _next_wake(self) -> float:
-        now = time.monotonic()
-        remembered = [m for _, m in self.memory.items()]
-        due = [m.backoff[0] - now for m in remembered if m.backoff is not None]
-        due += [m.counts_at + COUNTS_EVERY - now for m in remembered if m.counts_due]
-        if self._again:
-            due.append(0.0)
-        due += [m.due - now for m in remembered if m.due is not None]
-        return max(0.05, min([self.period, *due]))
+        wake = 0.0 if self._again else self.memory.summary().wake - time.monotonic()
+        return max(0.05, min(self.period, wake))
 
     async def cycle(self) -> None:
         self._members.sweep()
@@ -256,10 +257,10 @@ class SchedulingLoop:
             podgroups = self.view.podgroups.items()
             self.members.refresh(podgroups)
             scheduled = [g for g in podgroups if self.members.owner_uid(g) and not g["metadata"].get("deletionTimestamp")]
-            self._met = (reads[:2], scheduled, [self.members.facts(g) for g in scheduled])
+            known = [self.members.facts(g) for g in scheduled]
+            self._met = (reads[:2], scheduled, known, [(g, f.live) for g, f in zip(scheduled, known, strict=True)])
             self._forget({g["metadata"]["uid"] for g in scheduled})
-        _, scheduled, facts = self._met
-        groups = [(g, f.live) for g, f in zip(scheduled, facts, strict=True)]
+        _, scheduled, facts, groups = self._met
         self._forget_due()
         nominated = self._nominated(scheduled)
         try:
@@ -288,8 +289,11 @@ class SchedulingLoop:
         if self._held is None or self._held[0] != reads:
             self._held = (reads, sum(self.members.reads(g, self.view.claims.get, reads[2]).held for g in scheduled))
         metrics.INCOMPLETE_GROUP_DEVICES.set(self._held[1])
-        waiting = [(g, f.waits_in) for g, f in zip(scheduled, facts, strict=True)]
-        waits.publish(waits.current(waiting, self._quorum_since(), time.monotonic()))  # every cycle: fresh on a quiet cluster
+        remembered = self.memory.summary()
+        if self._waits is None or self._waits[0] != reads[:2] or self._waits[1] is not remembered:
+            waiting = [(g, f.waits_in) for g, f in zip(scheduled, facts, strict=True)]
+            self._waits = (reads[:2], remembered, waits.since(waiting, remembered.quorum_at))
+        waits.publish(waits.at(self._waits[2], time.monotonic()))  # every cycle: fresh on a quiet cluster
         if self.leading() and self._pointed != reads[:2]:
             try:
                 await self.pointers.point((g, f.gated) for g, f in zip(scheduled, facts, strict=True))
@@ -302,24 +306,17 @@ class SchedulingLoop:
                 logger.exception("events on gated members not written; retrying next cycle")
         self.line.clear()
         self._again = False
-        if any(m.quiet is not None for _, m in self.memory.items()):
+        if self.memory.summary().quiet:
             await self._snapshot()  # capacity freed since the last cycle is observed before any group is passed over
         self._deposed = False
         self._passed = 0
         if self._ordered is None or self._ordered[0] != reads:
             position = {g["metadata"]["uid"]: i for i, g in enumerate(sorted(scheduled, key=self._order))}
             self._ordered = (reads, sorted(groups, key=lambda gp: position[gp[0]["metadata"]["uid"]]))
+        took = self._take_quiet_line(reads)
         try:
-            for pod_group, pods in self._ordered[1]:
-                if not self.leading() or self._deposed:
-                    return
-                uid = pod_group["metadata"]["uid"]
-                remembered = self.memory.get(uid)
-                if remembered is not None and remembered.backoff is not None and remembered.backoff[0] > time.monotonic():
-                    continue
-                if remembered is not None and self._passed_over(pod_group, remembered):
-                    continue
-                await self._guarded(pod_group, self._reconcile(pod_group, pods))
+            if not took:
+                await self._walk(reads)
         except asyncio.CancelledError:
             self.releases.cancel()  # each stops where its record says, resumed as after a crash
             raise
@@ -327,7 +324,42 @@ class SchedulingLoop:
             metrics.PASSED_OVER.inc(self._passed)  # once a cycle: a thousand increments, each taking a lock, cost 2 ms
             await self.releases.drain()
         if not self._deposed:
-            await self._hold_for_head()
+            await self._hold_for_head(same_line=took)
+
+    async def _walk(self, reads: tuple[Any, ...]) -> None:
+        """Every group in queue order: passed over when quiet, skipped while backing off, else visited. A walk that
+        visited none leaves its line for the next cycle to take (`_take_quiet_line`)."""
+        self._quiet_line = None
+        visited, until = False, math.inf
+        for pod_group, pods in self._ordered[1]:  # type: ignore[index]
+            if not self.leading() or self._deposed:
+                return
+            uid = pod_group["metadata"]["uid"]
+            remembered = self.memory.get(uid)
+            if remembered is not None and remembered.backoff is not None and remembered.backoff[0] > time.monotonic():
+                until = min(until, remembered.backoff[0])
+                continue
+            if remembered is not None and self._passed_over(pod_group, remembered):
+                continue
+            visited = True
+            await self._guarded(pod_group, self._reconcile(pod_group, pods))
+        if not visited and len(self.line.ahead) == self._passed:
+            standing = self.shortfalls.standing(a.memo for a in self.line.ahead)
+            if standing is not None:
+                self._quiet_line = quiet.QuietLine(reads, tuple(self.line.ahead), standing, until)
+
+    def _take_quiet_line(self, reads: tuple[Any, ...]) -> bool:
+        """The last walk's line, when this cycle's would be the same: same reads, no back-off ended, every verdict
+        standing on the capacity just observed. Memos change only on a visit, and that walk visited none."""
+        line = self._quiet_line
+        if line is None or line.reads != reads or time.monotonic() >= line.until or not self.leading():
+            return False
+        if not self.shortfalls.stands(line.standing):
+            return False
+        self.line.take(line.ahead)
+        self._passed = len(line.ahead)
+        metrics.LINES_TAKEN.inc()
+        return True
 
     async def _guarded(self, pod_group: Mapping[str, Any], attempt: Coroutine[Any, Any, bool]) -> None:
         """One group's reconcile, or its release under way: an error is that group's alone (logged, counted, retried
@@ -352,17 +384,20 @@ class SchedulingLoop:
             metrics.ERRORS.labels(stage="reconcile").inc()
             logger.exception("%s/%s: reconcile failed (%s); retrying in %.1fs", _ns(pod_group), _name(pod_group), exc, delay)
 
-    async def _hold_for_head(self) -> None:
-        """After every group was met in queue order: devices held for the head of the line, the rest given back."""
+    async def _hold_for_head(self, same_line: bool = False) -> None:
+        """After every group was met in queue order: devices held for the head of the line, the rest given back.
+        `same_line`: the line is the last cycle's, taken whole; a hold that was settled on it stays so."""
+        if same_line and self.headhold.settled:
+            return
         try:
             now = time.monotonic()
-            backing_off = {uid for uid, m in self.memory.items() if m.backoff is not None and m.backoff[0] > now}
+            backing_off = {uid for uid, until in self.memory.summary().backoffs if until > now}
             # the snapshot only if the head's hold is planned again: a cycle with no gang waiting (a recovering gang
             # waits for its quorum) builds none for it, however much the pods churn
             if await self.headhold.update(
                 self.line.ahead, self.view.podgroups.items(), self._snapshot, self._revision(), self.matcher, backing_off
             ):
-                self.shortfalls.short.clear()  # devices given back are room for every group known short
+                self.shortfalls.clear()  # devices given back are room for every group known short
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -406,9 +441,10 @@ class SchedulingLoop:
     def _forget_due(self) -> None:
         """Each cycle: deadlines passed, and what is remembered of pods and claims that are gone."""
         now = time.monotonic()
-        for _, remembered in self.memory.items():
-            if remembered.due is not None and remembered.due <= now:
-                remembered.due = None
+        if self.memory.summary().due <= now:
+            for _, remembered in self.memory.items():
+                if remembered.due is not None and remembered.due <= now:
+                    remembered.due = None
         if self._counted:
             claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
             self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
@@ -431,9 +467,6 @@ class SchedulingLoop:
         delay = min(60.0, 2 * (remembered.backoff or (0.0, 0.25))[1])
         remembered.backoff = (time.monotonic() + delay, delay)
         return delay
-
-    def _quorum_since(self) -> dict[str, float]:
-        return {uid: m.quorum_at for uid, m in self.memory.items() if m.quorum_at is not None}
 
     def _priority(self, pod_group: Mapping[str, Any]) -> int:
         return self.members.derived(pod_group, "priority", self._read_priority, also=self.view.priorities.written)
@@ -720,7 +753,9 @@ class SchedulingLoop:
             sources.insert(1, self._placed.get(PLACED) + [p for u in under_way.pods for p in self._pod_uids.get(u) if not _placed(p)])
             podgroups, pins, policy = view.podgroups.items(), self._pins(), self._policy()
             every = view.pods.items() if self._of_view("planned", (view.podgroups.written,), lambda: inputs.any_planned(podgroups)) else []
-            built, capacity = await asyncio.to_thread(self._build, sources, podgroups, every, pins, policy, under_way, view.claims.written)
+            built, capacity = await asyncio.to_thread(
+                self._build, sources, podgroups if every else [], every, pins, policy, under_way, view.claims.written, self._nominating()
+            )
             self._base = (key, built)
             self.shortfalls.observe(capacity)
         return self.headhold.elsewhere(inputs.nominated_elsewhere(self._base[1], self._nominating(), for_group), for_group, self._priority)
@@ -734,7 +769,11 @@ class SchedulingLoop:
         policy: tuple[Any, ...],
         under_way: assumed.Assumption,
         claims_written: Hashable,
+        nominating: list[dict[str, Any]],
     ) -> tuple[Snapshot, shortfall.Capacity | Callable[[], shortfall.Capacity]]:
+        """`podgroups` and `every` pod: read only when some reservation planned devices for extended resources (else
+        empty: `awaiting_kube_scheduler` has nothing to find); `nominating`: the groups preempting, whose victims'
+        devices are not capacity a short group could use."""
         started = time.thread_time()
         nodes, pods, slices, claims, classes, rules = sources
         awaiting = inputs.awaiting_kube_scheduler(podgroups, every, claims)
@@ -752,7 +791,7 @@ class SchedulingLoop:
             claims_written=claims_written,
         )
         capacity: shortfall.Capacity | Callable[[], shortfall.Capacity] = functools.partial(
-            shortfall.capacity, inputs.nominated_elsewhere(built, podgroups, None), policy, self._capacity
+            shortfall.capacity, inputs.nominated_elsewhere(built, nominating, None), policy, self._capacity
         )
         if self.shortfalls.short:
             capacity = capacity()  # here, off the event loop; else only if a group is found short on this snapshot

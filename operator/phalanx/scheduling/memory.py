@@ -8,9 +8,9 @@ read it need not repeat while nothing it depends on changed.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from phalanx.api import schema
 from phalanx.scheduling.quiet import Quiet
@@ -48,12 +48,42 @@ class GroupMemory:
     """The stores that memo reads, by their `written`, as the cycle that last found it true began: while they stand,
     it is true without reading it again."""
 
+    writes: ClassVar[int] = 0
+    """Moves with every field set on any record (but `quiet_at`, set on each pass over a quiet group): what is
+    summed over the records (`Memory.summary`) is summed again only then."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name != "quiet_at":
+            GroupMemory.writes += 1
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the loop reads across every record each cycle, read once per state of the records: a thousand gangs
+    waiting made each cycle walk (and copy) all of theirs four times."""
+
+    wake: float
+    """The earliest a record asks the loop to wake (monotonic): a back-off ending, counts due, a deadline."""
+    due: float
+    """The earliest deadline (`due`): past it, it is cleared."""
+    backoffs: tuple[tuple[str, float], ...]
+    """(uid, not before) of each record backing off."""
+    quorum_at: Mapping[str, float]
+    """uid -> when the loop first saw its quorum, of each group still waiting for its release."""
+    quiet: bool
+    """Some group is passed over while quiet."""
+
 
 class Memory:
     """PodGroup uid -> its record."""
 
-    def __init__(self) -> None:
+    def __init__(self, counts_every: float = 0.0) -> None:
         self._groups: dict[str, GroupMemory] = {}
+        self.counts_every = counts_every
+        """Seconds between two writes of a group's counts: counts due wake the loop that long after the last."""
+        self._dropped = 0
+        self._summary: tuple[tuple[int, int], Summary] | None = None
 
     def of(self, uid: str) -> GroupMemory:
         """The group's record, made on first use."""
@@ -64,7 +94,27 @@ class Memory:
 
     def keep_only(self, live: set[str]) -> None:
         """The records of PodGroups that are gone go with them."""
-        self._groups = {uid: m for uid, m in self._groups.items() if uid in live}
+        kept = {uid: m for uid, m in self._groups.items() if uid in live}
+        if len(kept) != len(self._groups):
+            self._groups = kept
+            self._dropped += 1
+
+    def summary(self) -> Summary:
+        version = (GroupMemory.writes, self._dropped)
+        if self._summary is None or self._summary[0] != version:
+            records = self._groups.values()
+            backoffs = tuple((uid, m.backoff[0]) for uid, m in self._groups.items() if m.backoff is not None)
+            due = min((m.due for m in records if m.due is not None), default=math.inf)
+            counts = min((m.counts_at + self.counts_every for m in records if m.counts_due), default=math.inf)
+            summary = Summary(
+                wake=min(due, counts, min((t for _, t in backoffs), default=math.inf)),
+                due=due,
+                backoffs=backoffs,
+                quorum_at={uid: m.quorum_at for uid, m in self._groups.items() if m.quorum_at is not None},
+                quiet=any(m.quiet is not None for m in records),
+            )
+            self._summary = (version, summary)
+        return self._summary[1]
 
     def items(self) -> Iterator[tuple[str, GroupMemory]]:
         return iter(list(self._groups.items()))

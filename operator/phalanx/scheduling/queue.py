@@ -73,10 +73,14 @@ class Line:
     """The groups ahead of the one being reconciled: those this cycle found waiting, in the order it met them."""
 
     ahead: list[Ahead] = field(default_factory=list)
-    _joined: set[str] = field(default_factory=set)
-    """The uids in `ahead`: a cycle with a thousand groups waiting joins each in O(1), not O(line)."""
-    _before: dict[str, Ahead] = field(default_factory=dict)
-    """The last cycle's line by uid: a group joining as it did then joins as the same `Ahead`, not a new one."""
+    _joined: set[str] | None = field(default_factory=set)
+    """The uids in `ahead` (None: not yet read from it): a cycle with a thousand groups waiting joins each in O(1),
+    not O(line)."""
+    _last: list[Ahead] = field(default_factory=list)
+    """The last cycle's line."""
+    _before: dict[str, Ahead] | None = None
+    """It by uid, read on the first join (a cycle that takes the line whole joins none): a group joining as it did
+    then joins as the same `Ahead`, not a new one."""
 
     def join(
         self,
@@ -88,10 +92,14 @@ class Line:
         key: GroupKey | None = None,
     ) -> None:
         uid = pod_group["metadata"]["uid"]
+        if self._joined is None:
+            self._joined = {a.pod_group["metadata"]["uid"] for a in self.ahead}
         if uid in self._joined:
             return
         self._joined.add(uid)
         freed = frozenset(freed)
+        if self._before is None:
+            self._before = {a.pod_group["metadata"]["uid"]: a for a in self._last}
         before = self._before.get(uid)
         same = (
             before is not None
@@ -102,12 +110,18 @@ class Line:
         )
         self.ahead.append(before if same else Ahead(pod_group, group, priority, freed, memo or uid, key))  # type: ignore[arg-type]
 
+    def take(self, ahead: Iterable[Ahead]) -> None:
+        """The line a cycle that visited no group left, taken whole: this cycle would meet the same groups in the same
+        order, each joining as the same `Ahead` (`quiet.QuietLine`)."""
+        self.ahead = list(ahead)
+        self._joined = None
+
     @staticmethod
     def room(snapshot: Snapshot, ahead: Ahead) -> Snapshot:
         """The room a group ahead is judged on: the snapshot, with the devices its victims free counted free."""
         return replace(snapshot, held=snapshot.held - ahead.freed) if ahead.freed else snapshot
 
     def clear(self) -> None:
-        self._before = {a.pod_group["metadata"]["uid"]: a for a in self.ahead}
+        self._last, self._before = self.ahead, None
         self.ahead = []
-        self._joined.clear()
+        self._joined = set()

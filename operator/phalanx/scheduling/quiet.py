@@ -14,6 +14,15 @@ observed first), the visit would end where the last one did: known short, in
 the line, nothing written. So the cycle joins it to the line as it stood and
 goes on. Any write to the group or its members moves a resourceVersion, so a
 memo never outlives the state it describes.
+
+A whole line at once. Each of those checks is cheap, but a thousand of them a
+cycle, with the line's joins and the head-of-line hold's look through it, made
+a change cost three times as much with a thousand gangs waiting as with one. A
+cycle that visited no group (each it met was passed over, or backing off)
+leaves its line (`QuietLine`); the next cycle on the same reads, before a
+back-off ends, with every verdict of the line standing (`Shortfalls.stands`:
+none made again or dropped, nothing freed where one of them could use it),
+would pass over the same groups in the same order, so it takes that line whole.
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.scheduling import accessors
-from phalanx.scheduling.shortfall import GroupKey
+from phalanx.scheduling.queue import Ahead
+from phalanx.scheduling.shortfall import GroupKey, Standing
 
 Inputs = tuple[Any, ...]
 
@@ -101,3 +111,16 @@ class Quiet:
 def memoizable(pod_group: Mapping[str, Any]) -> bool:
     """A group with claims of its own has them made and checked on its visit (`groupclaims`): always visited."""
     return not pod_group["spec"].get("resourceClaims")
+
+
+@dataclass(frozen=True)
+class QuietLine:
+    """A cycle that visited no group: the line it left, and what that line stands on."""
+
+    reads: tuple[Any, ...]
+    """The loop's reads as that cycle began (`SchedulingLoop._reads`)."""
+    ahead: tuple[Ahead, ...]
+    standing: Standing
+    """The verdicts of the groups passed over."""
+    until: float
+    """When the first back-off of a group it skipped ends (monotonic): that group is visited then."""

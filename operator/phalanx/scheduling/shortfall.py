@@ -223,11 +223,26 @@ MAX_MOVES = 100_000
 
 
 @dataclass
+class Standing:
+    """The verdicts of a line of groups, taken together: all still short while none of them was made again or dropped
+    (`revision`) and no move since `epoch` falls in what one of them could use, where it could use it (the union of
+    their dimensions and nodes). One check for a thousand gangs where `still_short` is one each."""
+
+    revision: int
+    epoch: int
+    verdicts: tuple[Verdict, ...]
+    dimensions: frozenset[str]
+    nodes: frozenset[str] | None
+
+
+@dataclass
 class Shortfalls:
     """The moves of capacity since the oldest verdict, and each short group's verdict."""
 
     epoch: int = 0
     """Moves on with each snapshot that freed anything."""
+    revision: int = 0
+    """Moves on with each verdict made or dropped: a `Standing` is of the verdicts as they were."""
     moves: list[tuple[int, str, str | None]] = field(default_factory=list)
     """(epoch, dimension, node or None) of each move, oldest first."""
     last: Capacity | None = None
@@ -262,6 +277,7 @@ class Shortfalls:
         if self.unseen is not None:
             self.last, self.unseen = self.unseen(), None
         self.short[uid] = Verdict(key, self.epoch, dimensions_of(key.group), nodes)
+        self.revision += 1
 
     def still_short(self, uid: str, key: GroupKey) -> bool:
         """True when planning again cannot change the verdict: same group, nothing it could use freed where it could
@@ -291,19 +307,63 @@ class Shortfalls:
         known = self.short.get(uid)
         return known is not None and known.nodes == frozenset() and self.still_short(uid, key)
 
+    def standing(self, uids: Iterable[str]) -> Standing | None:
+        """The verdicts of `uids` taken together (None when one has none)."""
+        verdicts = []
+        for uid in uids:
+            known = self.short.get(uid)
+            if known is None:
+                return None
+            verdicts.append(known)
+        nodes: frozenset[str] | None = frozenset()
+        for known in verdicts:
+            if known.nodes is None:
+                nodes = None
+                break
+            nodes |= known.nodes  # type: ignore[operator]
+        dimensions = frozenset().union(*(known.dimensions for known in verdicts))
+        return Standing(self.revision, self.epoch, tuple(verdicts), dimensions, nodes)
+
+    def stands(self, standing: Standing) -> bool:
+        """True when every verdict of `standing` is still short (as `still_short` would say of each), carried to the
+        current epoch as that would."""
+        if standing.revision != self.revision:
+            return False
+        if standing.epoch == self.epoch:
+            return True
+        for epoch, dim, node in reversed(self.moves):
+            if epoch <= standing.epoch:
+                break
+            if dim in standing.dimensions and (node is None or standing.nodes is None or node in standing.nodes):
+                return False
+        for known in standing.verdicts:
+            known.epoch = self.epoch
+        standing.epoch = self.epoch
+        return True
+
     def forget(self, uid: str) -> None:
-        self.short.pop(uid, None)
+        if self.short.pop(uid, None) is not None:
+            self.revision += 1
+
+    def clear(self) -> None:
+        """Every verdict dropped: room freed for all (devices given back)."""
+        self.short.clear()
+        self.revision += 1
 
     def keep_only(self, live: set[str]) -> None:
         """Only the verdicts of live groups stay, with the loop's own memos of each (`UID/members`, `UID/hold`)."""
         for uid in [u for u in self.short if u.partition("/")[0] not in live]:
             del self.short[uid]
+            self.revision += 1
 
     def _prune(self) -> None:
         """Moves no verdict can still see go; past MAX_MOVES, the oldest verdicts go too."""
+        if not self.moves:
+            return
         oldest = min((v.epoch for v in self.short.values()), default=self.epoch)
         if len(self.moves) > MAX_MOVES:
             oldest = self.moves[-MAX_MOVES][0]
             self.short = {u: v for u, v in self.short.items() if v.epoch >= oldest}
+            self.revision += 1
         start = next((i for i, (epoch, _, _) in enumerate(self.moves) if epoch > oldest), len(self.moves))
         del self.moves[:start]

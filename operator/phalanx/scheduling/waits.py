@@ -8,6 +8,7 @@ them fires however long nothing changes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -26,14 +27,25 @@ def current(waiting: Iterable[tuple[Mapping[str, Any], str | None]], quorum_at: 
     """Priority class ("" for none) -> its gangs waiting. `waiting`: each group with the class it waits in
     (`priority_class`; None: it does not wait). A gang waits from the loop first seeing its quorum (`quorum_at`,
     monotonic like `now`)."""
+    return at(since(waiting, quorum_at), now)
+
+
+def since(waiting: Iterable[tuple[Mapping[str, Any], str | None]], quorum_at: Mapping[str, float]) -> dict[str, Wait]:
+    """Priority class -> (its gangs waiting, when the oldest began to wait): what `current` reads of the groups, which
+    the loop keeps while they and its memory stand, so that only the clock is read each cycle."""
     out: dict[str, Wait] = {}
     for pod_group, name in waiting:
-        since = quorum_at.get(pod_group["metadata"]["uid"])
-        if since is None or name is None:
+        began = quorum_at.get(pod_group["metadata"]["uid"])
+        if began is None or name is None:
             continue
-        count, oldest = out.get(name, (0, 0.0))
-        out[name] = (count + 1, max(oldest, now - since))
+        count, oldest = out.get(name, (0, math.inf))
+        out[name] = (count + 1, min(oldest, began))
     return out
+
+
+def at(since: Mapping[str, Wait], now: float) -> dict[str, Wait]:
+    """`since`, with the oldest wait in seconds at `now`."""
+    return {name: (count, max(0.0, now - began)) for name, (count, began) in since.items()}
 
 
 def priority_class(pod_group: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> str | None:

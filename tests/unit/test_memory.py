@@ -1,0 +1,30 @@
+"""What the loop reads across every group's record each cycle (`Memory.summary`), summed once per state of them."""
+
+from __future__ import annotations
+
+import math
+
+from phalanx.scheduling import memory
+from phalanx.scheduling.quiet import Quiet
+
+
+def test_the_summary_is_summed_again_once_a_record_is_written_and_only_then() -> None:
+    remembered = memory.Memory(counts_every=1.0)
+    a, b = remembered.of("a"), remembered.of("b")
+    first = remembered.summary()
+    assert (first.wake, first.due, first.backoffs, dict(first.quorum_at), first.quiet) == (math.inf, math.inf, (), {}, False)
+    a.quiet_at = ("the reads of a cycle",)
+    assert remembered.summary() is first, "a pass over a quiet group writes nothing the summary reads"
+
+    a.due = 50.0
+    b.backoff = (20.0, 1.0)
+    b.quorum_at = 3.0
+    b.counts_at, b.counts_due = 5.0, True
+    a.quiet = Quiet((), None)  # type: ignore[arg-type]
+    now = remembered.summary()
+    assert (now.wake, now.due, now.backoffs, dict(now.quorum_at), now.quiet) == (6.0, 50.0, (("b", 20.0),), {"b": 3.0}, True)
+    assert remembered.summary() is now
+
+    remembered.keep_only({"a"})
+    gone = remembered.summary()
+    assert (gone.wake, gone.backoffs, dict(gone.quorum_at)) == (50.0, (), {}), "b's record went with its group"
