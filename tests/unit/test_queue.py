@@ -198,13 +198,13 @@ def _line(count: int) -> tuple[queue.Line, list[dict], Snapshot]:
     return line, podgroups, with_claims(cluster(), claims)
 
 
-def test_a_line_taken_whole_is_as_if_each_had_joined_again() -> None:
-    """A cycle that takes the last cycle's line (`Line.take`) has each group in it once, and the next cycle's joins
-    find each as the same `Ahead`."""
+def test_a_run_passed_over_whole_joins_as_if_each_had_joined_again() -> None:
+    """A cycle that passes over the last cycle's run whole (`Line.extend`) has each group of it in the line once, and
+    the next cycle's joins find each as the same `Ahead`."""
     line, podgroups, _ = _line(3)
     kept = list(line.ahead)
     line.clear()
-    line.take(kept)
+    line.extend(kept)
     assert line.ahead == kept
     line.join(podgroups[1], kept[1].group, 0)
     assert line.ahead == kept, "already in the line"

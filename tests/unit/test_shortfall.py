@@ -400,9 +400,12 @@ def test_a_line_of_verdicts_stands_together_until_something_freed_is_of_use_to_o
 
     again = memo.standing(["uid-n", "uid-m"])
     assert again is not None and memo.stands(again)
+    memo.remember("uid-x", group_key(m, full, 0), frozenset({"worker-2"}))
+    memo.remember("uid-x", group_key(m, full, 0), frozenset({"worker-2"}))
+    assert memo.stands(again), "another group's verdict made again"
     memo.remember("uid-m", group_key(m, full, 0), frozenset({"worker-2"}))
-    assert not memo.stands(again), "a verdict made again"
-    assert memo.standing(["uid-n", "uid-x"]) is None, "a group with no verdict: no line"
+    assert not memo.stands(again), "one of theirs made again"
+    assert memo.standing(["uid-n", "uid-none"]) is None, "a group with no verdict: no run"
     anywhere = memo.standing(["uid-n", "uid-m"])
     memo.clear()
     assert anywhere is not None and not memo.stands(anywhere), "every verdict dropped"

@@ -37,7 +37,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Coroutine, Hashable, Mapping
+from collections.abc import Callable, Collection, Coroutine, Hashable, Mapping, Sequence
 from typing import Any
 
 from phalanx.api import intent, keys, schema
@@ -221,8 +221,10 @@ class SchedulingLoop:
         """(the groups' `written`, each preempting group's nomination)."""
         self._kept_of_view: dict[str, tuple[tuple[Any, ...], Any]] = {}
         """What `_of_view` derived from whole stores: (their `written`, the value)."""
-        self._quiet_line: quiet.QuietLine | None = None
-        """The line of the last walk that visited no group."""
+        self._last_walk: quiet.Walk | None = None
+        """The last cycle's walk: the next on the same reads retraces it."""
+        self._hold_line: tuple[list[queue.Ahead], shortfall.Standing] | None = None
+        """The line a settled head-of-line hold was last updated on, and the verdicts of its gangs passed over."""
         self._no_conflicts: tuple[Any, ...] | None = None
         """The claims' and slices' `written` when `_repair` last found no device held beyond what it allows."""
 
@@ -313,10 +315,8 @@ class SchedulingLoop:
         if self._ordered is None or self._ordered[0] != reads:
             position = {g["metadata"]["uid"]: i for i, g in enumerate(sorted(scheduled, key=self._order))}
             self._ordered = (reads, sorted(groups, key=lambda gp: position[gp[0]["metadata"]["uid"]]))
-        took = self._take_quiet_line(reads)
         try:
-            if not took:
-                await self._walk(reads)
+            await self._walk(reads)
         except asyncio.CancelledError:
             self.releases.cancel()  # each stops where its record says, resumed as after a crash
             raise
@@ -324,42 +324,60 @@ class SchedulingLoop:
             metrics.PASSED_OVER.inc(self._passed)  # once a cycle: a thousand increments, each taking a lock, cost 2 ms
             await self.releases.drain()
         if not self._deposed:
-            await self._hold_for_head(same_line=took)
+            await self._hold_for_head()
 
     async def _walk(self, reads: tuple[Any, ...]) -> None:
-        """Every group in queue order: passed over when quiet, skipped while backing off, else visited. A walk that
-        visited none leaves its line for the next cycle to take (`_take_quiet_line`)."""
-        self._quiet_line = None
-        visited, until = False, math.inf
-        for pod_group, pods in self._ordered[1]:  # type: ignore[index]
-            if not self.leading() or self._deposed:
-                return
-            uid = pod_group["metadata"]["uid"]
-            remembered = self.memory.get(uid)
-            if remembered is not None and remembered.backoff is not None and remembered.backoff[0] > time.monotonic():
-                until = min(until, remembered.backoff[0])
-                continue
-            if remembered is not None and self._passed_over(pod_group, remembered):
-                continue
-            visited = True
-            await self._guarded(pod_group, self._reconcile(pod_group, pods))
-        if not visited and len(self.line.ahead) == self._passed:
-            standing = self.shortfalls.standing(a.memo for a in self.line.ahead)
-            if standing is not None:
-                self._quiet_line = quiet.QuietLine(reads, tuple(self.line.ahead), standing, until)
+        """Every group in queue order: skipped while backing off, passed over when quiet, else visited. On the same
+        reads as the last walk it retraces that one, and meets each run of groups passed over then as one
+        (`quiet.Run`): passed over whole while its verdicts stand, else group by group."""
+        last, self._last_walk = self._last_walk, None
+        steps: Sequence[quiet.Step] = last.steps if last is not None and last.reads == reads else self._ordered[1]  # type: ignore[index]
+        walked: list[quiet.Step] = []
+        run: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+        joined: list[queue.Ahead] = []
 
-    def _take_quiet_line(self, reads: tuple[Any, ...]) -> bool:
-        """The last walk's line, when this cycle's would be the same: same reads, no back-off ended, every verdict
-        standing on the capacity just observed. Memos change only on a visit, and that walk visited none."""
-        line = self._quiet_line
-        if line is None or line.reads != reads or time.monotonic() >= line.until or not self.leading():
-            return False
-        if not self.shortfalls.stands(line.standing):
-            return False
-        self.line.take(line.ahead)
-        self._passed = len(line.ahead)
-        metrics.LINES_TAKEN.inc()
-        return True
+        def end_run() -> None:
+            standing = self.shortfalls.standing([a.memo for a in joined]) if run else None
+            if standing is not None:
+                walked.append(quiet.Run(tuple(run), tuple(joined), standing))
+            else:
+                walked.extend(run)
+            run.clear()
+            joined.clear()
+
+        for step in steps:
+            if isinstance(step, quiet.Run):
+                if self.shortfalls.stands(step.standing):
+                    end_run()
+                    self.line.extend(step.ahead)
+                    self._passed += len(step.ahead)
+                    walked.append(step)
+                    metrics.RUNS_TAKEN.inc()
+                    continue
+                groups: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]] = step.groups
+            else:
+                groups = (step,)
+            for pod_group, pods in groups:
+                if not self.leading() or self._deposed:
+                    return
+                remembered = self.memory.get(pod_group["metadata"]["uid"])
+                at = len(self.line.ahead)
+                if remembered is not None and remembered.backoff is not None and remembered.backoff[0] > time.monotonic():
+                    pass
+                elif remembered is not None and self._passed_over(pod_group, remembered):
+                    if len(self.line.ahead) == at + 1:
+                        run.append((pod_group, pods))
+                        joined.append(self.line.ahead[-1])
+                        continue
+                else:
+                    end_run()
+                    walked.append((pod_group, pods))
+                    await self._guarded(pod_group, self._reconcile(pod_group, pods))
+                    continue
+                end_run()
+                walked.append((pod_group, pods))
+        end_run()
+        self._last_walk = quiet.Walk(reads, tuple(walked))
 
     async def _guarded(self, pod_group: Mapping[str, Any], attempt: Coroutine[Any, Any, bool]) -> None:
         """One group's reconcile, or its release under way: an error is that group's alone (logged, counted, retried
@@ -384,10 +402,13 @@ class SchedulingLoop:
             metrics.ERRORS.labels(stage="reconcile").inc()
             logger.exception("%s/%s: reconcile failed (%s); retrying in %.1fs", _ns(pod_group), _name(pod_group), exc, delay)
 
-    async def _hold_for_head(self, same_line: bool = False) -> None:
-        """After every group was met in queue order: devices held for the head of the line, the rest given back.
-        `same_line`: the line is the last cycle's, taken whole; a hold that was settled on it stays so."""
-        if same_line and self.headhold.settled:
+    async def _hold_for_head(self) -> None:
+        """After every group was met in queue order: devices held for the head of the line, the rest given back. A
+        hold settled on a line (`HeadHold.settled`) stays so while the line is the same, each gang joined as the same
+        `Ahead`, and the verdicts of those passed over stand: the update would look at the same gangs and plan none."""
+        kept, self._hold_line = self._hold_line, None
+        if kept is not None and self.line.ahead == kept[0] and self.shortfalls.stands(kept[1]):
+            self._hold_line = kept
             return
         try:
             now = time.monotonic()
@@ -398,6 +419,9 @@ class SchedulingLoop:
                 self.line.ahead, self.view.podgroups.items(), self._snapshot, self._revision(), self.matcher, backing_off
             ):
                 self.shortfalls.clear()  # devices given back are room for every group known short
+            if self.headhold.settled:
+                standing = self.shortfalls.standing([a.pod_group["metadata"]["uid"] for a in self.line.ahead if a.key is not None])
+                self._hold_line = (list(self.line.ahead), standing) if standing is not None else None
         except asyncio.CancelledError:
             raise
         except Exception:

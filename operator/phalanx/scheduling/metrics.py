@@ -137,9 +137,9 @@ PASSED_OVER = Counter(
     "phalanx_groups_passed_over_total",
     "Visits to waiting groups a cycle skipped: known short, nothing they read changed, nothing they could use freed.",
 )
-LINES_TAKEN = Counter(
-    "phalanx_quiet_lines_taken_total",
-    "Cycles that took the last cycle's line of waiting groups whole: it visited none, and none of their verdicts moved.",
+RUNS_TAKEN = Counter(
+    "phalanx_quiet_runs_passed_total",
+    "Runs of waiting groups the last cycle passed over one after another, passed over whole: none of their verdicts moved.",
 )
 CYCLES = Counter(
     "phalanx_scheduling_cycles_total",

@@ -110,10 +110,9 @@ class Line:
         )
         self.ahead.append(before if same else Ahead(pod_group, group, priority, freed, memo or uid, key))  # type: ignore[arg-type]
 
-    def take(self, ahead: Iterable[Ahead]) -> None:
-        """The line a cycle that visited no group left, taken whole: this cycle would meet the same groups in the same
-        order, each joining as the same `Ahead` (`quiet.QuietLine`)."""
-        self.ahead = list(ahead)
+    def extend(self, ahead: Iterable[Ahead]) -> None:
+        """Groups the last cycle passed over one after another, joining as they did then (`quiet.Run`)."""
+        self.ahead.extend(ahead)
         self._joined = None
 
     @staticmethod

@@ -15,14 +15,16 @@ the line, nothing written. So the cycle joins it to the line as it stood and
 goes on. Any write to the group or its members moves a resourceVersion, so a
 memo never outlives the state it describes.
 
-A whole line at once. Each of those checks is cheap, but a thousand of them a
-cycle, with the line's joins and the head-of-line hold's look through it, made
-a change cost three times as much with a thousand gangs waiting as with one. A
-cycle that visited no group (each it met was passed over, or backing off)
-leaves its line (`QuietLine`); the next cycle on the same reads, before a
-back-off ends, with every verdict of the line standing (`Shortfalls.stands`:
-none made again or dropped, nothing freed where one of them could use it),
-would pass over the same groups in the same order, so it takes that line whole.
+A run at once. Each of those checks is cheap, but a thousand of them a cycle,
+with the line's joins and the head-of-line hold's look through it, made a
+change cost three times as much with a thousand gangs waiting as with one. A
+walk keeps the groups it passed over one after another as runs (`Run`); the
+next cycle on the same reads meets each run as one: with every verdict in it
+standing (`Shortfalls.stands`: none made again or dropped, nothing freed where
+one of them could use it), and nothing else a pass reads changed (their memos
+change only on their own visits, which the run had none of), each group would be
+passed over again, so the run joins the line whole. A group visited, or backing
+off, between two runs is met on its own, as in any walk.
 """
 
 from __future__ import annotations
@@ -114,13 +116,22 @@ def memoizable(pod_group: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True)
-class QuietLine:
-    """A cycle that visited no group: the line it left, and what that line stands on."""
+class Run:
+    """Groups a walk passed over one after another: each with its members, each's place in the line, their verdicts."""
+
+    groups: tuple[tuple[dict[str, Any], list[dict[str, Any]]], ...]
+    ahead: tuple[Ahead, ...]
+    standing: Standing
+
+
+Step = Run | tuple[dict[str, Any], list[dict[str, Any]]]
+"""A run passed over, or one group (visited, or skipped for its back-off)."""
+
+
+@dataclass(frozen=True)
+class Walk:
+    """A cycle's walk through the groups in queue order, as the next cycle on the same reads may retrace it."""
 
     reads: tuple[Any, ...]
     """The loop's reads as that cycle began (`SchedulingLoop._reads`)."""
-    ahead: tuple[Ahead, ...]
-    standing: Standing
-    """The verdicts of the groups passed over."""
-    until: float
-    """When the first back-off of a group it skipped ends (monotonic): that group is visited then."""
+    steps: tuple[Step, ...]

@@ -43,7 +43,7 @@ other pods (pod affinity, anti-affinity, spreading) takes every move as its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,15 +224,20 @@ MAX_MOVES = 100_000
 
 @dataclass
 class Standing:
-    """The verdicts of a line of groups, taken together: all still short while none of them was made again or dropped
-    (`revision`) and no move since `epoch` falls in what one of them could use, where it could use it (the union of
-    their dimensions and nodes). One check for a thousand gangs where `still_short` is one each."""
+    """The verdicts of a run of groups, taken together: all still short while none of them was made again or dropped
+    since `revision` and no move since `epoch` falls in what one of them could use, where it could use it (the union
+    of their dimensions and nodes). One check for a thousand gangs where `still_short` is one each."""
 
     revision: int
     epoch: int
+    uids: frozenset[str]
     verdicts: tuple[Verdict, ...]
     dimensions: frozenset[str]
     nodes: frozenset[str] | None
+
+
+DROPS_KEPT = 4096
+"""Verdicts replaced or dropped that a `Standing` is checked against; one older than those is not known to stand."""
 
 
 @dataclass
@@ -242,7 +247,11 @@ class Shortfalls:
     epoch: int = 0
     """Moves on with each snapshot that freed anything."""
     revision: int = 0
-    """Moves on with each verdict made or dropped: a `Standing` is of the verdicts as they were."""
+    """Moves on with each verdict replaced or dropped (`drops`)."""
+    drops: list[tuple[int, str]] = field(default_factory=list)
+    """(revision, uid) of each verdict replaced or dropped, oldest first: a `Standing` of it no longer stands."""
+    floor: int = 0
+    """A `Standing` older than this revision is not known to stand (every verdict dropped, or its drops not kept)."""
     moves: list[tuple[int, str, str | None]] = field(default_factory=list)
     """(epoch, dimension, node or None) of each move, oldest first."""
     last: Capacity | None = None
@@ -276,8 +285,9 @@ class Shortfalls:
         """The group was found short on the capacity last observed; `nodes`: where a move could help it (`eligible`)."""
         if self.unseen is not None:
             self.last, self.unseen = self.unseen(), None
+        if uid in self.short:
+            self._dropped(uid)
         self.short[uid] = Verdict(key, self.epoch, dimensions_of(key.group), nodes)
-        self.revision += 1
 
     def still_short(self, uid: str, key: GroupKey) -> bool:
         """True when planning again cannot change the verdict: same group, nothing it could use freed where it could
@@ -307,7 +317,7 @@ class Shortfalls:
         known = self.short.get(uid)
         return known is not None and known.nodes == frozenset() and self.still_short(uid, key)
 
-    def standing(self, uids: Iterable[str]) -> Standing | None:
+    def standing(self, uids: Sequence[str]) -> Standing | None:
         """The verdicts of `uids` taken together (None when one has none)."""
         verdicts = []
         for uid in uids:
@@ -322,13 +332,20 @@ class Shortfalls:
                 break
             nodes |= known.nodes  # type: ignore[operator]
         dimensions = frozenset().union(*(known.dimensions for known in verdicts))
-        return Standing(self.revision, self.epoch, tuple(verdicts), dimensions, nodes)
+        return Standing(self.revision, self.epoch, frozenset(uids), tuple(verdicts), dimensions, nodes)
 
     def stands(self, standing: Standing) -> bool:
         """True when every verdict of `standing` is still short (as `still_short` would say of each), carried to the
         current epoch as that would."""
         if standing.revision != self.revision:
-            return False
+            if standing.revision < self.floor:
+                return False
+            for revision, uid in reversed(self.drops):
+                if revision <= standing.revision:
+                    break
+                if uid in standing.uids:
+                    return False
+            standing.revision = self.revision
         if standing.epoch == self.epoch:
             return True
         for epoch, dim, node in reversed(self.moves):
@@ -343,18 +360,27 @@ class Shortfalls:
 
     def forget(self, uid: str) -> None:
         if self.short.pop(uid, None) is not None:
-            self.revision += 1
+            self._dropped(uid)
 
     def clear(self) -> None:
         """Every verdict dropped: room freed for all (devices given back)."""
         self.short.clear()
         self.revision += 1
+        self.floor = self.revision
+        self.drops.clear()
 
     def keep_only(self, live: set[str]) -> None:
         """Only the verdicts of live groups stay, with the loop's own memos of each (`UID/members`, `UID/hold`)."""
         for uid in [u for u in self.short if u.partition("/")[0] not in live]:
             del self.short[uid]
-            self.revision += 1
+            self._dropped(uid)
+
+    def _dropped(self, uid: str) -> None:
+        self.revision += 1
+        self.drops.append((self.revision, uid))
+        if len(self.drops) > DROPS_KEPT:
+            del self.drops[: DROPS_KEPT // 2]
+            self.floor = self.drops[0][0] - 1
 
     def _prune(self) -> None:
         """Moves no verdict can still see go; past MAX_MOVES, the oldest verdicts go too."""
@@ -363,7 +389,8 @@ class Shortfalls:
         oldest = min((v.epoch for v in self.short.values()), default=self.epoch)
         if len(self.moves) > MAX_MOVES:
             oldest = self.moves[-MAX_MOVES][0]
-            self.short = {u: v for u, v in self.short.items() if v.epoch >= oldest}
-            self.revision += 1
+            for uid in [u for u, v in self.short.items() if v.epoch < oldest]:
+                del self.short[uid]
+                self._dropped(uid)
         start = next((i for i, (epoch, _, _) in enumerate(self.moves) if epoch > oldest), len(self.moves))
         del self.moves[:start]
