@@ -223,8 +223,9 @@ class SchedulingLoop:
         """What `_of_view` derived from whole stores: (their `written`, the value)."""
         self._last_walk: quiet.Walk | None = None
         """The last cycle's walk: the next on the same reads retraces it."""
-        self._hold_line: tuple[list[queue.Ahead], shortfall.Standing] | None = None
-        """The line a settled head-of-line hold was last updated on, and the verdicts of its gangs passed over."""
+        self._hold_line: tuple[list[queue.Ahead], shortfall.Standing, Any] | None = None
+        """The line a settled head-of-line hold was last updated on, the verdicts of its gangs passed over, and the
+        groups' `written` then (another replica's `status.hold` on any group is cleared on the next update)."""
         self._no_conflicts: tuple[Any, ...] | None = None
         """The claims' and slices' `written` when `_repair` last found no device held beyond what it allows."""
 
@@ -404,14 +405,15 @@ class SchedulingLoop:
 
     async def _hold_for_head(self) -> None:
         """After every group was met in queue order: devices held for the head of the line, the rest given back. A
-        hold settled on a line (`HeadHold.settled`) stays so while the line is the same, each gang joined as the same
-        `Ahead`, and the verdicts of those passed over stand: the update would look at the same gangs and plan none."""
+        hold settled on a line (`HeadHold.settled`) stays so while no group was written, the line is the same (each gang
+        joined as the same `Ahead`), and the verdicts of those passed over stand: the update would look at the same
+        gangs, plan none and write nothing."""
         kept, self._hold_line = self._hold_line, None
-        if kept is not None and self.line.ahead == kept[0] and self.shortfalls.stands(kept[1]):
+        if kept is not None and kept[2] == self.view.podgroups.written and self.line.ahead == kept[0] and self.shortfalls.stands(kept[1]):
             self._hold_line = kept
             return
         try:
-            now = time.monotonic()
+            now, written = time.monotonic(), self.view.podgroups.written
             backing_off = {uid for uid, until in self.memory.summary().backoffs if until > now}
             # the snapshot only if the head's hold is planned again: a cycle with no gang waiting (a recovering gang
             # waits for its quorum) builds none for it, however much the pods churn
@@ -421,7 +423,7 @@ class SchedulingLoop:
                 self.shortfalls.clear()  # devices given back are room for every group known short
             if self.headhold.settled:
                 standing = self.shortfalls.standing([a.pod_group["metadata"]["uid"] for a in self.line.ahead if a.key is not None])
-                self._hold_line = (list(self.line.ahead), standing) if standing is not None else None
+                self._hold_line = (list(self.line.ahead), standing, written) if standing is not None else None
         except asyncio.CancelledError:
             raise
         except Exception:
