@@ -23,7 +23,8 @@ def test_the_summary_is_summed_again_once_a_record_is_written_and_only_then() ->
     a.quiet = Quiet((), None)  # type: ignore[arg-type]
     now = remembered.summary()
     assert (now.wake, now.due, now.backoffs, dict(now.quorum_at), now.quiet) == (6.0, 50.0, (("b", 20.0),), {"b": 3.0}, True)
-    assert remembered.summary() is now
+    remembered.of("a")
+    assert remembered.summary() is now, "a record looked up is not written"
 
     remembered.keep_only({"a"})
     gone = remembered.summary()

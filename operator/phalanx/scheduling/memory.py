@@ -61,7 +61,7 @@ class GroupMemory:
 @dataclass(frozen=True)
 class Summary:
     """What the loop reads across every record each cycle, read once per state of the records: a thousand gangs
-    waiting made each cycle walk (and copy) all of theirs four times."""
+    waiting made each cycle walk (and copy) all of theirs five times."""
 
     wake: float
     """The earliest a record asks the loop to wake (monotonic): a back-off ending, counts due, a deadline."""
@@ -87,7 +87,10 @@ class Memory:
 
     def of(self, uid: str) -> GroupMemory:
         """The group's record, made on first use."""
-        return self._groups.setdefault(uid, GroupMemory())
+        found = self._groups.get(uid)
+        if found is None:
+            found = self._groups[uid] = GroupMemory()
+        return found
 
     def get(self, uid: str) -> GroupMemory | None:
         return self._groups.get(uid)
