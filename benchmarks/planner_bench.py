@@ -1,4 +1,4 @@
-"""Planner decision time for a 64-pod and a 512-pod gang on 1,000 nodes x 8 fake GPUs.
+"""Planner decision time for a 3-, a 64- and a 512-pod gang on 1,000 nodes x 8 fake GPUs (`--nodes` for more).
 
 A standalone script, not a test: it times `plan()` and prints a table, with
 no timed assertions (timings depend on the machine). It does check the
@@ -16,6 +16,8 @@ Cases:
          evaluated against every device it meets, from scratch;
   warm   one DeviceMatcher reused across runs, as the operator keeps one
          (one untimed run first fills its cache);
+  small  the free cluster, a gang of 3 as the scale tier's burst submits;
+         warm matcher. What every plan pays to look over every node.
   short  the same cluster with only 40 devices free (the rest held), so the
          64-pod gang cannot fit; warm matcher. Greedy places 40 members, then
          the aggregate count (24 devices short) proves that no arrangement
@@ -31,7 +33,7 @@ on the short cluster, for a change that frees nothing (a bind): planning all
 40 again, against the shortfall rule (phalanx.scheduling.shortfall: one
 capacity summary of the snapshot, then one comparison per group).
 
-Usage: python benchmarks/planner_bench.py [--runs N]
+Usage: python benchmarks/planner_bench.py [--runs N] [--nodes N]
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ from phalanx.scheduling import shortfall
 NODES = 1_000
 DEVICES_PER_NODE = 8
 MEMBERS = 64
+SMALL = 3
+"""A gang of the burst (`scale.py`): its plan is mostly what it costs to look over every node."""
 LARGE = 512
 LARGE_TARGET_MS = 100.0
 FREE_IN_SHORT_CASE = 40
@@ -101,9 +105,9 @@ def device_class() -> DeviceClass:
     return DeviceClass(obj["metadata"]["name"], tuple(s["cel"]["expression"] for s in obj["spec"]["selectors"]))
 
 
-def build() -> tuple[Snapshot, Snapshot, Group, Group]:
+def build(count: int = NODES) -> tuple[Snapshot, Snapshot, Group, Group]:
     """The cluster with every device free, the same cluster with only 40 free, the gang, and the large gang."""
-    names = fakegpu.worker_names(NODES)
+    names = fakegpu.worker_names(count)
     nodes = tuple(snapshot_node(n) for n in names)
     devices = tuple(d for n in names for d in snapshot_devices(n))
     claims, members = {}, []
@@ -114,7 +118,7 @@ def build() -> tuple[Snapshot, Snapshot, Group, Group]:
     classes = frozen_map({dradriver.DEVICE_CLASS: device_class()})
     free = Snapshot(nodes, devices, classes, frozen_map(claims))
     # 40 free devices spread over 40 nodes (gpu-0 of every 25th node): fragmented, as a busy cluster is.
-    keep = {(dradriver.DRIVER, names[i], "gpu-0") for i in range(0, NODES, NODES // FREE_IN_SHORT_CASE)}
+    keep = {(dradriver.DRIVER, names[i], "gpu-0") for i in range(0, count, count // FREE_IN_SHORT_CASE)}
     short = Snapshot(nodes, devices, classes, frozen_map(claims), frozenset(d.id for d in devices if d.id not in keep))
     return free, short, Group(NAMESPACE, "train", MEMBERS, tuple(members[:MEMBERS])), Group(NAMESPACE, "large", LARGE, tuple(members))
 
@@ -192,11 +196,15 @@ def waiting(short: Snapshot, group: Group, warm: DeviceMatcher, runs: int, count
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30, help="timed runs per case (default 30)")
+    parser.add_argument("--nodes", type=int, default=NODES, help=f"nodes of {DEVICES_PER_NODE} devices (default {NODES:,})")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.nodes < FREE_IN_SHORT_CASE:
+        parser.error(f"--nodes must be at least {FREE_IN_SHORT_CASE}, the short case's free devices")
 
-    free, short, group, large = build()
+    free, short, group, large = build(args.nodes)
+    small = Group(NAMESPACE, "small", SMALL, group.members[:SMALL])
     print(
         f"nodes: {len(free.nodes):,}  devices: {len(free.devices):,} ({DEVICES_PER_NODE} per node)  "
         f"members: {len(group.members)} (min_count {group.min_count}, 1 GPU claim + {CPU_MILLI}m cpu each)"
@@ -213,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = [
         ("cold (fresh matcher)", *measure(args.runs, lambda: plan(free, group, DeviceMatcher()), fits_all)),
         ("warm (reused matcher)", *measure(args.runs, lambda: plan(free, group, warm), fits_all)),
+        (f"small ({SMALL} ranks, warm)", *measure(args.runs, lambda: plan(free, small, warm), lambda r: fits_all(r, SMALL))),
         (f"short ({FREE_IN_SHORT_CASE} free, warm)", *measure(args.runs, lambda: plan(short, group, warm), is_short)),
         ("apart (anti-affinity)", *measure(args.runs, lambda: plan(free, spread_out, warm), fits_apart)),
         (f"large ({LARGE} ranks, warm)", *measure(args.runs, lambda: plan(free, large, warm), fits_large)),

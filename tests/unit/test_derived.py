@@ -84,10 +84,12 @@ def test_a_reused_build_equals_a_fresh_one_through_changes() -> None:
     again = _both(reuse, nodes, pods, slices)
     assert reuse.pods.derived == derived, "nothing changed: every pod's view served again"
     assert again.pods[0] is first.pods[0]
+    assert again.nodes[0] is first.nodes[0], "a node whose pods did not change is the same Node, not a copy"
 
     pods = [_pod("a", "2", cpu="3"), _pod("b", "1", node="n2")]  # a new version asks for more
     snapshot = _both(reuse, nodes, pods, slices)
     assert snapshot.nodes[0].requested["cpu"] == 3000 and reuse.pods.derived == derived + 1
+    assert snapshot.nodes[1] is first.nodes[1] and snapshot.nodes[0] is not first.nodes[0]
 
     gated = _pod("c", "1", node=None)  # released, not yet bound: placed by Phalanx's pin, then on another node
     _both(reuse, nodes, [*pods, gated], slices, pinned={"c-uid": "n1"})

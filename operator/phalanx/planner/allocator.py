@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from phalanx.planner import catalog
 from phalanx.planner.devices import DeviceMatcher, SelectorFailed
 from phalanx.planner.model import (
     CapacityPolicy,
@@ -163,8 +164,8 @@ class Ledger:
         """Shares of each device in use, the cluster's counting as one."""
         self.counters = snapshot.counters
         self.used: dict[tuple[str, str], dict[tuple[str, str], Decimal]] = {}
-        for device in snapshot.devices:
-            if device.consumes and (device.id in self.taken or device.id in self.shares):
+        for device in catalog.of(snapshot.devices).consuming:
+            if device.id in self.taken or device.id in self.shares:
                 self._charge(device, 1)
 
     def _charge(self, device: Device, sign: int) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx.planner import catalog
 from phalanx.planner import extended as extres
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
@@ -111,11 +112,25 @@ class Short:
         return f"{head}; " + "; ".join(details)
 
 
+class _Free(dict[str, Counter[str]]):
+    """Node name -> its free resources in the plan so far, each derived when the plan first looks at the node: a
+    small gang looks at a few of 5,000, and deriving them all took a third of its plan."""
+
+    def __init__(self, nodes: Mapping[str, Node]) -> None:
+        super().__init__()
+        self._nodes = nodes
+
+    def __missing__(self, name: str) -> Counter[str]:
+        node = self._nodes[name]
+        free = self[name] = Counter({k: v - node.requested.get(k, 0) for k, v in node.allocatable.items()})
+        return free
+
+
 @dataclass
 class _State:
     """The tentative plan during search; every change is undone on backtrack."""
 
-    free: dict[str, Counter[str]]
+    free: _Free
     ledger: Ledger
     claims: dict[ClaimKey, ClaimPlan] = field(default_factory=dict)
     undos: dict[ClaimKey, Undo] = field(default_factory=dict)
@@ -135,18 +150,13 @@ class _Planner:
         self.rules = podrules.Rules(snapshot, group.members, self.node_by_name)
         shapes: dict[tuple[Any, ...], int] = {}
         self._shape_id = {m.uid: shapes.setdefault(_shape(m) + self._wants(m), len(shapes)) for m in group.members}
-        self._local: dict[str, list[Device]] = {}
-        self.device_by_id = {d.id: d for d in snapshot.devices}
+        devices = catalog.of(snapshot.devices)
+        self.device_by_id = devices.by_id
         self.failures: set[str] = set()
         """Why a pod's device search failed outright on some node: too large, or an error upstream's allocator fails the
         pod on (AllocationError). That node then counts as not fitting the pod in that plan; if no plan fits, these are
         the verdict, naming the claim field."""
-        self._network: list[Device] = []
-        for device in snapshot.devices:
-            if device.node_name is not None:
-                self._local.setdefault(device.node_name, []).append(device)
-            else:
-                self._network.append(device)
+        self._local, self._local_ids, self._network = devices.local, devices.local_ids, devices.network
         self._reach: dict[str, list[Device]] = {}
         self._member_needs: dict[tuple[str, tuple[str, ...]], Counter[str]] = {}
         self._extended_claims: dict[tuple[str, tuple[str, ...]], Claim | None] = {}
@@ -179,7 +189,7 @@ class _Planner:
             network = [
                 d for d in self._network if d.all_nodes or (d.node_selector is not None and nodefilter.matches_terms(node, d.node_selector))
             ]
-            found = self._reach[node.name] = pool_order(self._local.get(node.name, []) + network)
+            found = self._reach[node.name] = pool_order([*self._local.get(node.name, ()), *network])
         return found
 
     def updating(self, node: Node) -> bool:
@@ -207,8 +217,7 @@ class _Planner:
         return reason
 
     def initial_state(self) -> _State:
-        free = {n.name: Counter({k: v - n.requested.get(k, 0) for k, v in n.allocatable.items()}) for n in self.snapshot.nodes}
-        return _State(free=free, ledger=Ledger(self.snapshot), tally=self.rules.tally() if self.rules.active else None)
+        return _State(free=_Free(self.node_by_name), ledger=Ledger(self.snapshot), tally=self.rules.tally() if self.rules.active else None)
 
     def try_place(self, state: _State, member: Member, node: Node) -> list[ClaimPlan] | None:
         """Place `member` on `node` in `state` if it fits; returns the new claim plans (to undo), else None."""
@@ -368,9 +377,10 @@ class _Planner:
 
     def _busy_first(self, node: Node) -> tuple[bool, int, int, str]:
         """Packing order: the fullest nodes that still have a free device, then nodes with none."""
-        free_devices = sum(1 for d in self._local.get(node.name, ()) if d.id not in self.snapshot.held)
+        ids = self._local_ids.get(node.name, ())
+        free_devices = len(ids) - sum(map(self.snapshot.held.__contains__, ids))
         free_cpu = node.allocatable.get("cpu", 0) - node.requested.get("cpu", 0)
-        return (bool(self._local.get(node.name)) and free_devices == 0, free_devices, free_cpu, node.name)
+        return (bool(ids) and free_devices == 0, free_devices, free_cpu, node.name)
 
 
 def _shape(member: Member) -> tuple[Any, ...]:

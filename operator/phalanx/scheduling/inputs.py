@@ -111,6 +111,10 @@ class Reuse:
     claimed: tuple[Hashable, dict[ClaimKey, Claim], frozenset[DeviceId], tuple[Any, ...]] | None = None
     """(the claims store's version, then: each claim's model, the devices held whole, the shares held): claims are
     modelled again only once the store is written, not on every build (3,000 waiting claims took a third of one)."""
+    requested: dict[str, tuple[Node, tuple[tuple[str, int], ...], Node]] = field(default_factory=dict)
+    """Node name -> (the node without its requests, the requests, the node with them) as the last build made it: a
+    node whose pods did not change is the same `Node`, not a copy (at 5,000 nodes, copying each took half a build)."""
+    _requested: dict[str, tuple[Node, tuple[tuple[str, int], ...], Node]] = field(default_factory=dict)
     published: tuple[Any, Published] | None = None
     """What the slices publish, by every slice's and DeviceTaintRule's (uid, resourceVersion), in order: slices
     change rarely, and at 5,000 slices grouping them into pools (three walks a build) took a quarter of every build."""
@@ -118,11 +122,21 @@ class Reuse:
     def shared(self, requests: Requests) -> Requests:
         return self.requests.setdefault(requests, requests)
 
+    def node(self, obj: Mapping[str, Any], requested: Mapping[str, int] | None) -> Node:
+        """The planner's node of `obj` with `requested`, the one the last build made if neither changed."""
+        base = self.nodes.get(obj, None, lambda: node(obj, {}))
+        asked = tuple(requested.items()) if requested else ()
+        last = self.requested.get(base.name)
+        made = last[2] if last is not None and last[0] is base and last[1] == asked else replace(base, requested=frozen_map(requested))
+        self._requested[base.name] = (base, asked, made)
+        return made
+
     def sweep(self, claims: bool = True) -> None:
         """End a build. The slices' devices are swept by `published`, only when it derived them again; the claims'
         only when they were (`claimed`)."""
         for derived in (self.pods, self.nodes, self.claims) if claims else (self.pods, self.nodes):
             derived.sweep()
+        self.requested, self._requested = self._requested, {}
         if len(self.requests) > 4 * len(self.pods) + 1024:  # sets no pod asks for any more
             self.requests.clear()
 
@@ -636,10 +650,7 @@ def build(
         for name, value in consumed.items():
             total_shared[name] = total_shared.get(name, Decimal(0)) + value
     built = Snapshot(
-        nodes=tuple(
-            replace(kept.nodes.get(n, None, lambda n=n: node(n, {})), requested=frozen_map(requested.get(n["metadata"]["name"])))
-            for n in nodes
-        ),
+        nodes=tuple(kept.node(n, requested.get(n["metadata"]["name"])) for n in nodes),
         devices=offered.devices,
         classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
         claims=frozen_map(modelled),
