@@ -691,7 +691,9 @@ class SchedulingLoop:
         return True
 
     def _node_names(self) -> set[str]:
-        return {n["metadata"]["name"] for n in self.view.nodes.items()}
+        """Read by every released gang's visit: gathered again only once a node was written, not once per gang (0.6 ms
+        at 5,000 nodes: with 1,000 gangs running, 0.6 s of every cycle)."""
+        return self._of_view("node names", (self.view.nodes.written,), lambda: {n["metadata"]["name"] for n in self.view.nodes.items()})  # type: ignore[no-any-return]
 
     async def _owner(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> dict[str, Any] | None:
         """The group's owner, read afresh when its lost members change (a lost member stays lost: no read every cycle);
