@@ -12,6 +12,7 @@ an earlier incarnation (failed and kept by the Job) are not members any more.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,7 @@ def _exit(pod: Mapping[str, Any]) -> str:
     return "failed"
 
 
-def cause(pod: Mapping[str, Any] | None, nodes: set[str], finished: bool = False) -> str | None:
+def cause(pod: Mapping[str, Any] | None, nodes: AbstractSet[str], finished: bool = False) -> str | None:
     """Why this member is lost, or None while it runs (or after it Succeeded, even once its pod is removed)."""
     if pod is None:
         return None if finished else "deleted"
@@ -78,7 +79,7 @@ def cause(pod: Mapping[str, Any] | None, nodes: set[str], finished: bool = False
 def losses(
     reservation: schema.Reservation,
     pods: Iterable[Mapping[str, Any]],
-    nodes: Iterable[str],
+    nodes: AbstractSet[str],
     finished: Container[str] = (),
     known: Mapping[str, str] | None = None,
     preempted: Mapping[str, str] | None = None,
@@ -89,10 +90,9 @@ def losses(
     preemption under way (`preempted`, uid -> cause) is said to be so: a pod deleted, or marked by the API server
     before Phalanx, reads the same in `single` and `all` mode, and the message does not change as the pod goes."""
     by_uid = {p["metadata"]["uid"]: p for p in pods}
-    node_names = set(nodes)
     out = []
     for placement in reservation.placements:
-        why = cause(by_uid.get(placement.uid), node_names, placement.uid in finished)
+        why = cause(by_uid.get(placement.uid), nodes, placement.uid in finished)
         if why is not None:
             why = (known or {}).get(placement.uid) or (preempted or {}).get(placement.uid) or why
             out.append(Loss(placement.name, placement.uid, why))
