@@ -7,7 +7,6 @@ Slices: the session cluster's, from dra-example-driver's plugin (3 workers x 2 G
 from __future__ import annotations
 
 import json
-import urllib.request
 from typing import Any
 
 from conftest import WORKLOADS, Cluster, Operator, wait_for
@@ -21,11 +20,7 @@ POOL = "phalanx-test/quiet-pool"
 
 def _counter(operator: Operator, name: str = "phalanx_groups_passed_over_total") -> float:
     assert operator.handle is not None
-    with urllib.request.urlopen(f"http://127.0.0.1:{operator.handle.metrics_port}/metrics", timeout=5) as answer:
-        for line in answer.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    return 0.0
+    return operator.handle.metric(name)
 
 
 def _reasons(cluster: Cluster, namespace: str) -> dict[str, str]:

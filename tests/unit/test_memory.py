@@ -25,6 +25,9 @@ def test_the_summary_is_summed_again_once_a_record_is_written_and_only_then() ->
     assert (now.wake, now.due, now.backoffs, dict(now.quorum_at), now.quiet) == (6.0, 50.0, (("b", 20.0),), {"b": 3.0}, True)
     remembered.of("a")
     assert remembered.summary() is now, "a record looked up is not written"
+    b.backoff, b.counts_due = b.backoff, True
+    a.settled = ("the reads of a visit",)
+    assert remembered.summary() is now, "a field set to what it holds, or a memo no summary reads, is no write"
 
     remembered.keep_only({"a"})
     gone = remembered.summary()

@@ -56,6 +56,14 @@ class OperatorProcess:
         except OSError:
             return False
 
+    def metric(self, name: str) -> float:
+        """One sample of its /metrics, by name and labels as exposed (`x_total` or `x_total{a="b"}`); 0 while absent."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as answer:
+            for line in answer.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        return 0.0
+
     def kill(self) -> None:
         """SIGKILL, as a node or OOM kill does: no cleanup, the Lease is not handed over."""
         if self.process.poll() is None:

@@ -8,7 +8,7 @@ read it need not repeat while nothing it depends on changed.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -47,15 +47,23 @@ class GroupMemory:
     quiet_at: tuple[Any, ...] | None = None
     """The stores that memo reads, by their `written`, as the cycle that last found it true began: while they stand,
     it is true without reading it again."""
+    settled: Hashable | None = None
+    """A released gang whose last visit found it running with nothing to do (nothing lost, nothing waiting, no
+    deadline ahead): what that visit read, by version (`SchedulingLoop._settled_inputs`). Passed over while it stands."""
 
     writes: ClassVar[int] = 0
-    """Moves with every field set on any record (but `quiet_at`, set on each pass over a quiet group): what is
-    summed over the records (`Memory.summary`) is summed again only then."""
+    """Moves with every field set on any record to another value (but the memos no summary reads, set on each visit
+    or pass): what is summed over the records (`Memory.summary`) is summed again only then."""
 
     def __setattr__(self, name: str, value: Any) -> None:
+        changed = self.__dict__.get(name, _UNSET) is not value
         object.__setattr__(self, name, value)
-        if name != "quiet_at":
+        if changed and name not in _UNSUMMED:
             GroupMemory.writes += 1
+
+
+_UNSET = object()
+_UNSUMMED = frozenset({"quiet_at", "settled"})
 
 
 @dataclass(frozen=True)

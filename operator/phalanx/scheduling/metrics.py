@@ -141,6 +141,10 @@ RUNS_TAKEN = Counter(
     "phalanx_quiet_runs_passed_total",
     "Runs of waiting groups the last cycle passed over one after another, passed over whole: none of their verdicts moved.",
 )
+SETTLED_PASSED = Counter(
+    "phalanx_settled_gangs_passed_total",
+    "Visits to running gangs passed over: nothing their last visit read was written since, and it had nothing to do.",
+)
 CYCLES = Counter(
     "phalanx_scheduling_cycles_total",
     "Scheduling cycles, by what woke them: a change a watch delivered, or a timer (a back-off, a deadline, the period).",
