@@ -544,6 +544,8 @@ def run(args: Any) -> int:
         plan = ScalePlan(**{**plan.__dict__, "burst": args.scale_gangs, "waiting": args.scale_gangs})
     if args.scale_budget:
         plan = ScalePlan(**{**plan.__dict__, "budget": args.scale_budget})
+    if args.scale_changes:
+        plan = ScalePlan(**{**plan.__dict__, "changes": args.scale_changes})
     spec = {"workers": START_WORKERS, "gpus_per_worker": tw.GPUS_PER_WORKER, "driver": "fakegpu", "controller_qps": args.controller_qps}
     phalanx = LocalCluster(ClusterSpec(name=f"{args.name}-phalanx", **spec))
     # the in-tree cluster (and vanilla) only for the workloads run three ways

@@ -780,6 +780,9 @@ def main() -> int:
     )
     parser.add_argument("--scale-pods", help="scale tier: footprint levels, comma separated (default 10000,50000,100000)")
     parser.add_argument("--scale-gangs", type=int, help="scale tier: gangs of 3 in the burst and waiting (default 1000)")
+    parser.add_argument(
+        "--scale-changes", type=int, help="scale tier: pods added, then deleted, in each waiting window (default 20; more reads finer)"
+    )
     parser.add_argument("--scale-budget", type=float, help="scale tier: seconds of pod creation for the footprint, in all (default 1800)")
     args = parser.parse_args()
     if args.scale:
