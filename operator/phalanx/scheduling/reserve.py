@@ -72,6 +72,10 @@ def _stamp() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _consuming(claim: dict[str, Any]) -> tuple[DeviceId, ...]:
+    return accessors.consuming_ids(claim) or ()
+
+
 class ReleaseAborted(Exception):
     """The plan can no longer be completed; its reservation has been rolled back and the group will be planned again."""
 
@@ -234,9 +238,6 @@ class Releaser:
         self.observe_timeout = observe_timeout
         self.pinned: dict[str, str] = {}
         """Pod uid -> node of the pins this process wrote: trusted before the watch shows them in a recorded reservation."""
-        self._holding = view.claims.index("consuming", lambda claim: accessors.consuming_ids(claim) or ())
-        """Claims by each device they take (whole or a share): a verification reads the claims holding the devices
-        it reserved, not every claim (3,000 of them parsed for each gang of a burst of 1,000)."""
 
     async def release(self, pod_group: Mapping[str, Any], fits: Fits, steps: Steps | None = None) -> schema.Reservation:
         """Record, reserve, verify, pin, lift. Raises ReleaseAborted (after a rollback) or GatesRefused."""
@@ -603,9 +604,12 @@ class Releaser:
             )
 
     def _holders(self, reservation: schema.Reservation) -> list[dict[str, Any]]:
-        """The claims the watch shows taking a device this reservation holds: the only ones `_verify` can find in the way."""
+        """The claims the watch shows taking a device this reservation holds: the only ones `_verify` can find in the way.
+        Looked up in the claims informer's index by each device they take (whole or a share), not by parsing every
+        claim (3,000 of them for each gang of a burst of 1,000)."""
+        holding = self.view.claims.index("consuming", _consuming)
         devices = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results if not r.admin_access}
-        found = {key_of(obj): obj for device in devices for obj in self._holding.get(device)}
+        found = {key_of(obj): obj for device in devices for obj in holding.get(device)}
         return list(found.values())
 
     def forget(self, live: Container[str]) -> None:
