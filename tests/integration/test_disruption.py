@@ -94,6 +94,8 @@ CAUSES: dict[str, Callable[[Callable[..., Any], str], Callable[[dict], None]]] =
 
 
 SETTLED = "phalanx_settled_gangs_passed_total"
+GRACE = 20
+"""Seconds a member of the settled gang runs after its deletion: longer than the teardown of the others takes."""
 
 
 def _settled(handle: operatorproc.OperatorProcess | None) -> None:
@@ -108,10 +110,14 @@ def test_a_running_gang_passed_over_unvisited_still_goes_down_whole_when_a_membe
     cluster: Cluster, operator: Operator, namespace: str
 ) -> None:
     """The loop stops visiting a gang that runs with nothing to do; the scenario happens (the counter moves while
-    it runs), then one member is deleted, and the whole gang goes down as with every visit."""
-    first = _start(cluster.kubectl, namespace, "settled", "all")
+    it runs), then one member is deleted, and the whole gang goes down as with every visit. Each member runs out a
+    GRACE s grace period, as on a kubelet: the loss is seen when the pod is marked deleted, while it still runs, not
+    once it is gone (a memo that woke only then would leave the others on their devices for the grace period)."""
+    first = _start(cluster.kubectl, namespace, "settled", "all", grace=GRACE)
     _settled(operator.handle)
     took = _all_gone_after_loss(cluster.kubectl, namespace, "settled", first, CAUSES["deleted"](cluster.kubectl, namespace))
+    victim = next((p for p in _pods(cluster.kubectl, namespace, "settled") if p["metadata"]["uid"] == first[0]["metadata"]["uid"]), None)
+    assert victim is not None and victim["metadata"].get("deletionTimestamp"), "the rest went down while the lost member ran out its grace"
     disrupted = wait_for(
         lambda: _condition(_pod_group(cluster.kubectl, namespace, "settled"), keys.DISRUPTION_TARGET) or None, "DisruptionTarget"
     )

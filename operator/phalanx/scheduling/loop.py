@@ -471,13 +471,10 @@ class SchedulingLoop:
         return True
 
     def _settled_inputs(self, pod_group: Mapping[str, Any]) -> Hashable | None:
-        """What a running gang's visit reads, by version: the PodGroup, its members (as this cycle began: the visit
-        judges those), the claims they name, and the nodes (a member on a node gone is lost). None: not all have one."""
-        uid = pod_group["metadata"]["uid"]
-        if uid not in self.members:
-            return None
-        claims = self.members.reads(pod_group, self.view.claims.get, self.view.claims.written).versions
-        seen = quiet.fingerprint(pod_group, self.members.version(uid), claims, 0)
+        """What a running gang's visit reads, by version: what a waiting one's does (the PodGroup, its members as this
+        cycle began, the claims they name, its priority), and the nodes (a member on a node gone is lost). None: not
+        all have one."""
+        seen = self._quiet_inputs(pod_group)
         return None if seen is None else (seen, self._nodes_written())
 
     def _quiet_inputs(self, pod_group: Mapping[str, Any]) -> quiet.Inputs | None:
