@@ -131,6 +131,34 @@ def test_a_member_removed_after_it_succeeded_is_not_a_loss(cluster: Cluster, ope
     assert disrupted is None or disrupted["status"] != "True", disrupted
 
 
+def test_a_gang_whose_finished_ranks_leave_one_to_replace_runs_it_and_is_scheduled(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    """disruptionMode all, minCount 4: ranks 0-2 finish (exit 0), rank 3 is deleted. The loss takes the gang down;
+    its Job creates rank 3 again alone, and the three finished ranks count toward minCount: rank 3 is placed and the
+    group is Scheduled again, not left waiting for a quorum of 4 that can never exist."""
+    members = _start(cluster, namespace, gpu_gang("fin", 4, mode="all"))
+    by_index = {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]: p for p in members}
+    for index in "012":
+        cluster.kubectl("annotate", "pod", by_index[index]["metadata"]["name"], "-n", namespace, "localcluster.phalanx.dev/exit=0")
+    wait_for(lambda: sum(p["status"].get("phase") == "Succeeded" for p in _pods(cluster, namespace, "fin")) == 3, "ranks 0-2 Succeeded")
+    old = by_index["3"]["metadata"]["uid"]
+    cluster.kubectl("delete", "pod", by_index["3"]["metadata"]["name"], "-n", namespace, "--wait=false")
+
+    def replaced() -> list[dict[str, Any]]:
+        return [p for p in _running(_pods(cluster, namespace, "fin")) if p["metadata"]["uid"] != old]
+
+    (again,) = wait_for(replaced, "rank 3 created again and running", timeout=60)
+    assert again["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "3"
+    scheduled = wait_for(
+        lambda: (c := _condition(_pod_group(cluster, namespace, "fin"), keys.INITIALLY_SCHEDULED)).get("status") == "True" and c,
+        "the group Scheduled again with its finished ranks counted",
+    )
+    assert "3 finished" in scheduled["message"], scheduled
+    lost = (_pod_group(cluster, namespace, "fin").get("status") or {}).get("lost") or []
+    assert [m["uid"] for m in lost] == [old], f"the loss of rank 3 was recorded (and took the gang down): {lost}"
+
+
 def test_a_member_whose_eviction_is_refused_is_not_marked_and_the_teardown_finishes_later(
     cluster: Cluster, operator: Operator, namespace: str
 ) -> None:

@@ -59,6 +59,9 @@ BOUND = [_pod(0, node="n1"), _pod(1, node="n1")]
         (_group(reservation="Released"), [_pod(0), _pod(1)], {}, Phase.AWAITING_BIND),
         (_group(), [_pod(0, phase_="Failed")], {}, Phase.IDLE),
         (_group(), GATED[:1], {}, Phase.QUORUM),
+        (_group(min_count=4), GATED[:1], {"done": 3}, Phase.PLANNABLE),  # ranks 0-2 finished, rank 3 replaced alone
+        (_group(min_count=4), GATED[:1], {"done": 2}, Phase.QUORUM),
+        (_group(reservation="Released", min_count=4), [_pod(3, node="n1")], {"done": 3}, Phase.AWAITING_BIND),
         (_group(), GATED, {"claims": _claims(0)}, Phase.QUORUM),
         (_group(), GATED, {}, Phase.PLANNABLE),
         (_group(nomination={"nominatedAt": "2026-12-01T00:00:00Z"}), GATED, {}, Phase.PREEMPTING),
@@ -67,6 +70,17 @@ BOUND = [_pod(0, node="n1"), _pod(1, node="n1")]
 def test_the_ladder(group: dict[str, Any], pods: list[dict[str, Any]], found: dict[str, Any], expected: Phase) -> None:
     claims = found.pop("claims", None)
     assert _classify(group, pods, claims, **found) is expected
+
+
+def test_members_done_are_counted_toward_min_count_of_every_incarnation() -> None:
+    """Succeeded pods of the owner count, whether or not the record still places them; one removed after it
+    Succeeded counts only while the record places it (the informer remembers its uid)."""
+    group = _group(reservation="Released", min_count=4)
+    record = accessors.reservation(group)
+    pods = [_pod(0, phase_="Succeeded"), pod("rank-9", phase="Succeeded"), _pod(1, phase_="Failed"), _pod(2, node="n1")]
+    assert disruption.finished(record, pods, gone={"rank-3-uid", "elsewhere-uid"}) == 3
+    assert disruption.finished(None, pods, gone={"rank-3-uid"}) == 2
+    assert phase.Facts(gang=True, reservation=None, scheduled=False, min_count=4, done=6).needed == 1
 
 
 def test_a_podgroup_without_a_disruption_mode_is_refused_not_read_as_single() -> None:

@@ -63,7 +63,8 @@ BACKOFFS = (60.0, 3600.0)
 
 
 def _judge(record: schema.Readiness, members: list[dict], deadline: float = 300.0, **kw) -> podsready.Deadline | None:
-    return podsready.judge(record, deadline, kw.get("released", RELEASED), members, kw.get("min_count", 2), now=NOW, backoffs=BACKOFFS)
+    released, min_count, done = kw.get("released", RELEASED), kw.get("min_count", 2), kw.get("done", 0)
+    return podsready.judge(record, deadline, released, members, min_count, done=done, now=NOW, backoffs=BACKOFFS)
 
 
 def test_the_deadline_says_nothing_when_off_or_once_every_member_was_ready_since_the_release() -> None:
@@ -93,7 +94,17 @@ def test_past_the_deadline_the_timeout_is_counted_once_per_release_and_names_the
     assert again is not None and not again.counted and again.record is None, "the same release is not counted twice"
     assert again.tear_down == first.tear_down
     gone = _judge(schema.Readiness(), [_pod("a", ready=True)], deadline=60)
-    assert gone is not None and gone.record is not None and gone.record.reason == "only 1 of minCount 2 members exist"
+    assert gone is not None and gone.record is not None and gone.record.reason == "only 1 of minCount 2 members exist or finished"
+
+
+def test_a_rank_that_finished_early_counts_toward_min_count_and_no_healthy_gang_times_out() -> None:
+    """Four ranks, minCount 4: rank 0 exits 0 before the deadline (its pod no longer live), the other three are Ready."""
+    three = [_pod(n, ready=True) for n in "bcd"]
+    assert _judge(schema.Readiness(), three, deadline=60, min_count=4, done=1) == podsready.Deadline(
+        record=schema.Readiness(attempts=0, ready_at="2026-12-01T12:00:00Z")
+    )
+    short = _judge(schema.Readiness(), three, deadline=60, min_count=4)
+    assert short is not None and short.tear_down is not None, "without counting it, the same gang is torn down"
 
 
 def test_the_back_off_holds_until_not_before_and_ends_with_a_ready_release() -> None:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+import pytest
+
 from builders import GPU, cluster, gang, port, with_claims, with_rules
 from phalanx.api import keys
+from phalanx.kube.client import ApiError
 from phalanx.planner import DeviceMatcher, Fits, plan
 from phalanx.planner.model import Snapshot, frozen_map
 from phalanx.planner.queue import hold_for, takes_room, with_plan
@@ -254,3 +257,65 @@ def test_a_gang_whose_own_verdict_found_no_node_is_never_planned_for_a_hold(monk
 
     assert asyncio.run(hold._desired(line.ahead, podgroups, taken, 0, DeviceMatcher())) is None
     assert plans == []
+
+
+class _Writes:
+    """The API calls a hold's update makes: status patches recorded (the first `refuse` of them answered 503), rule
+    deletions recorded."""
+
+    def __init__(self, refuse: int = 0) -> None:
+        self.patched: list[tuple[str, dict]] = []
+        self.deleted: list[str] = []
+        self.refuse = refuse
+
+    async def merge_patch(self, path: str, body: dict) -> dict:
+        if self.refuse:
+            self.refuse -= 1
+            raise ApiError(503, "ServiceUnavailable", "etcd leader changed")
+        self.patched.append((path, body))
+        return {}
+
+    async def delete(self, path: str) -> None:
+        self.deleted.append(path)
+
+
+def _held(device: tuple[str, str, str]) -> headhold.Held:
+    return headhold.Held("holder", "ml", "holder", frozenset({device}), "2026-01-01T00:10:00Z", "2026-01-01T00:05:00Z", 0)
+
+
+def _give_back(hold: headhold.HeadHold, podgroups: list[dict]) -> bool:
+    async def unused() -> Snapshot:
+        raise AssertionError("nobody waits: nothing is planned")
+
+    return asyncio.run(hold.update([], podgroups, unused, 0, DeviceMatcher()))
+
+
+def test_a_hold_given_back_without_device_taint_rules_wakes_the_groups_short() -> None:
+    """1.34-1.36 without the gate: no rule is served, the hold lives in its record only. Given back (its holder left
+    the line), the update says so, and the loop plans every group known short again."""
+    device = (GPU, "worker-1", "gpu-0")
+    kube = _Writes()
+    hold = headhold.HeadHold(kube, 300)  # type: ignore[arg-type]
+    hold.rules.served = False
+    hold.current = _held(device)
+    holder = _podgroup("holder", _held(device).record().wire())
+    assert _give_back(hold, [holder]) is True
+    assert kube.patched == [(kube.patched[0][0], {"status": {"hold": None}})] and hold.current is None
+    assert _give_back(hold, [holder]) is False, "given back once: nothing more to give"
+
+
+def test_a_hold_whose_record_was_not_cleared_gives_back_again_on_the_next_update() -> None:
+    """The rules are deleted, then the write clearing `status.hold` is refused: the update fails, and the next one
+    gives the devices back (and says so) although no rule covers them any more."""
+    device = (GPU, "worker-1", "gpu-0")
+    kube = _Writes(refuse=1)
+    hold = headhold.HeadHold(kube, 300)  # type: ignore[arg-type]
+    hold.rules.served = True
+    hold.rules.covered[device] = "phalanx-head-gpu-0"
+    hold.current = _held(device)
+    holder = _podgroup("holder", _held(device).record().wire())
+    with pytest.raises(ApiError):
+        _give_back(hold, [holder])
+    assert len(kube.deleted) == 1 and not hold.rules.covered, "the rule went before the refused write"
+    assert _give_back(hold, [holder]) is True
+    assert hold.current is None

@@ -109,10 +109,16 @@ def record(lost: Iterable[Loss]) -> list[dict[str, str]]:
     return [{"name": loss.name, "uid": loss.uid, "cause": loss.cause} for loss in lost]
 
 
-def finished(reservation: schema.Reservation, pods: Iterable[Mapping[str, Any]], gone: Container[str] = ()) -> int:
-    """Members of this incarnation that Succeeded, their pods still there or removed since (`gone`): done, not missing."""
+def finished(reservation: schema.Reservation | None, pods: Iterable[Mapping[str, Any]], gone: Container[str] = ()) -> int:
+    """Members that finished their work: done, not missing, and counted toward minCount wherever it is judged.
+
+    Every pod of the owner that Succeeded, of this incarnation or an earlier one (a rank that exited 0 is not run
+    again by its Job, whatever became of the others), and the members of this incarnation whose pods were removed
+    after they Succeeded (`gone`). Without them a Job whose ranks 0-2 finished while rank 3 was lost waits for a
+    quorum of 4 that can never exist again."""
     succeeded = {p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
-    return sum(1 for p in reservation.placements if p.uid in succeeded or p.uid in gone)
+    removed = {p.uid for p in reservation.placements if p.uid in gone} if reservation is not None else set()
+    return len(succeeded | removed)
 
 
 def current(

@@ -401,7 +401,8 @@ def explain(
     node_names = {n["metadata"]["name"] for n in objects.nodes}
     released = reservation is not None and reservation.state == "Released"
     losses = disruption.losses(reservation, every, node_names, known=disruption.recorded(pod_group)) if released else []  # type: ignore[arg-type]
-    facts = phase.read(pod_group, live, lambda ns, n: claims.get((ns, n)), lost=bool(losses))
+    done = disruption.finished(reservation, every) if accessors.gang(pod_group) else 0
+    facts = phase.read(pod_group, live, lambda ns, n: claims.get((ns, n)), lost=bool(losses), done=done)
     now_in = phase.classify(facts)
     min_count = facts.min_count
     mode = "all" if facts.all_mode else "single"
@@ -427,7 +428,8 @@ def explain(
         torn = scheduled is not None and scheduled["reason"] in ("GangDisrupted", "GangTornDown")
         if now_in in (phase.Phase.IDLE, phase.Phase.QUORUM):
             state = "Disrupted" if torn else "Waiting"
-            summary = f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims"
+            finished = f", {done} finished" if done else ""
+            summary = f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims{finished}"
             owner = next((j for j in objects.owners if j["metadata"]["uid"] == kind.owner_uid(pod_group)), None)
             job_pods = kind.pods_owed(owner, pod_group, len(live), now) if torn else None
         else:
@@ -443,7 +445,7 @@ def explain(
             )
             rank = functools.partial(accessors.priority, priority_class=priorities.get)
             snapshot = headhold.elsewhere(snapshot, headhold.from_status(objects.podgroups, rank), pod_group, rank)
-            group = inputs.group(pod_group, ready, min_count)
+            group = inputs.group(pod_group, ready, facts.needed)
             plan_view, fits = _plan_view(snapshot, group, matcher)
             state = "Disrupted" if torn else state
             summary = _summary(plan_view)

@@ -188,7 +188,8 @@ class HeadHold:
         """Hold for the head of `line` (this cycle's, in queue order) what its plan needs, give back the rest. True when
         devices were given back (the caller plans every short group again). `snapshot` builds the cluster at
         `revision`, called only when the head's hold is planned again; `backing_off`: the uids of the groups the
-        cycle passed over for their back-off."""
+        cycle passed over for their back-off. Devices given back are those the hold held (its record or its rules) and
+        holds no longer, whether or not the server serves the rules."""
         if self.rules.served is None:
             await self.rules.load()
         built: list[Snapshot] = []
@@ -200,6 +201,10 @@ class HeadHold:
             return built[0]
 
         self.settled = False
+        # what was held before this update, by the hold's record as by its rules: where the rules are not served
+        # (1.34-1.36 without the gate) only the record holds, and a write that failed after the rules were deleted
+        # left the record as it was, so the next update gives those devices back (and says so) again
+        before = (self.current.devices if self.current is not None else frozenset()) | set(self.rules.covered)
         desired = await self._desired(line, podgroups, once, revision, matcher, self._backing_off(podgroups, backing_off))
         want = desired.devices if desired is not None else frozenset()
         if desired is not None:
@@ -221,10 +226,11 @@ class HeadHold:
         self._written = {u: w for u, w in self._written.items() if u in live}
         if desired != self.current:
             logger.info("hold for the head of the line: %s", desired.record() if desired is not None else "none")
-        self.settled = desired is None and self.current is None and not self._looked and not given_back and not wrote
+        freed = before - want
+        self.settled = desired is None and self.current is None and not self._looked and not freed and not wrote
         self.current = desired
         metrics.HELD_DEVICES.labels(purpose=HEAD).set(len(want))
-        return bool(given_back)
+        return bool(freed)
 
     def _backing_off(
         self, podgroups: Sequence[Mapping[str, Any]], backing_off: Collection[str]

@@ -573,7 +573,7 @@ class SchedulingLoop:
         if lost:
             owner_state = phase.OwnerState.GONE if owner is None else self.owner.state(owner, reservation.released_at)  # type: ignore[union-attr]
         scheduled = conditions.true(pod_group, keys.INITIALLY_SCHEDULED)
-        done = disruption.finished(reservation, self._pods_of.get(uid, []), self.view.finished) if scheduled and reservation else 0
+        done = disruption.finished(reservation, self._pods_of.get(uid, []), self.view.finished) if gang else 0
         facts = phase.read(pod_group, pods, self.view.claims.get, lost=bool(lost), owner=owner_state, done=done)
         now = phase.classify(facts)
         if now is phase.Phase.RESUMING:
@@ -594,7 +594,7 @@ class SchedulingLoop:
         if lost and owner_state is not phase.OwnerState.GONE:
             await self._record_lost(pod_group, lost)
         if released and not lost:
-            timed_out = await self._ready_by_deadline(pod_group, pods, reservation, facts.min_count)  # type: ignore[arg-type]
+            timed_out = await self._ready_by_deadline(pod_group, pods, reservation, facts.min_count, done)  # type: ignore[arg-type]
             if timed_out is not None:
                 return timed_out
         if now is phase.Phase.LOST:
@@ -615,7 +615,7 @@ class SchedulingLoop:
             await self._release_each(pod_group, waiting)
             return True
         if now is phase.Phase.AWAITING_BIND:
-            return await self._await_binding(pod_group, pods, bound, reservation, facts.min_count)  # type: ignore[arg-type]
+            return await self._await_binding(pod_group, pods, bound, reservation, facts.min_count, done)  # type: ignore[arg-type]
         if now is phase.Phase.IDLE:
             return True
         if pod_group["spec"].get("resourceClaims"):
@@ -630,12 +630,13 @@ class SchedulingLoop:
         if now is phase.Phase.QUORUM:
             # while the others arrive the claims get their finalizer, so the release writes only allocations; and no
             # running count in the message: status.members counts, and one status write per arriving member is enough
-            why = f"waiting for quorum: minCount {facts.min_count} members created with their claims"
+            finished = f" ({done} finished count toward it)" if done else ""
+            why = f"waiting for quorum: minCount {facts.min_count} members created with their claims{finished}"
             await all_answered([self.releaser.protect(ready), self._set(pod_group, False, "Pending", why)])
             return True
         remembered = self.memory.of(uid)
         remembered.quorum_at = remembered.quorum_at if remembered.quorum_at is not None else time.monotonic()
-        return await self._attempt(pod_group, ready, facts.min_count)
+        return await self._attempt(pod_group, ready, facts.needed)
 
     def _ready_record(self, pod_group: Mapping[str, Any]) -> schema.Readiness:
         remembered = self.memory.get(pod_group["metadata"]["uid"])
@@ -660,7 +661,7 @@ class SchedulingLoop:
         return self.ready_deadline
 
     async def _ready_by_deadline(
-        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation, min_count: int
+        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation, min_count: int, done: int
     ) -> bool | None:
         """A released gang whose members are not all Ready by the ready deadline is torn down as a unit
         (`podsready.judge`); None when there is nothing to do."""
@@ -671,6 +672,7 @@ class SchedulingLoop:
             reservation.released_at,
             [p for p in pods if p["metadata"]["uid"] in placed],
             min_count,
+            done=done,
             now=datetime.datetime.now(datetime.UTC),
             backoffs=self.ready_backoff,
         )
@@ -706,16 +708,19 @@ class SchedulingLoop:
         bound: list[dict[str, Any]],
         reservation: schema.Reservation,
         min_count: int,
+        done: int,
     ) -> bool:
-        """A released group becomes Scheduled once minCount members are bound, or is torn down at the deadline."""
-        if len(bound) >= min_count:
+        """A released group becomes Scheduled once minCount members are bound or finished (a rank may exit 0 before
+        the last is bound), or is torn down at the deadline."""
+        finished = f", {done} finished" if done else ""
+        if len(bound) + done >= min_count:
             nodes = len({p["spec"]["nodeName"] for p in bound})
-            await self._set(pod_group, True, "Scheduled", f"{len(bound)} of {len(pods)} members bound to {nodes} node(s)")
+            await self._set(pod_group, True, "Scheduled", f"{len(bound)} of {len(pods)} members bound to {nodes} node(s){finished}")
             return True
         waited = _since(reservation.released_at)
         if waited >= self.bind_deadline:
             why = (
-                f"only {len(bound)} of minCount {min_count} members bound {self.bind_deadline:.0f}s after release "
+                f"only {len(bound)} of minCount {min_count} members bound{finished} {self.bind_deadline:.0f}s after release "
                 f"({len(pods)} members exist)"
             )
             return await self._tear_down(pod_group, pods, reservation, why)

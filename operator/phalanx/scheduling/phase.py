@@ -72,12 +72,19 @@ class Facts:
     """disruptionMode all."""
     running: int = 0
     """Members bound to a node, plus those that finished their work."""
+    done: int = 0
+    """Members that finished their work (`disruption.finished`): they count toward minCount, never wait again."""
     min_count: int = 1
     waiting: int = 0
     """Live members behind the gate."""
     ready: int = 0
     """Of those, the ones whose claims all exist."""
     nominated: bool = False
+
+    @property
+    def needed(self) -> int:
+        """The members still to be placed together for minCount: those done count, at least one (a member waits)."""
+        return max(1, self.min_count - self.done)
 
 
 def classify(facts: Facts) -> Phase:
@@ -101,7 +108,7 @@ def classify(facts: Facts) -> Phase:
         return Phase.AWAITING_BIND
     if not facts.waiting:
         return Phase.IDLE
-    if facts.ready < facts.min_count:
+    if facts.ready < facts.needed:
         return Phase.QUORUM
     return Phase.PREEMPTING if facts.nominated else Phase.PLANNABLE
 
@@ -116,8 +123,8 @@ def read(
     done: int = 0,
 ) -> Facts:
     """The facts of a group from its objects: `live` its members neither terminal nor terminating, `claim` looks a
-    ResourceClaim up by namespace and name; the losses, the owner and the members done are the caller's to find
-    (they are judged only once the group was released)."""
+    ResourceClaim up by namespace and name; the losses and the owner are the caller's to find (judged only once the
+    group was released), and the members done (`disruption.finished`), which count toward minCount in every phase."""
     reservation = accessors.reservation(pod_group)
     waiting = [p for p in live if accessors.gated(p)]
     return Facts(
@@ -128,6 +135,7 @@ def read(
         owner=owner,
         all_mode=accessors.disrupts_all(pod_group),
         running=sum(1 for p in live if p["spec"].get("nodeName")) + done,
+        done=done,
         min_count=accessors.min_count(pod_group),
         waiting=len(waiting),
         ready=sum(1 for p in waiting if accessors.claims_ready(p, claim)),

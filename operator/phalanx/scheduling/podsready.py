@@ -89,21 +89,23 @@ def judge(
     members: list[Mapping[str, Any]],
     min_count: int,
     *,
+    done: int = 0,
     now: datetime.datetime,
     backoffs: tuple[float, float],
 ) -> Deadline | None:
     """None when the deadline has nothing to say (none set, or every member was Ready once since this release);
-    `members` are the pods the release placed, as they are now."""
+    `members` are the live pods the release placed, as they are now; `done` the members that finished their work
+    (`disruption.finished`), which count toward minCount: a rank that exits 0 early leaves a healthy gang."""
     released = released_at or ""
     if not deadline or (record.ready_at is not None and record.ready_at >= released):
         return None
     missing = first_not_ready(members)
-    if missing is None and len(members) >= min_count:
+    if missing is None and len(members) + done >= min_count:
         return Deadline(record=record.model_copy(update={"attempts": 0, "ready_at": _stamp(now)}))
     left = deadline - (now - _parse(released_at)).total_seconds() if released_at else -1.0
     if left > 0:
         return Deadline(wake_in=left)
-    member, why = missing if missing is not None else ("-", f"only {len(members)} of minCount {min_count} members exist")
+    member, why = missing if missing is not None else ("-", f"only {len(members) + done} of minCount {min_count} members exist or finished")
     counted = record.timed_out_at is None or record.timed_out_at < released
     if counted:
         attempts = record.attempts + 1

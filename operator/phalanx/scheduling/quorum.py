@@ -3,7 +3,7 @@
 A gang (a PodGroup with a gang policy, of an owner the loop schedules, not being deleted) is
 *incomplete* when fewer than minCount of its live members (not terminal, not
 terminating) are bound to a node or released onto one by Phalanx (pinned,
-gate lifted). Its *held devices* are the distinct devices allocated (not
+gate lifted), members that finished their work counted with them. Its *held devices* are the distinct devices allocated (not
 adminAccess) to the claims its live members use. The gauge is the sum over
 incomplete gangs, except a gang in the middle of a release: a reservation is
 recorded and the group is not yet PodGroupInitiallyScheduled=True. Those
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from phalanx.api import keys
-from phalanx.scheduling import accessors, conditions
+from phalanx.scheduling import accessors, conditions, disruption
 
 
 def mid_release(pod_group: Mapping[str, Any]) -> bool:
@@ -35,8 +35,10 @@ def held_devices(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
     `pods`: every pod of its owner; `claim(namespace, name)` looks a ResourceClaim up."""
     if not accessors.gang(pod_group) or pod_group["metadata"].get("deletionTimestamp"):
         return 0
+    pods = list(pods)
     live = [p for p in pods if accessors.live(p)]
-    if sum(1 for p in live if accessors.placed_on(p) is not None) >= accessors.min_count(pod_group) or mid_release(pod_group):
+    placed = sum(1 for p in live if accessors.placed_on(p) is not None) + disruption.finished(accessors.reservation(pod_group), pods)
+    if placed >= accessors.min_count(pod_group) or mid_release(pod_group):
         return 0
     devices = set()
     for pod in live:
