@@ -7,6 +7,7 @@ watch events it applies (`Informer.apply`), as the watch does.
 from __future__ import annotations
 
 import copy
+from collections.abc import AsyncIterator
 from typing import Any
 
 from prometheus_client import REGISTRY
@@ -68,6 +69,50 @@ def test_an_index_keeps_each_key_s_objects_and_moves_only_the_versions_of_keys_w
 
     index.rebuild({("ml", "a1"): a1})
     assert index.get("a") == [a1] and index.get("b") == [] and index.get("c") == []
+
+
+def test_a_rebuild_that_leaves_no_object_under_any_key_still_moves_the_writes_and_empties_every_key() -> None:
+    """A relist after 410 Gone replaces the store: when every object under a key went in the watch gap (and what is
+    left is under none), a reader comparing `writes` must still see the keys emptied."""
+    index = Index(lambda obj: [team] if (team := obj["metadata"]["labels"].get("team")) else [])
+    a1 = {"metadata": {"namespace": "ml", "name": "a1", "labels": {"team": "a"}}}
+    b1 = {"metadata": {"namespace": "ml", "name": "b1", "labels": {"team": "b"}}}
+    index.put(None, a1)
+    index.put(None, b1)
+    writes, a_at = index.writes, index.version("a")
+
+    index.rebuild({("ml", "loner"): {"metadata": {"namespace": "ml", "name": "loner", "labels": {}}}})
+    assert index.get("a") == [] == index.get("b") and index.version("a") == 0 == index.version("b")
+    assert index.writes != writes, "every key emptied: the writes moved"
+
+    writes = index.writes
+    index.rebuild({})
+    index.rebuild({("ml", "a1"): a1})
+    assert index.writes != writes and index.version("a") not in (0, a_at), "a key filled again has a version it never had"
+
+
+async def test_a_relist_that_empties_every_group_s_members_moves_the_members_writes() -> None:
+    """Every member deleted while no watch was open: the relist finds only a pod of no group, and the loop, which reads
+    the memberships again only when `Membership.writes` moved, must see each group without members."""
+    other = api.pod("loner", owner=[])
+
+    class Lists:
+        async def pages(self, path: str) -> AsyncIterator[JSON]:
+            yield {"items": [other], "metadata": {"resourceVersion": "9"}}
+
+    pods = Informer("pods", Lists(), "/api/v1/pods", None, lambda: None, keep=lambda obj: obj)  # type: ignore[arg-type]
+    for pod in (_job_pod("a-0", "a"), _job_pod("a-1", "a"), _job_pod("b-0", "b")):
+        pods.apply("ADDED", pod)
+    members = Membership(pods, KINDS)
+    groups = [_group("a"), _group("b")]
+    members.refresh(groups)
+    writes, a_at = members.writes, members.version("a-uid")
+    assert [p["metadata"]["name"] for p in members["a-uid"]] == ["a-0", "a-1"]
+
+    await pods._relist()
+    assert members.writes != writes, "the memberships changed: a loop comparing the writes reads them again"
+    members.refresh(groups)
+    assert members["a-uid"] == [] == members["b-uid"] and members.version("a-uid") != a_at
 
 
 def test_members_are_those_the_walk_over_every_pod_finds_as_the_watch_writes_them() -> None:

@@ -94,7 +94,10 @@ class Index:
             self._versions[k] = self._writes
 
     def rebuild(self, store: dict[Key, dict[str, Any]]) -> None:
-        """After a list replaced the store: every key is new (its version too)."""
+        """After a list replaced the store: every key is new (its version too), and `writes` moves even when the
+        new store puts no object under any key (every key's objects went while no watch was open): the rebuild is
+        itself a write to every key it empties."""
+        self._writes += 1
         self._buckets.clear()
         self._versions.clear()
         for obj in store.values():
