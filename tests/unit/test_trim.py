@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 from phalanx.api import keys
 from phalanx.jobsets.objects import JOBSET_UID_LABEL
@@ -180,6 +181,68 @@ def test_a_trimmed_pod_names_the_container_that_is_not_ready() -> None:
     kept = trim.pod(copy.deepcopy(member))
     assert podsready.why_not(kept) == podsready.why_not(member) == "container sidecar waiting CrashLoopBackOff (restarted 4 times)"
     assert "containerStatuses" not in trim.pod(copy.deepcopy(NOT_READY))["status"], "read of gang members only"
+
+
+def _stuck_in_init(name: str) -> dict[str, Any]:
+    """A gang member on its node whose second init container crash-loops: its main container waits PodInitializing."""
+    member = copy.deepcopy(KWOK_RUNNING)
+    member["metadata"].update(name=name, uid=name)
+    member["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j-uid", "controller": True}]
+    member["spec"]["initContainers"] = [{"name": "unpack", "image": "busybox"}, {"name": "fetch-weights", "image": "busybox"}]
+    member["status"]["phase"] = "Pending"
+    member["status"]["conditions"][1]["status"] = "False"
+    member["status"]["initContainerStatuses"] = [
+        {
+            "name": "unpack",
+            "image": "busybox",
+            "imageID": "sha",
+            "containerID": f"containerd://{name}-unpack-" + "0" * 48,
+            "ready": True,
+            "restartCount": 0,
+            "started": False,
+            "state": {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": "2026-12-01T16:45:27Z",
+                    "finishedAt": "2026-12-01T16:45:29Z",
+                    "containerID": f"containerd://{name}-unpack-" + "0" * 48,
+                }
+            },
+        },
+        {
+            "name": "fetch-weights",
+            "image": "busybox",
+            "imageID": "sha",
+            "ready": False,
+            "restartCount": 3,
+            "started": False,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container=fetch-weights"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": "2026-12-01T16:46:00Z"}},
+        },
+    ]
+    member["status"]["containerStatuses"] = [
+        {"name": "c", "image": "nginx", "ready": False, "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}
+    ]
+    return member
+
+
+def test_a_trimmed_member_stuck_in_an_init_container_names_it_and_why() -> None:
+    """The ready-deadline message reads the init containers' statuses first: a trim that dropped them said the main
+    container waits PodInitializing, never which init container holds the member back, nor why."""
+    member = _stuck_in_init("train-0")
+    kept = trim.pod(copy.deepcopy(member))
+    assert podsready.why_not(kept) == podsready.why_not(member)
+    assert podsready.why_not(kept) == (
+        "container fetch-weights waiting CrashLoopBackOff: back-off 40s restarting failed container=fetch-weights (restarted 3 times)"
+    )
+    assert "initContainerStatuses" not in trim.pod(copy.deepcopy({**member, "metadata": NOT_READY["metadata"]}))["status"], (
+        "read of gang members only"
+    )
+    # an init container done (ready) is never read past its `ready`: its state goes, and what is left is shared
+    other = trim.pod(_stuck_in_init("train-1"))
+    assert kept["status"]["initContainerStatuses"][0] == {"name": "unpack", "ready": True, "restartCount": 0}
+    assert kept["status"]["initContainerStatuses"][0] is other["status"]["initContainerStatuses"][0]
 
 
 def test_trimmed_pods_share_their_keys_and_short_strings() -> None:

@@ -5,8 +5,9 @@ Every object loses `managedFields` and kubectl's last-applied annotation
 managedFields, only when its allocation was written (the double-allocation
 repair orders holders by it). A pod keeps of its containers what scheduling
 reads (requests, ports, restartPolicy) and of its status what loss detection,
-readiness and claim lookup read (its containers' states only for a gang
-member); volumes and the rest of the container specs go. A node keeps of its
+readiness and claim lookup read (its containers' and init containers'
+states only for a gang member, an init container's only while it is not
+ready); volumes and the rest of the container specs go. A node keeps of its
 status only what it can allocate: its conditions, addresses and images go, so
 a heartbeat changes nothing kept. Objects are trimmed in place: they come fresh
 from a list or a watch event and nobody else holds them.
@@ -56,9 +57,10 @@ CONDITION_FIELDS = ("type", "status", "reason", "message")
 CONDITION_TYPES = ("Ready", keys.DISRUPTION_TARGET)
 """The pod conditions anything reads: readiness (ready deadline, disruption budgets) and the disruption mark."""
 MEMBER_ONLY = ("tolerations", "nodeSelector", "topologySpreadConstraints", "preemptionPolicy")
-"""What only a gang member's plan reads (`inputs.member`, `victims`); of its status, its containers' states are read
-only for a member too (why it was lost, why it is not Ready: `disruption`, `podsready`). Of the affinity of a pod that is no member,
-only podAntiAffinity is read (`inputs.existing`: other pods' plans must respect it)."""
+"""What only a gang member's plan reads (`inputs.member`, `victims`); of its status, its containers' and init
+containers' states are read only for a member too (why it was lost, why it is not Ready: `disruption`, `podsready`).
+Of the affinity of a pod that is no member, only podAntiAffinity is read (`inputs.existing`: other pods' plans must
+respect it)."""
 MEMBER_CONTROLLERS = frozenset({"Job"})
 """The controllers of gang members' pods (a Job's, and a JobSet's, whose members are its Jobs' pods; a test checks a
 member of each workload kind in `phalanx.kinds`): a pod controlled by none, not held by the gang gate and not labelled
@@ -129,6 +131,17 @@ def _container(container: JSON) -> JSON:
     return {k: container[k] for k in CONTAINER_FIELDS if k in container}
 
 
+def _init_status(status: JSON) -> JSON:
+    """Of an init container's status, what `podsready.why_not` reads: the state only of one not ready (one that
+    completed is ready, and then only its `ready` is read), so a running member keeps of each init container a small
+    part shared by every pod of its template, not its last run's times and container id."""
+    ready = status.get("ready", False)
+    kept = {"name": status.get("name"), "ready": ready, "restartCount": status.get("restartCount", 0)}
+    if not ready:
+        kept["state"] = status.get("state") or {}
+    return kept
+
+
 def _may_be_member(obj: JSON) -> bool:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     gates = (obj.get("spec") or {}).get("schedulingGates") or []
@@ -165,6 +178,8 @@ def pod(obj: JSON) -> JSON:
             {"name": s.get("name"), "state": s.get("state") or {}, "ready": s.get("ready", False), "restartCount": s.get("restartCount", 0)}
             for s in status["containerStatuses"]
         ]
+    if status.get("initContainerStatuses") and _may_be_member(obj):  # read of members only: why one is not Ready
+        kept["initContainerStatuses"] = [_init_status(s) for s in status["initContainerStatuses"]]
     obj["status"] = kept
     return compact(obj)  # type: ignore[no-any-return]
 
