@@ -215,6 +215,52 @@ def test_a_member_lost_before_binding_gets_the_group_torn_down_and_readmitted_wh
     print(f"member lost -> group torn down in {torn_down_after:.1f}s (the bind deadline, {DEADLINE}s, not waited for)")
 
 
+def test_a_member_beyond_min_count_kube_scheduler_never_binds_is_taken_down_and_frees_its_device(
+    cluster: Cluster, fast_operator: Any, namespace: str, admission_policy: Any
+) -> None:
+    """Three ranks, minCount 2, disruptionMode all: rank 2's binding is refused by policy, so the gang is Scheduled
+    with ranks 0 and 1 while rank 2 stays released (pinned, gate lifted, its device reserved) and unbound. At the
+    bind deadline rank 2 leaves the record and is taken down, its device freed; the running ranks are left alone
+    (its going is no loss of the gang's), and its Job creates it again, placed afresh once binding is allowed."""
+    name = f"no-bind-{namespace}"
+    admission_policy(name, namespace, ["pods/binding"], "!object.metadata.name.startsWith('beyond-2-')", "test policy: rank 2 cannot bind")
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    job = gpu_gang("beyond", 3, mode="all")
+    job["metadata"]["annotations"][keys.MIN_COUNT] = "2"
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(job))
+    wait_for(lambda: _condition(_pod_group(cluster, namespace, "beyond")).get("status") == "True", "Scheduled with ranks 0 and 1 bound")
+    running = {p["metadata"]["uid"] for p in _bound(_pods(cluster, namespace, "beyond"))}
+    assert len(running) == 2, running
+    (stuck,) = [p for p in _pods(cluster, namespace, "beyond") if not p["spec"].get("nodeName")]
+    assert keys.PINNED_NODE in stuck["metadata"]["annotations"] and not accessors.gated(stuck), "rank 2 was released, pinned"
+    claim = cluster.get("resourceclaims", "-n", namespace)["items"]
+    (held,) = [c for c in claim if any(o["uid"] == stuck["metadata"]["uid"] for o in c["metadata"].get("ownerReferences") or [])]
+    assert (held.get("status") or {}).get("allocation"), "its device reserved while kube-scheduler cannot bind it"
+
+    events = wait_for(
+        lambda: cluster.get("events", "-n", namespace, "--field-selector", "reason=MemberNotBound,involvedObject.kind=PodGroup")["items"],
+        "rank 2 taken down at its bind deadline",
+        timeout=DEADLINE + 30,
+    )
+    assert stuck["metadata"]["name"] in events[0]["message"] and "not bound by kube-scheduler" in events[0]["message"], events[0]
+
+    def freed() -> bool:
+        now = {(c["metadata"]["uid"]): c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
+        gone = now.get(held["metadata"]["uid"])
+        return gone is None or not (gone.get("status") or {}).get("allocation")
+
+    wait_for(freed, "rank 2's device freed", timeout=30)
+    remove_policy(cluster, name)
+    again = wait_for(
+        lambda: len(b := _bound(_pods(cluster, namespace, "beyond"))) == 3 and b, "rank 2 created again, placed and bound", timeout=60
+    )
+    assert running <= {p["metadata"]["uid"] for p in again}, "ranks 0 and 1 ran on, untouched"
+    assert stuck["metadata"]["uid"] not in {p["metadata"]["uid"] for p in again}
+    disrupted = cluster.get("events", "-n", namespace, "--field-selector", "reason=GangDisrupted,involvedObject.kind=PodGroup")["items"]
+    assert not disrupted, "rank 2's going was no loss of the gang's"
+    assert len(_held(cluster)) == len(set(_held(cluster))), "no device held twice"
+
+
 RACE = "example.com/race-gpu"
 RACE_DRIVER = "race.example.com"
 

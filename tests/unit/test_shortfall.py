@@ -409,3 +409,21 @@ def test_a_line_of_verdicts_stands_together_until_something_freed_is_of_use_to_o
     anywhere = memo.standing(["uid-n", "uid-m"])
     memo.clear()
     assert anywhere is not None and not memo.stands(anywhere), "every verdict dropped"
+
+
+def test_a_placed_pod_relabelled_wakes_a_group_whose_anti_affinity_read_its_labels() -> None:
+    """Rank pods must not share a node with an `app=x` pod: one sits on worker-1, the only node the group may use.
+    Relabelled `app=y`, it blocks nothing: a move, though no pod came or went and nothing was freed."""
+    group, claims = gang("n", 2)
+    group = with_rules(_pinned_to(group, "worker-1"), pod_anti_affinity=(term(app="x"),))
+    blocker = running("blocker", "worker-1", labels={"app": "x"})
+    full = _with_claims(replace(cluster(), pods=(blocker,)), claims)
+    assert isinstance(plan(full, group), Short)
+    memo = _short_on(full, group)
+    assert memo.observe(capacity(replace(full, pods=(running("blocker", "worker-1", labels={"app": "x"}),)))) == set(), (
+        "the same labels in a pod built again are no move"
+    )
+    relabelled = replace(full, pods=(running("blocker", "worker-1", labels={"app": "y"}),))
+    assert memo.observe(capacity(relabelled)) == {shortfall.PODS_GONE, shortfall.PODS_ADDED}
+    assert not memo.still_short("uid-n", group_key(group, full, 0))
+    assert not isinstance(plan(relabelled, group), Short), "and it fits now"

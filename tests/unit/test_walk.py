@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 from builders import cluster, gang
 from phalanx.kinds import KINDS
 from phalanx.kube.informers import ClusterView
-from phalanx.scheduling import metrics, shortfall
+from phalanx.scheduling import inputs, metrics, shortfall
 from phalanx.scheduling.loop import SchedulingLoop
 
 QUIET = ("a", "b", "c", "d")
@@ -119,3 +119,29 @@ async def test_something_freed_that_one_of_a_run_could_use_breaks_that_run(walks
     walks.loop.shortfalls.epoch += 1
     await walks.walk()
     assert walks.looked == ["visited"], "none of them can use worker-2"
+
+
+async def test_a_quiet_memo_is_never_newer_than_the_verdict_it_vouches_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim the group reads is written while the snapshot is built (in its worker thread): the group is still
+    found short on that snapshot, and the memo it leaves must carry what it read before the build, or it would vouch
+    for the new claim it was never planned with, and the group would be passed over until something else moved."""
+    kube = _Kube()
+    loop = SchedulingLoop(kube, ClusterView(kube), KINDS)  # type: ignore[arg-type]
+    snapshot, group = cluster(), gang("g", 2)[0]
+    claims = {"version": "1"}
+
+    async def built(for_group: Any = None) -> Any:
+        claims["version"] = "2"  # the watch delivers a write to one of its claims meanwhile
+        return snapshot
+
+    monkeypatch.setattr(loop, "_quiet_inputs", lambda pod_group: ("claims", claims["version"]))
+    monkeypatch.setattr(loop, "_priority", lambda pod_group: 0)
+    monkeypatch.setattr(loop, "_snapshot", built)
+    monkeypatch.setattr(inputs, "group", lambda *args, **kwargs: group)
+    loop.shortfalls.remember("g", shortfall.group_key(group, snapshot, 0), frozenset({"worker-1"}))
+    try:
+        assert await loop._attempt(_pod_group("g"), [], 2)
+        memo = loop.memory.of("g").quiet
+        assert memo is not None and memo.inputs == ("claims", "1"), memo
+    finally:
+        await kube.api.close()

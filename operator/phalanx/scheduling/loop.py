@@ -85,6 +85,8 @@ DISRUPTED = "GangDisrupted"
 LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
 DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
 SUSPENDED = "JobSuspended"
+NOT_BOUND = "MemberNotBound"
+"""A member released onto its node that kube-scheduler did not bind by the bind deadline: unpinned, devices freed."""
 READY_TIMEOUT = "PodsReadyTimeout"
 """Kueue's word for a workload evicted because its pods were not Ready in time."""
 PLACED = "placed"
@@ -582,6 +584,8 @@ class SchedulingLoop:
         waiting = [p for p in pods if accessors.gated(p)]
         await self._counters(pod_group, len(pods), len(bound), len(waiting) if scheduled or released else 0)
         await self._ungated(pod_group, pods)
+        if now in (phase.Phase.EACH, phase.Phase.RUNNING, phase.Phase.BELOW_MIN):
+            pod_group, reservation = await self._unbind_late(pod_group, pods, reservation)
         if now is phase.Phase.EACH and not gang:
             await self._release_each(pod_group, waiting)
             return True
@@ -725,6 +729,57 @@ class SchedulingLoop:
             )
             return await self._tear_down(pod_group, pods, reservation, why)
         return True
+
+    async def _unbind_late(
+        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation | None
+    ) -> tuple[dict[str, Any], schema.Reservation | None]:
+        """Every released member has a bind deadline, not only a gang's first minCount (`_await_binding`): a member
+        released once the group was placed (a late one, one beyond minCount, a basic group's) that kube-scheduler does
+        not bind (another pod took the node's CPU, the node was cordoned) would keep its devices for ever. Past the
+        deadline it leaves the record (so its going is no loss of the gang's), then is taken down as a teardown takes
+        a member that never ran (its owner creates it again behind the gate, uncounted) and its claims are freed as it
+        stops. Returns the group and its record as they now stand (the rest of the visit must not write the old record
+        back, with the member in it)."""
+        uid = pod_group["metadata"]["uid"]
+        remembered = self.memory.of(uid)
+        now = time.monotonic()
+        unbound = {
+            p["metadata"]["uid"]: p
+            for p in pods
+            if not p["spec"].get("nodeName") and not accessors.gated(p) and keys.PINNED_NODE in (p["metadata"].get("annotations") or {})
+        }
+        seen = {u: remembered.unbound.get(u, now) for u in unbound}
+        if seen != remembered.unbound:
+            remembered.unbound = seen
+        late = [unbound[u] for u, since in seen.items() if now - since >= self.bind_deadline]
+        waiting = [since + self.bind_deadline for u, since in seen.items() if now - since < self.bind_deadline]
+        if waiting:
+            remembered.due = min(remembered.due if remembered.due is not None else math.inf, *waiting)  # woken then, never settled
+        if not late:
+            return pod_group, reservation
+        gone = {p["metadata"]["uid"] for p in late}
+        if reservation is not None and any(p.uid in gone for p in reservation.placements):
+            reservation = reservation.model_copy(
+                update={
+                    "placements": [p for p in reservation.placements if p.uid not in gone],
+                    "planned": [p for p in reservation.planned or () if p.uid not in gone] or None,
+                }
+            )
+            pod_group = await self.releaser.record(pod_group, reservation)
+            crash_point("unbind.after-record")
+        names = ", ".join(sorted(_name(p) for p in late))
+        nodes = ", ".join(sorted({p["metadata"]["annotations"][keys.PINNED_NODE] for p in late}))
+        refused = next((c.get("message") for p in late if (c := conditions.find(p, "PodScheduled")) and c.get("message")), None)
+        said = f" (kube-scheduler: {refused})" if refused else ""
+        why = (
+            f"member(s) {names} released onto {nodes} and not bound by kube-scheduler {self.bind_deadline:.0f}s later{said}: "
+            "taken down and their devices freed; their owner creates them again behind the gate, placed afresh"
+        )
+        self.freeing.watch(late, self.view.claims.get)
+        await teardown.evict_all(self.kube, late, reason=NOT_BOUND, message=why, uncount=gone)
+        await self._event(pod_group, "Warning", NOT_BOUND, why)
+        logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), why)
+        return pod_group, reservation
 
     def _node_names(self) -> frozenset[str]:
         """Read by every released gang's visit: gathered again only once a node was written, not once per gang (0.6 ms
@@ -906,6 +961,9 @@ class SchedulingLoop:
         started = time.monotonic()
         steps = Steps(self._woken_for)
         steps.done("wait for the loop")
+        # what the group reads, taken before the snapshot (with no await between): a claim written while the snapshot
+        # is built is then newer than the memo, which never vouches for a verdict made without it
+        seen = self._quiet_inputs(pod_group) if quiet.memoizable(pod_group) else None
         snapshot = await self._snapshot(pod_group)
         steps.done("snapshot")
         decided = time.monotonic()
@@ -914,7 +972,7 @@ class SchedulingLoop:
         key = shortfall.group_key(group, snapshot, self._priority(pod_group))
         if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
             self.line.join(pod_group, group, self._priority(pod_group))
-            if quiet.memoizable(pod_group) and (seen := self._quiet_inputs(pod_group)) is not None:
+            if seen is not None:
                 remembered = self.memory.of(pod_group["metadata"]["uid"])
                 remembered.quiet, remembered.quiet_at = quiet.Quiet(seen, key), self._reads
             return True  # its status already says why; nothing it could use was freed

@@ -40,6 +40,9 @@ class GroupMemory:
     """The `status.readiness` this loop last wrote."""
     due: float | None = None
     """When its ready deadline or back-off ends: the loop wakes for it."""
+    unbound: Mapping[str, float] = field(default_factory=dict)
+    """Pod uid -> when this loop first saw it released (pinned, gate lifted) and not bound, for a group past its
+    first placement: its bind deadline counts from then (a restart gives it one deadline more, never less)."""
     ungated_told: frozenset[str] = frozenset()
     """Members of a group of its own admitted without the gate that a Warning already named."""
     quiet: Quiet | None = None

@@ -36,7 +36,8 @@ so a move on another node leaves its verdict standing. A thousand gangs waiting
 for nodes labelled for them are not planned again each time a pod elsewhere
 ends. What can open a node a group could not use before is global: a node's
 labels, taints or schedulability (NODES), a pod with anti-affinity terms leaving
-(they keep pods off a whole topology domain), new pods, device classes, the
+(they keep pods off a whole topology domain), new pods (a pod relabelled is one
+gone and one new: the terms that read its labels read it afresh), device classes, the
 preemption inputs, a device not local to one node. A group whose members count
 other pods (pod affinity, anti-affinity, spreading) takes every move as its own.
 """
@@ -75,13 +76,31 @@ class Capacity:
     """Node -> resource -> allocatable minus requested."""
     shape: Mapping[str, Any]
     """Node -> (labels, taints, unschedulable): what decides whether a member may go there at all."""
-    pods: frozenset[tuple[str, str, str, bool]]
-    """(namespace, name, node, has anti-affinity terms) of every pod placed: inter-pod rules, spreading and host
-    ports see them."""
+    pods: frozenset[tuple[str, str, str, bool, Labels]]
+    """(namespace, name, node, has anti-affinity terms, labels) of every pod placed: inter-pod rules, spreading and
+    host ports see them. A pod relabelled reads as one gone and one added: an anti-affinity term it no longer
+    matches, or an affinity term it now matches, may open a node to a group short."""
     classes: Any
     """The device classes, and which extended resource each serves."""
     policy: Any = None
     """The preemption inputs (priority classes, disruption budgets) as the caller fingerprints them."""
+
+
+class Labels:
+    """A placed pod's labels as `Capacity.pods` compares them: by identity first (a snapshot reuses the pods nothing
+    changed, labels and all), else by content; hashed by size only, as they sit in a tuple with the pod's name, so a
+    hundred thousand pods cost no sorting of their labels per snapshot."""
+
+    __slots__ = ("labels",)
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        self.labels = labels
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Labels) and (other.labels is self.labels or dict(other.labels) == dict(self.labels))
+
+    def __hash__(self) -> int:
+        return len(self.labels)
 
 
 @dataclass
@@ -120,7 +139,7 @@ def capacity(snapshot: Snapshot, policy: Any = None, kept: Kept | None = None) -
         free_devices=devices[2],
         free=free,
         shape=shape,
-        pods=frozenset((p.namespace, p.name, p.node, bool(p.anti_affinity)) for p in snapshot.pods),
+        pods=frozenset((p.namespace, p.name, p.node, bool(p.anti_affinity), Labels(p.labels)) for p in snapshot.pods),
         classes=(tuple(sorted(snapshot.classes.items())), tuple(sorted(snapshot.extended.items()))),
         policy=policy,
     )
@@ -160,7 +179,7 @@ def moves(before: Capacity, after: Capacity) -> set[Move]:
     for name, resources in after.free.items():
         old = before.free.get(name, {})
         out.update((RESOURCE + k, name) for k, v in resources.items() if v > old.get(k, v - 1))
-    out.update((PODS_GONE, None if terms else node) for _, _, node, terms in before.pods - after.pods)
+    out.update((PODS_GONE, None if terms else node) for _, _, node, terms, _ in before.pods - after.pods)
     if not after.pods <= before.pods:
         out.add((PODS_ADDED, None))  # a pod an affinity term wants, or one that evens out a spread
     if after.classes != before.classes:
