@@ -174,16 +174,46 @@ def _preempt(kubectl: Kubectl, workloads: Path, namespace: str, victim: str, urg
     previous: tuple[int, int] | None = None
     while True:
         urgent = _running(kubectl, namespace, "train-urgent")
-        still = {p["metadata"]["uid"]: p for p in _job_pods(kubectl, namespace, victim)}
-        taken = sum(1 for p in first if (q := still.get(p["metadata"]["uid"])) is None or _taken_down(q))
+        taken = len(_taken(first, _job_pods(kubectl, namespace, victim)))
         now = (len(urgent), taken)
         # Done when the urgent gang runs whole, or when nothing moved for a while and it is held as Unschedulable.
         if len(urgent) == 4 or (now == previous and time.monotonic() > deadline - timeout / 2 and _all_unschedulable(kubectl, namespace)):
-            return Preemption(take_census(kubectl, namespace), len(urgent), taken, len(first))
+            break
         if time.monotonic() > deadline:
             raise TimeoutError(f"train-urgent: {len(urgent)} of 4 running, {taken} of {victim}'s members taken down after {timeout}s")
         previous = now
         time.sleep(1.0)
+    # The urgent gang is released once the devices it needs are free, which may be while another member taken down
+    # still runs out its grace period holding its own: the table is the state once the preemption is over.
+    taken = _wait_stopped(kubectl, namespace, victim, first, timeout)
+    urgent = _running(kubectl, namespace, "train-urgent")
+    return Preemption(take_census(kubectl, namespace), len(urgent), taken, len(first))
+
+
+def _taken(first: list[dict[str, Any]], now: list[dict[str, Any]]) -> set[str]:
+    """The uids of the pods of `first` taken down (deleted or being deleted, or Failed), given the victim's pods `now`."""
+    still = {p["metadata"]["uid"]: p for p in now}
+    return {u for p in first if (q := still.get(u := p["metadata"]["uid"])) is None or _taken_down(q)}
+
+
+def _wait_stopped(kubectl: Kubectl, namespace: str, victim: str, first: list[dict[str, Any]], timeout: float) -> int:
+    """Wait until every member of `first` taken down has stopped (gone, or in a final phase) and no claim it held is
+    allocated any more; how many were taken down. A member still running, or a device still held, after `timeout`
+    is an error naming them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = _job_pods(kubectl, namespace, victim)
+        taken = _taken(first, pods)
+        running = sorted(p["metadata"]["name"] for p in pods if p["metadata"]["uid"] in taken and not _stopped(p))
+        claims = _items(kubectl, "-n", namespace, "get", "resourceclaims")
+        holding = sorted(c["metadata"]["name"] for c in claims if _allocated(c) and _holders(c) & taken)
+        if not running and not holding:
+            return len(taken)
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{victim}'s members taken down not stopped after {timeout}s: {running} still running, claims {holding} still allocated"
+            )
+        time.sleep(0.5)
 
 
 def _job_pods(kubectl: Kubectl, namespace: str, job: str) -> list[dict[str, Any]]:
@@ -209,6 +239,16 @@ def _wait_running(kubectl: Kubectl, namespace: str, job: str, count: int, timeou
 
 def _taken_down(pod: dict[str, Any]) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp")) or pod["status"].get("phase") == "Failed"
+
+
+def _stopped(pod: dict[str, Any]) -> bool:
+    return pod["status"].get("phase") in ("Failed", "Succeeded")
+
+
+def _holders(claim: dict[str, Any]) -> set[str]:
+    """The uids of the pods a claim is for: its owner (a claim made from a pod's template) and those it is reserved for."""
+    owners = {r.get("uid") for r in claim["metadata"].get("ownerReferences") or [] if r.get("kind") == "Pod"}
+    return owners | {r.get("uid") for r in (claim.get("status") or {}).get("reservedFor") or []}
 
 
 def _all_unschedulable(kubectl: Kubectl, namespace: str) -> bool:
