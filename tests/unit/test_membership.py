@@ -6,14 +6,17 @@ watch events it applies (`Informer.apply`), as the watch does.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from prometheus_client import REGISTRY
 
 import apiobjects as api
 from phalanx.kinds import KINDS
+from phalanx.kube.client import ApiError
 from phalanx.kube.informers import Index, Informer
 from phalanx.scheduling import accessors, pointers, quiet, quorum, waits
 from phalanx.scheduling.membership import Membership
@@ -223,3 +226,28 @@ def test_the_changes_metric_counts_each_write_kept_and_not_a_write_only_its_vers
     only_version["metadata"]["resourceVersion"] = "3"
     informer.apply("MODIFIED", only_version)
     assert counted() == (after_kept[0], after_kept[1] + 1)
+
+
+async def test_an_optional_resource_no_longer_served_empties_its_store_and_moves_what_it_wrote(monkeypatch) -> None:
+    """DeviceTaintRules served, then not (the API disabled on an upgrade): the store empties, and `written` moves and
+    the loop is woken, so nothing built from the old rules (devices kept from a group) stands unread."""
+    rule = {"metadata": {"namespace": "", "name": "held", "resourceVersion": "3"}}
+
+    class Gone:
+        async def pages(self, path: str) -> AsyncIterator[JSON]:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            yield {}  # an async generator
+
+    woken: list[int] = []
+    rules = Informer("devicetaintrules", Gone(), "/apis/x", None, lambda: woken.append(1), keep=lambda obj: obj, optional=True)  # type: ignore[arg-type]
+    rules.apply("ADDED", rule)
+    written, woken[:] = rules.written, []
+
+    async def stop(seconds: float) -> None:
+        raise asyncio.CancelledError  # the first rest after the 404: the state is judged there
+
+    monkeypatch.setattr(asyncio, "sleep", stop)
+    with pytest.raises(asyncio.CancelledError):
+        await rules.run()
+    assert rules.store == {} and rules.synced.is_set()
+    assert rules.written != written and woken, "the rules gone are a change the loop is woken for"

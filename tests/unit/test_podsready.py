@@ -32,6 +32,9 @@ def test_the_member_not_ready_is_named_with_its_container_state() -> None:
     probe = [{"name": "rank", "ready": False, "state": {"running": {}}}]
     assert podsready.why_not(_pod("e", containers=probe)) == "container rank running, not ready (its readiness probe)"
     assert podsready.why_not(_pod("f", node=None)) == "not bound to a node"
+    init = _pod("g", containers=[{"name": "rank", "ready": False, "state": {"waiting": {"reason": "PodInitializing"}}}])
+    init["status"]["initContainerStatuses"] = [{"name": "fetch", "ready": False, "state": {"running": {}}}]
+    assert podsready.why_not(init) == "init container fetch running, not finished", "the init container it waits on, not PodInitializing"
 
 
 def test_succeeded_counts_as_ready_and_all_ready_names_nobody() -> None:

@@ -234,7 +234,7 @@ def test_a_trimmed_member_stuck_in_an_init_container_names_it_and_why() -> None:
     kept = trim.pod(copy.deepcopy(member))
     assert podsready.why_not(kept) == podsready.why_not(member)
     assert podsready.why_not(kept) == (
-        "container fetch-weights waiting CrashLoopBackOff: back-off 40s restarting failed container=fetch-weights (restarted 3 times)"
+        "init container fetch-weights waiting CrashLoopBackOff: back-off 40s restarting failed container=fetch-weights (restarted 3 times)"
     )
     assert "initContainerStatuses" not in trim.pod(copy.deepcopy({**member, "metadata": NOT_READY["metadata"]}))["status"], (
         "read of gang members only"

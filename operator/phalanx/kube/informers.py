@@ -196,11 +196,14 @@ class Informer:
                 raise
             except (ApiException, ApiError) as exc:
                 if exc.status == 404 and self.optional:
+                    served = bool(self.store)
                     self.store = {}
                     for index in self.indexes.values():
                         index.rebuild(self.store)
                     self.version = None
                     self.synced.set()
+                    if served:  # served before, gone now: what was built from its objects goes, and the loop wakes for it
+                        self._changed()
                     await asyncio.sleep(60)
                     continue
                 if exc.status == 410:

@@ -773,8 +773,10 @@ class SchedulingLoop:
         said = f" (kube-scheduler: {refused})" if refused else ""
         why = (
             f"member(s) {names} released onto {nodes} and not bound by kube-scheduler {self.bind_deadline:.0f}s later{said}: "
-            "taken down and their devices freed; their owner creates them again behind the gate, placed afresh"
+            "taken down and their devices freed"
         )
+        if all(any(o.get("controller") for o in p["metadata"].get("ownerReferences") or []) for p in late):
+            why += "; their owner creates them again behind the gate, placed afresh"
         self.freeing.watch(late, self.view.claims.get)
         await teardown.evict_all(self.kube, late, reason=NOT_BOUND, message=why, uncount=gone)
         await self._event(pod_group, "Warning", NOT_BOUND, why)

@@ -34,8 +34,9 @@ def why_not(pod: Mapping[str, Any]) -> str:
     node = pod["spec"].get("nodeName")
     if not node:
         return "not bound to a node"
-    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
-    for container in statuses:
+    init = status.get("initContainerStatuses") or []
+    statuses = [*(("init container", c) for c in init), *(("container", c) for c in status.get("containerStatuses") or [])]
+    for what, container in statuses:
         if container.get("ready"):
             continue
         state = container.get("state") or {}
@@ -45,9 +46,12 @@ def why_not(pod: Mapping[str, Any]) -> str:
                 reason = detail.get("reason") or kind
                 message = f": {detail['message']}" if detail.get("message") else ""
                 restarts = f" (restarted {container['restartCount']} times)" if container.get("restartCount") else ""
-                return f"container {container.get('name')} {kind} {reason}{message}{restarts}"
+                return f"{what} {container.get('name')} {kind} {reason}{message}{restarts}"
         if "running" in state:
-            return f"container {container.get('name')} running, not ready (its readiness probe)"
+            # an init container is not ready until it exits 0 (a sidecar one: until it starts)
+            return f"{what} {container.get('name')} running, " + (
+                "not finished" if what == "init container" else "not ready (its readiness probe)"
+            )
     if not statuses:
         return f"phase {status.get('phase') or 'Pending'} on {node}: no container started (the node has not run it)"
     return f"phase {status.get('phase')} on {node}: not Ready"
