@@ -118,7 +118,7 @@ def build(count: int = NODES) -> tuple[Snapshot, Snapshot, Group, Group]:
     classes = frozen_map({dradriver.DEVICE_CLASS: device_class()})
     free = Snapshot(nodes, devices, classes, frozen_map(claims))
     # 40 free devices spread over 40 nodes (gpu-0 of every 25th node): fragmented, as a busy cluster is.
-    keep = {(dradriver.DRIVER, names[i], "gpu-0") for i in range(0, count, count // FREE_IN_SHORT_CASE)}
+    keep = {(dradriver.DRIVER, names[i * count // FREE_IN_SHORT_CASE], "gpu-0") for i in range(FREE_IN_SHORT_CASE)}
     short = Snapshot(nodes, devices, classes, frozen_map(claims), frozenset(d.id for d in devices if d.id not in keep))
     return free, short, Group(NAMESPACE, "train", MEMBERS, tuple(members[:MEMBERS])), Group(NAMESPACE, "large", LARGE, tuple(members))
 

@@ -1,0 +1,38 @@
+"""The benchmarks' in-process workloads at their smallest size: each runs, and each answers as its published run must.
+
+They are run for their figures only now and then (`./task bench`, `./task bench:planner`, `./task bench:preemption`);
+here they run on every `./task test`, so a change to the planner or the schema that breaks one (a PodGroup built
+without the `disruptionMode` the schema came to require crashed `./task bench -- --quick` unnoticed) fails here
+first. No figure is asserted: speed lives in the benchmarks' own runs, as ratios.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+
+import planner_bench
+import preemption_bench
+import queue_cost
+
+
+def test_the_planner_benchmark_answers_every_case_as_expected(capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = max(planner_bench.MEMBERS, planner_bench.LARGE // planner_bench.DEVICES_PER_NODE)  # "apart" puts one rank per node
+    assert planner_bench.main(["--runs", "1", "--nodes", str(nodes)]) == 0, capsys.readouterr().err
+    assert "as expected" in capsys.readouterr().out
+
+
+def test_the_preemption_benchmark_chooses_the_victims_each_case_expects(capsys: pytest.CaptureFixture[str]) -> None:
+    assert preemption_bench.main(["--runs", "1"]) == 0, capsys.readouterr().err
+
+
+def test_the_queue_cost_benchmark_runs_each_part_of_a_cycle_and_prints_its_table() -> None:
+    """12 gangs on 2 nodes, every device held: each known short, the head's hold planned on the emptied cluster."""
+    result = queue_cost.measure(runs=2, gangs=12, nodes=2)
+    parts = ("order", "line", "held back", "hold", "positions", "cycle", "first cycle, every group planned")
+    assert all(result[k] >= 0 for k in parts), result
+    assert len(queue_cost.table(result)) == 5
