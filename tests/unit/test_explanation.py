@@ -107,6 +107,21 @@ def test_a_pending_gang_shows_what_is_short_where_and_the_victims_preemption_wou
     assert "  group ml/low-pg  10        low-0" in lines
 
 
+def test_a_topology_key_no_node_has_is_named_with_what_would_let_it_run() -> None:
+    objects = _objects()
+    urgent = explanation.find_pod_group(objects, "ml", "urgent", JOBS)
+    urgent = {**urgent, "spec": {**urgent["spec"], "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/zone"}]}}}
+    result = explanation.explain(objects, urgent, NOW, JOBS)
+    assert result.plan is not None and result.plan.nowhere == "no node has label topology.kubernetes.io/zone, the group's topology key"
+    assert result.summary.endswith("can never fit: no node has label topology.kubernetes.io/zone, the group's topology key")
+    lines = explanation.text(result).splitlines()
+    assert any(line.startswith("Gang:") and line.endswith("; topology topology.kubernetes.io/zone") for line in lines), lines
+    assert (
+        "To run:      nothing while no node has label topology.kubernetes.io/zone, the group's topology key: "
+        "label nodes with it, or drop the key"
+    ) in lines, lines
+
+
 def test_no_victims_below_the_gangs_priority_says_so() -> None:
     objects = _objects()
     urgent = explanation.find_pod_group(objects, "ml", "urgent", JOBS)

@@ -109,6 +109,17 @@ def test_topology_key_keeps_every_member_in_one_domain() -> None:
     assert isinstance(plan(with_claims(snapshot, claims), group), Short), "5 GPUs exist, but not in one zone"
 
 
+def test_a_topology_key_no_node_carries_can_never_fit_and_says_so() -> None:
+    """The README's example once named topology.kubernetes.io/zone, which no local node has: the verdict named an
+    untolerated taint instead. No domain at all is a verdict of its own."""
+    group, claims = gang("zonal", 2, topology_key="topology.kubernetes.io/zone")
+    result = plan(with_claims(cluster(), claims), group)
+    assert isinstance(result, Short) and result.nowhere is not None
+    assert result.message == (
+        "minCount 2: 0 of 2 members fit; can never fit: no node has label topology.kubernetes.io/zone, the group's topology key"
+    )
+
+
 def test_node_affinity_and_tolerations_are_honoured() -> None:
     group, claims = gang("pinned", 2)
     only_three = SelectorTerm((Requirement("metadata.name", "In", ("worker-3",), field=True),))

@@ -99,12 +99,17 @@ class Short:
     """Rules of the members the planner cannot judge, so it made no plan: one kube-scheduler may refuse sticks the gang."""
     timed_out: bool = False
     """The plan ran out of time judging devices: nothing is known of the fit; try again later, not on the next change."""
+    nowhere: str | None = None
+    """Why no node can ever take the group, whatever is freed (its topology key on no node): only a change of the
+    nodes or of the group helps."""
 
     @property
     def message(self) -> str:
         head = f"minCount {self.min_count}: {self.fit} of {self.members} members fit"
         if self.members < self.min_count:
             return f"minCount {self.min_count}: only {self.members} members exist"
+        if self.nowhere:
+            return f"{head}; can never fit: {self.nowhere}"
         if self.unmodelled:
             return f"minCount {self.min_count}: not planned; " + "; ".join(self.unmodelled)
         details = [str(s) for s in self.shortages] or ["no combination of nodes fits the group"]
@@ -567,7 +572,11 @@ def _search(planner: _Planner, members: tuple[Member, ...]) -> Fits | Short:
     best = 0
     short: Short | None = None
     probe: _State | None = None
-    for domain in planner.domains():
+    domains = planner.domains()
+    if group.topology_key is not None and not domains:
+        nowhere = f"no node has label {group.topology_key}, the group's topology key"
+        return Short(group.min_count, len(members), 0, nowhere=nowhere)
+    for domain in domains:
         state = planner.greedy(domain, members)
         if len(state.placed) < group.min_count:
             best = max(best, len(state.placed))

@@ -180,6 +180,12 @@ def min_count(pod_group: Mapping[str, Any]) -> int:
     return gang_policy.min_count if gang_policy is not None else 1
 
 
+def topology_key(pod_group: Mapping[str, Any]) -> str | None:
+    """The group's topology key (`spec.schedulingConstraints.topology[0].key`): every member in one domain of it."""
+    topology = (pod_group["spec"].get("schedulingConstraints") or {}).get("topology") or []
+    return str(topology[0]["key"]) if topology else None
+
+
 def disrupts_all(pod_group: Mapping[str, Any]) -> bool:
     """disruptionMode all: one member lost takes the whole group down (the PodGroup always says; a gang's default)."""
     return spec(pod_group).disruption_mode.all is not None

@@ -96,6 +96,8 @@ class PlanView:
     shortages: tuple[ShortRow, ...] = ()
     blocked: tuple[tuple[str, int], ...] = ()
     unmodelled: tuple[str, ...] = ()
+    nowhere: str | None = None
+    """Why no node can ever take it (`Short.nowhere`)."""
     placements: tuple[tuple[str, str], ...] = ()
     nodes: tuple[NodeRow, ...] = ()
     network_devices_free: int = 0
@@ -159,6 +161,8 @@ class Explanation:
     bound: int
     priority: int
     disruption_mode: str
+    topology: str | None
+    """The group's topology key (`schedulingConstraints.topology`): every member in one domain of it."""
     devices_below_min_count: int
     """What this group adds to phalanx_incomplete_group_devices."""
     plan: PlanView | None = None
@@ -303,6 +307,7 @@ def _plan_view(snapshot: Snapshot, group: Group, matcher: DeviceMatcher) -> tupl
         shortages=shortages,
         blocked=result.blocked,
         unmodelled=result.unmodelled,
+        nowhere=result.nowhere,
         **where,
     )
     return view, None
@@ -344,6 +349,8 @@ def _to_run(
 ) -> tuple[str, ...]:
     """What would let the group run, from the shortages and who holds them: free enough, or outrank the holders
     (`outranked`: the preemption dry run again at a priority just above theirs; None when not tried)."""
+    if view.nowhere:
+        return (f"nothing while {view.nowhere}: label nodes with it, or drop the key",)
     never = [s for s in view.shortages if s.needed > s.total]
     if never:
         return tuple(
@@ -506,6 +513,7 @@ def explain(
         bound=len(bound),
         priority=priority,
         disruption_mode=mode,
+        topology=accessors.topology_key(pod_group),
         devices_below_min_count=held,
         plan=plan_view,
         preemption=preemption,
@@ -574,7 +582,8 @@ def text(e: Explanation) -> str:
     lines = [
         f"{e.kind} {e.namespace}/{e.job}  PodGroup {e.pod_group}",
         f"State:       {e.state}: {e.summary}",
-        f"Gang:        minCount {e.min_count}, {e.members} members, {e.bound} bound; priority {e.priority}; disruptionMode {e.disruption_mode}",
+        f"Gang:        minCount {e.min_count}, {e.members} members, {e.bound} bound; priority {e.priority}; disruptionMode {e.disruption_mode}"
+        + (f"; topology {e.topology}" if e.topology else ""),
         f"Held below minCount: {e.devices_below_min_count} device(s)",
     ]
     for i, h in enumerate(e.holders):

@@ -60,6 +60,7 @@ from phalanx.scheduling.accessors import (
     placed_on,
     shares,
     terminal,
+    topology_key,
 )
 from phalanx.scheduling.assumed import NOTHING, Assumption
 from phalanx.scheduling.derived import Derived
@@ -699,10 +700,8 @@ def nominated_elsewhere(built: Snapshot, podgroups: Iterable[Mapping[str, Any]],
 def group(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], quorum: int, derived: Derived[Member] | None = None) -> Group:
     """The planner's group: these pods as members, `quorum` of them needed together. `derived`: each pod's member as
     derived before, by its version and claims (the loop keeps one: a waiting gang is met every cycle)."""
-    topology = (pod_group["spec"].get("schedulingConstraints") or {}).get("topology") or []
+    topology = topology_key(pod_group)
     kept: Derived[Member] = Derived() if derived is None else derived
     found = tuple((p, claim_names(p) or ()) for p in pods)
     members = tuple(kept.get(p, claims, lambda p=p, claims=claims: member(p, claims)) for p, claims in found)
-    return Group(
-        pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], quorum, members, topology[0]["key"] if topology else None
-    )
+    return Group(pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], quorum, members, topology)
