@@ -58,8 +58,20 @@ def test_a_jobset_that_asks_for_nothing_is_left_alone() -> None:
 def test_each_replicated_job_without_the_disruption_rule_is_warned_by_name() -> None:
     js = jobset({keys.POLICY: "gang"})
     warnings = admission.mutate_jobset(js, None, gang_default_mode="all").warnings
-    assert [w.split(":")[0] for w in warnings] == ["spec.replicatedJobs[0] (leader)", "spec.replicatedJobs[1] (workers)"]
-    assert all("podFailurePolicy" in w for w in warnings)
+    assert [w.split(":")[0] for w in warnings] == ["replicated Job leader", "replicated Job workers"]
+    assert all(f"spec.replicatedJobs[{i}].template.spec.podFailurePolicy has no rule" in w for i, w in enumerate(warnings))
+    assert all("recreate the JobSet with" in w and "recreate the Job " not in w for w in warnings), warnings
+
+
+def test_a_replicated_job_with_the_rule_as_the_jobset_stores_it_is_not_warned() -> None:
+    """The README's rule in each replicated Job: the JobSet keeps the condition's unset status as "" (the Job API
+    defaults it to True), which is the same rule."""
+    js = jobset({keys.POLICY: "gang"})
+    for rjob in js["spec"]["replicatedJobs"]:
+        rule = {"action": "Ignore", "onPodConditions": [{"type": keys.DISRUPTION_TARGET, "status": ""}]}
+        rjob["template"]["spec"]["podFailurePolicy"] = {"rules": [rule]}
+        rjob["template"]["spec"]["template"]["spec"]["restartPolicy"] = "Never"
+    assert admission.mutate_jobset(js, None, gang_default_mode="all").warnings == ()
 
 
 def test_min_count_above_the_jobsets_size_names_the_field_and_the_total() -> None:

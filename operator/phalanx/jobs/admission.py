@@ -108,9 +108,12 @@ def _validate(job: dict[str, Any], old: dict[str, Any] | None) -> None:
 def ignores_disruptions(job: dict[str, Any]) -> bool:
     """Whether a podFailurePolicy rule ignores pods with the DisruptionTarget condition Phalanx sets on every member it takes down."""
     rules = ((job.get("spec") or {}).get("podFailurePolicy") or {}).get("rules") or []
+    # an unset status is True (the Job API's default); a JobSet stores the Job template's unset one as ""
     return any(
         rule.get("action") == "Ignore"
-        and any(c.get("type") == keys.DISRUPTION_TARGET and c.get("status", "True") == "True" for c in rule.get("onPodConditions") or [])
+        and any(
+            c.get("type") == keys.DISRUPTION_TARGET and c.get("status") in (None, "", "True") for c in rule.get("onPodConditions") or []
+        )
         for rule in rules
     )
 
@@ -261,30 +264,32 @@ SLOW_GRACE = 60
 """Seconds of terminationGracePeriodSeconds past which admission says what each teardown costs (upstream's default is 30)."""
 
 
-def teardown_warnings(job: dict[str, Any]) -> list[str]:
+def teardown_warnings(job: dict[str, Any], *, owner: str = "Job", at: str = "") -> list[str]:
     """What a gang Job's settings will cost it when a member is lost, each naming the field and the fix.
 
     Given on create only: podFailurePolicy is immutable, so an update could not act on it. Phalanx does not count the
     members it takes down with a lost one (`scheduling.teardown`): what counts is the member lost, by its Job's rules.
+    `job` may be a Job template inside another `owner` (a JobSet's replicated Job), at path `at` (ending in a dot):
+    each field is named there, and the fix is to recreate that owner.
     """
-    warnings = [] if ignores_disruptions(job) else [_disruption_warning(job)]
+    warnings = [] if ignores_disruptions(job) else [_disruption_warning(job, owner, at)]
     grace = (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get("terminationGracePeriodSeconds")
     if isinstance(grace, int) and grace > SLOW_GRACE:
         warnings.append(
-            f"spec.template.spec.terminationGracePeriodSeconds is {grace}: each time Phalanx tears this gang down, its "
+            f"{at}spec.template.spec.terminationGracePeriodSeconds is {grace}: each time Phalanx tears this gang down, its "
             f"members keep their devices until they stop, up to {grace} s, and the gang runs again only once it has "
             "room; lower it to what a rank needs to stop (its checkpoint)"
         )
     return warnings
 
 
-def _disruption_warning(job: dict[str, Any]) -> str:
+def _disruption_warning(job: dict[str, Any], owner: str = "Job", at: str = "") -> str:
     """Without the rule an evicted, preempted or drained member is a failure like a failed container."""
     spec = job.get("spec") or {}
     per_index = spec.get("backoffLimitPerIndex")
     if per_index is not None:
         cost = (
-            f"counts against its index's spec.backoffLimitPerIndex ({per_index}) as a failed container does, and so does "
+            f"counts against its index's {at}spec.backoffLimitPerIndex ({per_index}) as a failed container does, and so does "
             f"a member Phalanx takes down with it whose index has failed before, so {_nth(per_index + 1)} such loss of "
             "one index fails that index"
         )
@@ -292,14 +297,14 @@ def _disruption_warning(job: dict[str, Any]) -> str:
         limit = spec.get("backoffLimit")
         limit = DEFAULT_BACKOFF_LIMIT if limit is None else limit
         cost = (
-            f"counts against spec.backoffLimit ({limit}) as a failed container does, so {_nth(limit + 1)} such loss "
+            f"counts against {at}spec.backoffLimit ({limit}) as a failed container does, so {_nth(limit + 1)} such loss "
             "fails the Job (the members Phalanx takes down with it are not counted)"
         )
     restart = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
-    never = "" if restart == "Never" else " and spec.template.spec.restartPolicy: Never (the policy needs it)"
+    never = "" if restart == "Never" else f" and {at}spec.template.spec.restartPolicy: Never (the policy needs it)"
     return (
-        f"spec.podFailurePolicy has no rule {DISRUPTION_RULE}: each member this gang loses to an eviction, a preemption "
-        f"or a node drained or gone {cost}; recreate the Job with spec.podFailurePolicy: "
+        f"{at}spec.podFailurePolicy has no rule {DISRUPTION_RULE}: each member this gang loses to an eviction, a preemption "
+        f"or a node drained or gone {cost}; recreate the {owner} with {at}spec.podFailurePolicy: "
         f"{{rules: [{DISRUPTION_RULE}]}}{never} "
         '(the policy is immutable; see the README, "When a member of a running gang is lost")'
     )

@@ -97,8 +97,10 @@ def mutate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None, *, gang_de
     warnings: list[str] = []
     for i, rjob in enumerate(replicated_jobs(out)):
         _gate(rjob, metadata.get("name"))
+        at = f"spec.replicatedJobs[{i}].template."
         warnings += [
-            f"spec.replicatedJobs[{i}] ({rjob.get('name')}): {w}" for w in job_admission.teardown_warnings(rjob.get("template") or {})
+            f"replicated Job {rjob.get('name')}: {w}"
+            for w in job_admission.teardown_warnings(rjob.get("template") or {}, owner="JobSet", at=at)
         ]
     return Mutation(out, tuple(warnings))
 
