@@ -101,7 +101,8 @@ def test_a_gang_jobset_is_placed_whole_only_when_all_of_it_fits(cluster: Cluster
     cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_gang("holder", 4)))
     wait_for(lambda: len([p for p in _pods(cluster, namespace, "app=holder") if p["spec"].get("nodeName")]) == 4, "the Job's 4 ranks bound")
 
-    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_jobset("train", 3, {keys.POLICY: "gang"})))
+    applied = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_jobset("train", 3, {keys.POLICY: "gang"})))
+    assert "has no rule" not in applied.stderr, f"each replicated Job carries the README's rule: {applied.stderr}"
     group = wait_for(lambda: _pod_group(cluster, namespace, "train"), "the JobSet's PodGroup")
     assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4, "every pod of both replicated Jobs"
     assert group["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
