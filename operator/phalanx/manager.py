@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -117,12 +118,12 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
         else:
             await memo.webhooks.update(webhook_config.configurations(cfg.endpoint(), ca_bundle, cfg.namespace))
 
+    # the serving key written where the webhook server reads it, removed on exit (`_cleanup`)
+    memo.tls_tmp = None if cfg.tls_dir else Path(tempfile.mkdtemp(prefix="phalanx-tls-"))
     source: servingcert.Source = (
         servingcert.DirectorySource(cfg.tls_dir)
         if cfg.tls_dir
-        else servingcert.SecretSource(
-            memo.kube, cfg.namespace, cfg.tls_secret, cfg.cert_hosts(), Path(tempfile.mkdtemp(prefix="phalanx-tls-")), publish
-        )
+        else servingcert.SecretSource(memo.kube, cfg.namespace, cfg.tls_secret, cfg.cert_hosts(), memo.tls_tmp, publish)
     )
     memo.certs = servingcert.Keeper(source, publish)
     cert = await memo.certs.load()
@@ -218,6 +219,9 @@ async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
     kube = getattr(memo, "kube", None)
     if kube is not None:
         await kube.api.close()
+    tls_tmp = getattr(memo, "tls_tmp", None)
+    if tls_tmp is not None:  # a private key: not left in the temp dir by every start
+        shutil.rmtree(tls_tmp, ignore_errors=True)
     watches = getattr(memo, "watches", None)
     if watches is not None:
         await watches.close()

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,9 +76,14 @@ def test_an_api_server_that_does_not_answer_is_named(bare: LocalCluster, tmp_pat
 
 
 def test_a_clean_shutdown_withdraws_the_webhook_configurations(bare: LocalCluster) -> None:
+    """...and removes the directory its serving key was written to (kept in the cluster's own directory, which `down`
+    deletes, not in the machine's temp dir, where every start left one behind)."""
+    before = set(Path(tempfile.gettempdir()).glob("phalanx-tls-*"))
     handle = operatorproc.start_background(bare, ROOT)
     try:
         assert operatorproc.background(bare)["pid"] == handle.process.pid
+        (keys_dir,) = (bare.cluster_dir / "tmp").glob("phalanx-tls-*")
+        assert any(keys_dir.iterdir()), "the serving certificate and key are written there"
         assert sorted(operatorproc.webhook_configurations(bare)) == [
             "mutatingwebhookconfiguration.admissionregistration.k8s.io/jobs.scheduling.phalanx.dev",
             "validatingwebhookconfiguration.admissionregistration.k8s.io/jobs.scheduling.phalanx.dev",
@@ -89,6 +95,8 @@ def test_a_clean_shutdown_withdraws_the_webhook_configurations(bare: LocalCluste
     assert pid == handle.process.pid
     assert operatorproc.background(bare) is None
     assert operatorproc.webhook_configurations(bare) == [], "a stopped operator leaves nothing pointing at its dead port"
+    assert not keys_dir.exists(), "its private key went with it"
+    assert set(Path(tempfile.gettempdir()).glob("phalanx-tls-*")) <= before, "nothing left in the machine's temp dir"
     log = (bare.cluster_dir / "operator.log").read_text()
     assert "webhook configurations jobs.scheduling.phalanx.dev deleted" in log
     # The trade-off: with no operator, a gang Job is admitted (ungated) instead of refused with "connection refused".

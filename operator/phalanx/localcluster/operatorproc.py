@@ -142,10 +142,14 @@ def start(
         *(("--webhook-advertise-port", str(advertise_port)) if advertise_port else ()),
         *extra_args,
     ]
+    # its temporary files (the webhook's serving key) in the cluster's directory: one SIGKILLed (the fault suite) leaves
+    # them to `down`, which deletes that directory, never to the machine's temp dir
+    scratch = cluster.cluster_dir / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         process = subprocess.Popen(
             args,
-            env={**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)},
+            env={**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig), "TMPDIR": str(scratch)},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
