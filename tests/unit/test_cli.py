@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from phalanx import cli
-from phalanx.cli import cluster, common
+from phalanx.cli import cluster, common, metrics
 from phalanx.localcluster import LocalCluster
 
 
@@ -39,3 +39,25 @@ def test_every_command_takes_its_cluster_from_the_environment(argv: list[str], m
 def test_metrics_listen_on_every_address_in_cluster_by_default() -> None:
     """In a pod Prometheus scrapes the pod's IP; the local mode binds loopback (`--metrics-listen 127.0.0.1`)."""
     assert cli.parser().parse_args(["run"]).metrics_listen == "0.0.0.0"
+
+
+def test_metrics_of_a_cluster_that_is_not_up_say_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No local cluster of that name, nothing on the default port: the cluster is named as not up, not a refused URL."""
+    monkeypatch.setenv("PHALANX_CACHE", str(tmp_path))
+    monkeypatch.setattr(metrics, "DEFAULT_URL", "http://127.0.0.1:9/metrics")  # discard: nothing answers
+    assert cli.main(["metrics", "--name", "gpu-lab"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cluster gpu-lab is not up: start it with `CLUSTER=gpu-lab ./task up`"), err
+    assert "Traceback" not in err
+
+
+def test_explain_without_a_cluster_to_ask_names_the_kubeconfig(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "kubeconfig.yaml"
+    monkeypatch.setenv("KUBECONFIG", str(missing))
+    assert cli.main(["explain", "train", "-n", "ml"]) == 1
+    err = capsys.readouterr().err
+    assert f"error: no cluster to ask: the kubeconfig {missing} cannot be loaded" in err and "./task up" in err, err

@@ -12,9 +12,12 @@ import argparse
 import asyncio
 import datetime
 import json
+import os
 import sys
 
+import aiohttp
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.config.config_exception import ConfigException
 
 from phalanx.api.keys import GROUP, VERSION
 from phalanx.kinds import KINDS
@@ -82,6 +85,15 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except ApiError as exc:
         print(f"error: the API server refused a read ({exc.status} {exc.reason}): {exc}", file=sys.stderr)
+        return 1
+    except ConfigException as exc:
+        where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+        print(
+            f"error: no cluster to ask: the kubeconfig {where} cannot be loaded ({exc}); is the cluster up? (`./task up`)", file=sys.stderr
+        )
+        return 1
+    except (aiohttp.ClientError, OSError) as exc:
+        print(f"error: the API server does not answer ({exc}); is the cluster up? (`./task up`)", file=sys.stderr)
         return 1
     if args.output == "json":
         print(json.dumps(explanation.as_json(result), indent=2))

@@ -38,16 +38,22 @@ def add_parser(commands: argparse._SubParsersAction, default_cluster: str) -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    url = args.url
+    url, local = args.url, None
     if url is None:
         from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
 
-        recorded = operatorproc.port_file(LocalCluster(ClusterSpec(name=args.name)).cluster_dir)
+        local = LocalCluster(ClusterSpec(name=args.name))
+        recorded = operatorproc.port_file(local.cluster_dir)
         url = f"http://127.0.0.1:{recorded.read_text().strip()}/metrics" if recorded.exists() else DEFAULT_URL
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
             body = response.read().decode()
     except (urllib.error.URLError, OSError) as exc:
+        if local is not None and not local.exists():  # no local cluster, and nothing on the default port either
+            from phalanx.cli.cluster import not_up_message
+
+            print(f"error: {not_up_message(args.name)}; no operator metrics at {url} either (--url to ask another)", file=sys.stderr)
+            return 1
         print(f"error: no operator metrics at {url} ({exc}); is the operator running? (--url to point elsewhere)", file=sys.stderr)
         return 1
     print("\n".join(lines(body)))
