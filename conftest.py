@@ -33,6 +33,10 @@ import pytest
 from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
 from phalanx.localcluster.cluster import build_binaries, cache_dir
 
+# the liveness oracle after every integration test (tests/integration/liveness_plugin.py, importable from
+# tests/integration as every helper of the test tree is)
+pytest_plugins = ("liveness_plugin",)
+
 ROOT = Path(__file__).parent
 WORKLOADS = ROOT / "e2e" / "workloads"
 OPERATOR_NAMESPACE = operatorproc.NAMESPACE

@@ -4,7 +4,9 @@ A gang is submitted each step; a gang whose members all run is finished a few st
 kwok's opt-in stage lets a test ask); every few steps one live member of an unfinished gang is deleted. At every
 step no device may be held twice. Once every Job has finished or failed, the settled cluster must pass the fault
 suite's invariants (nothing stranded, no gang half released), and once the Jobs are deleted every device is free.
-The short form streams 6 gangs; PHALANX_FAULT_RUNS (`./task faults`) streams 40.
+Throughout, no gang may fit and wait with nothing ahead of it able to use the room for longer than the liveness
+oracle's bound (`liveness.Watch`, judged every few steps). The short form streams 6 gangs; PHALANX_FAULT_RUNS
+(`./task faults`) streams 40.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 from conftest import WORKLOADS, Cluster, started_operator, wait_for
 
 import faultcheck
+import liveness
 from jobs import gpu_gang
 from phalanx.localcluster import demo, operatorproc
 
@@ -57,6 +60,7 @@ def test_a_stream_of_gangs_with_random_deletions_holds_nothing_twice_and_strands
     deadline = time.monotonic() + 120 + 30 * GANGS
     step = 0
     continuous = faultcheck.Continuous()
+    live = liveness.Watch(cluster.kubectl)
     while True:
         step += 1
         if submitted < GANGS:
@@ -66,6 +70,8 @@ def test_a_stream_of_gangs_with_random_deletions_holds_nothing_twice_and_strands
         snapshot = faultcheck.take(cluster.kubectl, namespace)
         wrong = continuous.check(snapshot)
         assert not wrong, f"step {step}: {wrong}"
+        forgotten = live.check()
+        assert not forgotten, f"step {step}: " + "; ".join(map(str, forgotten))
         states = job_states(cluster, namespace)
         by_job: dict[str, list[dict]] = {}
         for pod in snapshot.pods:
@@ -110,5 +116,9 @@ def test_a_stream_of_gangs_with_random_deletions_holds_nothing_twice_and_strands
     )
     assert not faultcheck.violations(held)
     assert loaded_operator.process.poll() is None, "the operator lived through the stream"
+    assert live.tracker.observations >= 3, f"liveness judged only {live.tracker.observations} times along the stream"
     completed = sum(s == "Complete" for s in outcome.values())
-    print(f"load: {GANGS} gangs, {deleted} members deleted, {completed} completed, {GANGS - completed} failed, {step} steps")
+    print(
+        f"load: {GANGS} gangs, {deleted} members deleted, {completed} completed, {GANGS - completed} failed, {step} steps; "
+        f"liveness: {live.tracker.observations} observations, {live.tracker.sightings} sightings of a gang fitting and waiting"
+    )
