@@ -219,7 +219,7 @@ def test_a_gang_job_without_the_disruption_rule_is_admitted_with_a_warning(clust
         "or a node drained or gone counts against spec.backoffLimit (6) as a failed container does, so the 7th such "
         "loss fails the Job (the members Phalanx takes down with it are not counted); "
         f"recreate the Job with spec.podFailurePolicy: {{rules: [{RULE}]}} "
-        '(the policy is immutable; see the README, "When a member of a running gang is lost")'
+        '(the policy is immutable; see docs/concepts.md, "When a member of a running gang is lost")'
     ) in proc.stderr, "the API server's default backoffLimit is what the webhook sees"
     assert cluster.get("job", "train", "-n", namespace)["spec"]["template"]["spec"]["schedulingGates"] == [{"name": keys.SCHEDULING_GATE}]
     with_rule = gang_job("train-b", annotations=MIN4)

@@ -469,7 +469,7 @@ def test_a_gang_job_without_the_disruption_rule_is_warned_with_the_rule_to_add()
         "drained or gone counts against spec.backoffLimit (6) as a failed container does, so the 7th such loss fails "
         "the Job (the members Phalanx takes down with it are not counted); "
         f"recreate the Job with spec.podFailurePolicy: {{rules: [{RULE}]}} "
-        '(the policy is immutable; see the README, "When a member of a running gang is lost")'
+        '(the policy is immutable; see docs/concepts.md, "When a member of a running gang is lost")'
     )
     (warning,) = mutate(without_rule({keys.MIN_COUNT: "4"}, backoffLimit=0)).warnings
     assert "spec.backoffLimit (0) as a failed container does, so the first such loss fails the Job" in warning

@@ -306,7 +306,7 @@ def _disruption_warning(job: dict[str, Any], owner: str = "Job", at: str = "") -
         f"{at}spec.podFailurePolicy has no rule {DISRUPTION_RULE}: each member this gang loses to an eviction, a preemption "
         f"or a node drained or gone {cost}; recreate the {owner} with {at}spec.podFailurePolicy: "
         f"{{rules: [{DISRUPTION_RULE}]}}{never} "
-        '(the policy is immutable; see the README, "When a member of a running gang is lost")'
+        '(the policy is immutable; see docs/concepts.md, "When a member of a running gang is lost")'
     )
 
 
