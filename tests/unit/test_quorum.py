@@ -29,6 +29,11 @@ def test_a_gang_that_lost_a_member_counts_the_devices_the_others_hold() -> None:
     assert quorum.held_devices(_group(), pods, _claims("a", "b")) == 1
 
 
+def test_a_member_that_finished_counts_toward_min_count_and_its_gang_holds_nothing_below_it() -> None:
+    pods = [_pod("a"), _pod("b", phase="Succeeded")]
+    assert quorum.held_devices(_group(), pods, _claims("a", "b")) == 0
+
+
 def test_a_release_in_progress_is_left_out_and_a_basic_group_never_counts() -> None:
     pods = [_pod("a", node=None)]
     assert quorum.held_devices(_group(scheduled=False), pods, _claims("a")) == 0
