@@ -180,7 +180,7 @@ def _entries(objects: Objects, now: datetime.datetime, rank: Callable[[Mapping[s
         every = pods_of.get(pod_group["metadata"]["uid"], [])
         live = [p for p in every if accessors.live(p)]
         gang = accessors.gang(pod_group)
-        done = disruption.finished(accessors.reservation(pod_group), every) if gang else 0
+        done = disruption.finished(pod_group, every) if gang else 0
         facts = phase.read(pod_group, live, claim, done=done)
         now_in = phase.classify(facts)
         ready = [p for p in live if accessors.gated(p) and accessors.claims_ready(p, claim)]

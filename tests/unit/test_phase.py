@@ -76,11 +76,24 @@ def test_members_done_are_counted_toward_min_count_of_every_incarnation() -> Non
     """Succeeded pods of the owner count, whether or not the record still places them; one removed after it
     Succeeded counts only while the record places it (the informer remembers its uid)."""
     group = _group(reservation="Released", min_count=4)
-    record = accessors.reservation(group)
     pods = [_pod(0, phase_="Succeeded"), pod("rank-9", phase="Succeeded"), _pod(1, phase_="Failed"), _pod(2, node="n1")]
-    assert disruption.finished(record, pods, gone={"rank-3-uid", "elsewhere-uid"}) == 3
-    assert disruption.finished(None, pods, gone={"rank-3-uid"}) == 2
+    assert disruption.finished(group, pods, gone={"rank-3-uid", "elsewhere-uid"}) == 3
+    assert disruption.finished(_group(min_count=4), pods, gone={"rank-3-uid"}) == 2
     assert phase.Facts(gang=True, reservation=None, scheduled=False, min_count=4, done=6).needed == 1
+
+
+def test_members_done_that_a_teardown_kept_count_once_their_pods_are_removed() -> None:
+    """The teardown ends the record that told a member removed after it Succeeded; what it keeps in
+    `status.finished` (at most minCount uids) still counts, once and only once beside a pod still there."""
+    group = _group(reservation="Released", min_count=2)
+    pods = [_pod(0, phase_="Succeeded"), pod("rank-9", phase="Succeeded")]
+    kept = disruption.kept_finished(group, pods, gone={"rank-1-uid"})
+    assert kept is not None and len(kept) == 2, "at most minCount uids are kept"
+    after = _group(min_count=2)
+    after["status"] = {"finished": kept}
+    assert disruption.finished(after, []) == 2, "counted with every pod removed and no record left"
+    assert disruption.finished(after, pods) == 3, "a pod still there and kept is counted once"
+    assert disruption.kept_finished(_group(min_count=2), []) is None, "nothing finished: nothing written"
 
 
 def test_a_podgroup_without_a_disruption_mode_is_refused_not_read_as_single() -> None:

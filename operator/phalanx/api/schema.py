@@ -310,6 +310,13 @@ class PodGroupStatus(Model):
         description="Members lost in the latest disruption, kept after a teardown so `explain` can say what went and why.",
     )
     readiness: Readiness | None = None
+    finished: list[str] | None = Field(
+        default=None,
+        max_length=10_000,
+        description="The uids of members that finished their work (Succeeded), at most minCount of them, kept across a "
+        "teardown: they count toward minCount after their pods are removed (PodGC), so a lone replacement is not left "
+        "waiting for a quorum that can never exist again.",
+    )
     members: int | None = Field(default=None, ge=0, description="Pods of the group that exist and are not terminal.")
     bound: int | None = Field(default=None, ge=0, description="Members bound to a node.")
     late_members: int | None = Field(

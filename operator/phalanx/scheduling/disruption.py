@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import keys, schema
-from phalanx.scheduling import conditions
+from phalanx.scheduling import accessors, conditions
 
 
 @dataclass(frozen=True)
@@ -109,16 +109,31 @@ def record(lost: Iterable[Loss]) -> list[dict[str, str]]:
     return [{"name": loss.name, "uid": loss.uid, "cause": loss.cause} for loss in lost]
 
 
-def finished(reservation: schema.Reservation | None, pods: Iterable[Mapping[str, Any]], gone: Container[str] = ()) -> int:
-    """Members that finished their work: done, not missing, and counted toward minCount wherever it is judged.
+def finished_uids(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], gone: Container[str] = ()) -> set[str]:
+    """The members that finished their work: done, not missing, and counted toward minCount wherever it is judged.
 
     Every pod of the owner that Succeeded, of this incarnation or an earlier one (a rank that exited 0 is not run
-    again by its Job, whatever became of the others), and the members of this incarnation whose pods were removed
-    after they Succeeded (`gone`). Without them a Job whose ranks 0-2 finished while rank 3 was lost waits for a
-    quorum of 4 that can never exist again."""
+    again by its Job, whatever became of the others); the members of this incarnation whose pods were removed after
+    they Succeeded (`gone`); and those an earlier teardown kept (`status.finished`), whose pods may be gone since.
+    Without them a Job whose ranks 0-2 finished while rank 3 was lost waits for a quorum of 4 that can never exist
+    again."""
     succeeded = {p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
+    reservation = accessors.reservation(pod_group)
     removed = {p.uid for p in reservation.placements if p.uid in gone} if reservation is not None else set()
-    return len(succeeded | removed)
+    kept = (pod_group.get("status") or {}).get("finished") or ()
+    return succeeded | removed | set(kept)
+
+
+def finished(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], gone: Container[str] = ()) -> int:
+    """How many members finished their work (`finished_uids`)."""
+    return len(finished_uids(pod_group, pods, gone))
+
+
+def kept_finished(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], gone: Container[str] = ()) -> list[str] | None:
+    """What a teardown writes to `status.finished` as it ends the record (whose placements are how a member removed
+    after it Succeeded is known): at most minCount uids, as more never change a count judged against it."""
+    uids = sorted(finished_uids(pod_group, pods, gone))[: accessors.min_count(pod_group)]
+    return uids or None
 
 
 def current(

@@ -408,7 +408,7 @@ def explain(
     node_names = {n["metadata"]["name"] for n in objects.nodes}
     released = reservation is not None and reservation.state == "Released"
     losses = disruption.losses(reservation, every, node_names, known=disruption.recorded(pod_group)) if released else []  # type: ignore[arg-type]
-    done = disruption.finished(reservation, every) if accessors.gang(pod_group) else 0
+    done = disruption.finished(pod_group, every) if accessors.gang(pod_group) else 0
     facts = phase.read(pod_group, live, lambda ns, n: claims.get((ns, n)), lost=bool(losses), done=done)
     now_in = phase.classify(facts)
     min_count = facts.min_count

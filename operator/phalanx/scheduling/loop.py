@@ -575,7 +575,7 @@ class SchedulingLoop:
         if lost:
             owner_state = phase.OwnerState.GONE if owner is None else self.owner.state(owner, reservation.released_at)  # type: ignore[union-attr]
         scheduled = conditions.true(pod_group, keys.INITIALLY_SCHEDULED)
-        done = disruption.finished(reservation, self._pods_of.get(uid, []), self.view.finished) if gang else 0
+        done = disruption.finished(pod_group, self._pods_of.get(uid, []), self.view.finished) if gang else 0
         facts = phase.read(pod_group, pods, self.view.claims.get, lost=bool(lost), owner=owner_state, done=done)
         now = phase.classify(facts)
         if now is phase.Phase.RESUMING:
@@ -1261,11 +1261,12 @@ class SchedulingLoop:
         spared = {p["metadata"]["uid"] for p in released} - set(lost)
         standing = await teardown.evict_all(self.kube, released, reason=reason, message=message, uncount=spared)
         crash_point("teardown.after-evictions")
-        self.freeing.watch(self._pods_of.get(pod_group["metadata"]["uid"], pods), self.view.claims.get)
+        members = self._pods_of.get(pod_group["metadata"]["uid"], pods)
+        self.freeing.watch(members, self.view.claims.get)
         if reservation is not None:
             # judged on every pod of the Job, terminating ones included: a member evicted on an earlier pass runs out
             # its grace period on its devices, and the resourceclaim controller frees them once it is done
-            every = {p["metadata"]["uid"]: p for p in self._pods_of.get(pod_group["metadata"]["uid"], pods)}
+            every = {p["metadata"]["uid"]: p for p in members}
             users = self.releaser.claim_users(_ns(pod_group), reservation)
             idle = [c for c in reservation.claims if not any(accessors.may_run(every.get(u["uid"])) for u in users.get(c.name, []))]
             await self.releaser.deallocate_claims(_ns(pod_group), idle)
@@ -1279,7 +1280,7 @@ class SchedulingLoop:
             else:
                 await self._set(pod_group, False, "TearingDown", waits)
             return False
-        await self.releaser.record(pod_group, None)
+        await self.releaser.record(pod_group, None, finished=disruption.kept_finished(pod_group, members, self.view.finished))
         metrics.TEARDOWNS.inc()
         await self._set(
             pod_group,

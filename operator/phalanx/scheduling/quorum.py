@@ -39,7 +39,7 @@ def held_devices(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
     live = [p for p in pods if accessors.live(p)]
     placed, min_count = sum(1 for p in live if accessors.placed_on(p) is not None), accessors.min_count(pod_group)
     if placed < min_count:  # only then the members done are counted (reading the record), as every gang's reads are derived
-        placed += disruption.finished(accessors.reservation(pod_group), pods)
+        placed += disruption.finished(pod_group, pods)
     if placed >= min_count or mid_release(pod_group):
         return 0
     devices = set()

@@ -406,19 +406,26 @@ class Releaser:
         raise ReleaseAborted(f"claim {claim.name} kept changing while its allocation was being undone")
 
     async def record(
-        self, pod_group: Mapping[str, Any], reservation: schema.Reservation | None, *, expected: schema.Reservation | object | None = ANY
+        self,
+        pod_group: Mapping[str, Any],
+        reservation: schema.Reservation | None,
+        *,
+        expected: schema.Reservation | object | None = ANY,
+        finished: list[str] | None = None,
     ) -> dict[str, Any]:
         """Write `status.reservation`; returns the PodGroup as written. With `expected` (the record this release
         began from), only while the record is still that one, conditional on the PodGroup's resourceVersion as
         judged: a deposed leader's write cannot land over what a new leader recorded or undid since (NotLeading:
         this release stops, writing nothing more). It is judged first on `pod_group` as the caller has it (the
         watch's copy, or the answer to this release's last record), and read afresh only when that copy has
-        moved on: each read saved is a round trip of every release on a loaded API server."""
+        moved on: each read saved is a round trip of every release on a loaded API server. `finished` goes in the
+        same write (`disruption.kept_finished`): a teardown ends the record and keeps what only the record told."""
         body = reservation.wire() if reservation is not None else None
+        status: dict[str, Any] = {"reservation": body} | ({"finished": finished} if finished else {})
         meta = pod_group["metadata"]
         path = custom_path("podgroups", meta["namespace"], meta["name"], status=True)
         if expected is ANY:
-            return await self.kube.merge_patch(path, {"status": {"reservation": body}})
+            return await self.kube.merge_patch(path, {"status": status})
         want = _identity(expected if isinstance(expected, schema.Reservation) else None)
         current: Mapping[str, Any] | None = pod_group if meta.get("resourceVersion") else None
         for _ in range(6):
@@ -435,7 +442,7 @@ class Releaser:
                 continue
             try:
                 return await self.kube.merge_patch(
-                    path, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": {"reservation": body}}
+                    path, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": status}
                 )
             except Conflict:
                 current = None  # the PodGroup changed (its counts, its conditions), or the copy was behind: read afresh
