@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
-from phalanx.localcluster.cluster import build_binaries, cache_dir
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, operatorproc
+from phalanx_dev.localcluster.cluster import build_binaries, cache_dir
 
 # the liveness oracle after every integration test (tests/integration/liveness_plugin.py, importable from
 # tests/integration as every helper of the test tree is)

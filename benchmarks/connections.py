@@ -23,7 +23,7 @@ import time
 from kubernetes_asyncio import client, config
 
 from phalanx.kube.client import Conflict, Kube, all_answered
-from phalanx.localcluster import ClusterSpec, LocalCluster
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster
 
 NAMESPACE = "default"
 

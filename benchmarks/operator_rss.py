@@ -28,9 +28,9 @@ from pathlib import Path
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
-from phalanx.localcluster.dradriver import DEVICE_CLASS
-from phalanx.localcluster.fakegpu import worker_names
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, operatorproc
+from phalanx_dev.localcluster.dradriver import DEVICE_CLASS
+from phalanx_dev.localcluster.fakegpu import worker_names
 
 ROOT = Path(__file__).parents[1]
 NAMESPACE = "rss"

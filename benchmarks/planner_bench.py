@@ -5,7 +5,7 @@ no timed assertions (timings depend on the machine). It does check the
 answers, and exits non-zero when a case does not decide as it must.
 
 The cluster is dra-example-driver's shape, built by its stand-in
-(`phalanx.localcluster.fakegpu`): one pool per node named after it, devices
+(`phalanx_dev.localcluster.fakegpu`): one pool per node named after it, devices
 gpu-0..gpu-7 with index, uuid, model and driverVersion attributes and
 memory/compute capacity, and the chart's `gpu.example.com` DeviceClass with
 its CEL selector. The gang is a Job-like
@@ -46,7 +46,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from phalanx.localcluster import dradriver, fakegpu
 from phalanx.planner import DeviceMatcher, Fits, Short, plan, quantity
 from phalanx.planner.model import (
     Claim,
@@ -62,6 +61,7 @@ from phalanx.planner.model import (
     frozen_map,
 )
 from phalanx.scheduling import shortfall
+from phalanx_dev.localcluster import dradriver, fakegpu
 
 NODES = 1_000
 DEVICES_PER_NODE = 8

@@ -35,7 +35,7 @@ NAMESPACE = "bench"
 def _world(groups: int = GROUPS, nodes: int = NODES) -> tuple[Snapshot, list[dict], list[Group], dict[str, int]]:
     from planner_bench import device_class, snapshot_devices, snapshot_node
 
-    from phalanx.localcluster import dradriver, fakegpu
+    from phalanx_dev.localcluster import dradriver, fakegpu
 
     names = fakegpu.worker_names(nodes)
     devices = tuple(d for n in names for d in snapshot_devices(n))

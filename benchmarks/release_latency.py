@@ -36,7 +36,7 @@ from pathlib import Path
 
 from kubernetes_asyncio import client, config, watch
 
-from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, operatorproc
 
 ROOT = Path(__file__).parents[1]
 GPUS_PER_WORKER = 8

@@ -55,8 +55,8 @@ from kubernetes_asyncio import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from phalanx.api import keys
-from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
-from phalanx.localcluster.fakegpu import NodeShape, create_once, node, resource_slice
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, operatorproc
+from phalanx_dev.localcluster.fakegpu import NodeShape, create_once, node, resource_slice
 
 UPSTREAM_ATTEMPT_MS = (3.7, 5.7)
 """kube-scheduler's scheduler_perf gangscheduling: 1,000-3,000 gangs of 3 on 5,000 nodes, ms per PodGroup attempt."""

@@ -78,7 +78,7 @@ import queue_cost
 import starvation
 from kubernetes_asyncio import client, watch
 
-from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, operatorproc
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

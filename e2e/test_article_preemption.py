@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from conftest import WORKLOADS, Cluster, Operator
 
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 
 @pytest.fixture

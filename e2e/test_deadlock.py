@@ -9,7 +9,7 @@ from collections import Counter
 
 from conftest import WORKLOADS, Cluster
 
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 RANKS = 4
 

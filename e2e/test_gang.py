@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from conftest import WORKLOADS, Cluster, Operator, wait_for
 
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 RANKS = 4
 SCHEDULED = "PodGroupInitiallyScheduled"

@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import MIN4, gang_job, gpu_gang
 from phalanx.api import keys
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 TANGLE = "tangle.example.com"
 SQUARE = "[" + ",".join(str(i) for i in range(300)) + "]"

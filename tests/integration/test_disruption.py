@@ -19,7 +19,7 @@ from conftest import WORKLOADS, Cluster, Operator, wait_for
 
 from jobs import gpu_gang
 from phalanx.api import keys
-from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
 

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import gpu_gang
 from phalanx.api import keys
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 ROOT = Path(__file__).parents[2]
 WORKERS = ("worker-1", "worker-2", "worker-3")

@@ -47,7 +47,7 @@ import flakyapi
 import test_release_path
 from jobs import gpu_gang, one_gpu_pod_spec
 from phalanx.api import keys
-from phalanx.localcluster import demo, operatorproc
+from phalanx_dev.localcluster import demo, operatorproc
 from test_release_path import remove_policy
 
 ROOT = Path(__file__).parents[2]

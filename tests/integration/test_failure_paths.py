@@ -20,7 +20,7 @@ import flakyapi
 import heldwrites
 from jobs import gpu_gang, one_gpu_pod_spec, priority_classes
 from phalanx.api import keys
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 
 def _pods(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
@@ -157,6 +157,37 @@ def test_a_gang_whose_finished_ranks_leave_one_to_replace_runs_it_and_is_schedul
     assert "3 finished" in scheduled["message"], scheduled
     lost = (_pod_group(cluster, namespace, "fin").get("status") or {}).get("lost") or []
     assert [m["uid"] for m in lost] == [old], f"the loss of rank 3 was recorded (and took the gang down): {lost}"
+
+
+def test_finished_ranks_removed_before_a_loss_still_count_once_the_teardown_ended_the_record(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    """disruptionMode all, minCount 3: ranks 0-1 finish and their pods are removed (as PodGC removes a departed
+    node's pods), then rank 2 is deleted. Only the record told that the removed ranks finished, and the teardown
+    ends it; what it keeps in status.finished still counts, so the Job's lone replacement of rank 2 runs instead of
+    waiting for a quorum of 3 that can never exist again (found by the room stream)."""
+    members = _start(cluster, namespace, gpu_gang("gone", 3, mode="all"))
+    by_index = {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]: p for p in members}
+    finished = {by_index[i]["metadata"]["uid"] for i in "01"}
+    for index in "01":
+        cluster.kubectl("annotate", "pod", by_index[index]["metadata"]["name"], "-n", namespace, "localcluster.phalanx.dev/exit=0")
+    wait_for(lambda: sum(p["status"].get("phase") == "Succeeded" for p in _pods(cluster, namespace, "gone")) == 2, "ranks 0-1 Succeeded")
+    for index in "01":
+        cluster.kubectl("delete", "pod", by_index[index]["metadata"]["name"], "-n", namespace, "--wait=false")
+    wait_for(lambda: not finished & {p["metadata"]["uid"] for p in _pods(cluster, namespace, "gone")}, "ranks 0-1 removed")
+    old = by_index["2"]["metadata"]["uid"]
+    cluster.kubectl("delete", "pod", by_index["2"]["metadata"]["name"], "-n", namespace, "--wait=false")
+    (again,) = wait_for(
+        lambda: [p for p in _running(_pods(cluster, namespace, "gone")) if p["metadata"]["uid"] != old],
+        "rank 2 created again and running with ranks 0-1 counted",
+        timeout=60,
+    )
+    assert again["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "2"
+    status = _pod_group(cluster, namespace, "gone").get("status") or {}
+    assert [m["uid"] for m in status.get("lost") or []] == [old], f"the loss of rank 2 took the gang down: {status.get('lost')}"
+    assert set(status.get("finished") or []) == finished, f"the teardown kept the removed ranks: {status.get('finished')}"
+    scheduled = _condition(_pod_group(cluster, namespace, "gone"), keys.INITIALLY_SCHEDULED)
+    assert scheduled.get("status") == "True" and "2 finished" in scheduled.get("message", ""), scheduled
 
 
 def test_a_member_whose_eviction_is_refused_is_not_marked_and_the_teardown_finishes_later(

@@ -24,7 +24,7 @@ from conftest import WORKLOADS, Cluster, started_operator, wait_for
 import faultcheck
 from jobs import gpu_gang
 from phalanx.kube.lease import Timing
-from phalanx.localcluster import demo, operatorproc
+from phalanx_dev.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
 

@@ -23,7 +23,7 @@ from conftest import WORKLOADS, Cluster, wait_for
 import faultcheck
 from jobs import gpu_gang
 from phalanx.crashpoints import ENV
-from phalanx.localcluster import demo, operatorproc
+from phalanx_dev.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
 LOW, URGENT = "fault-low", "fault-urgent"

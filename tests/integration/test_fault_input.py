@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import faultcheck
 from jobs import gang_job, gpu_gang
 from phalanx.api import keys
-from phalanx.localcluster import demo, operatorproc
+from phalanx_dev.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
 RUNS = int(os.environ.get("PHALANX_FAULT_RUNS", "0"))

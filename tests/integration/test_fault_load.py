@@ -24,7 +24,7 @@ from conftest import WORKLOADS, Cluster, started_operator, wait_for
 import faultcheck
 import liveness
 from jobs import gpu_gang
-from phalanx.localcluster import demo, operatorproc
+from phalanx_dev.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
 GANGS = 40 if int(os.environ.get("PHALANX_FAULT_RUNS", "0")) > 0 else 6

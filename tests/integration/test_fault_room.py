@@ -44,8 +44,8 @@ import faultcheck
 import liveness
 from jobs import gpu_gang
 from phalanx.api import keys
-from phalanx.localcluster import demo, fakegpu, operatorproc
-from phalanx.localcluster.dradriver import DRIVER
+from phalanx_dev.localcluster import demo, fakegpu, operatorproc
+from phalanx_dev.localcluster.dradriver import DRIVER
 
 LONG = int(os.environ.get("PHALANX_FAULT_RUNS", "0")) > 0
 GANGS = 60 if LONG else 22

@@ -23,7 +23,7 @@ import faultcheck
 from jobs import IGNORE_DISRUPTIONS, as_json, bound_pods, job_pods, priority_classes
 from phalanx.api import keys, naming
 from phalanx.crashpoints import ENV
-from phalanx.localcluster import operatorproc
+from phalanx_dev.localcluster import operatorproc
 
 ROOT = Path(__file__).parents[2]
 

@@ -26,7 +26,7 @@ from conftest import ROOT, WORKLOADS, Cluster, wait_for
 import test_release_path
 from jobs import bound_pods, gpu_gang, one_gpu_pod_spec
 from phalanx.api import keys
-from phalanx.localcluster import demo, operatorproc
+from phalanx_dev.localcluster import demo, operatorproc
 
 HEAD = "head"
 admission_policy = test_release_path.admission_policy

@@ -19,7 +19,7 @@ from conftest import WORKLOADS, Cluster, Operator, wait_for
 
 from jobs import gpu_gang, gpu_jobset
 from phalanx.api import keys
-from phalanx.localcluster import demo, jobset
+from phalanx_dev.localcluster import demo, jobset
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("PHALANX_E2E_KUBECONFIG")), reason="JobSet's controller runs in the local cluster only")
 

@@ -23,9 +23,9 @@ from kubernetes_asyncio import client, config
 from phalanx.api import keys, schema
 from phalanx.jobs import webhook_config
 from phalanx.kube.client import Forbidden, Kube
-from phalanx.localcluster import operatorproc
 from phalanx.scheduling import holes
 from phalanx.scheduling.reserve import Releaser, allocation
+from phalanx_dev.localcluster import operatorproc
 
 ROOT = Path(__file__).parents[2]
 SA = "system:serviceaccount:phalanx-system:phalanx"

@@ -25,7 +25,7 @@ from conftest import WORKLOADS, Cluster, wait_for
 import liveness
 from jobs import bound_pods, gpu_gang
 from phalanx.api import keys
-from phalanx.localcluster import demo, operatorproc
+from phalanx_dev.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
 POOL = "phalanx-test/liveness-pool"

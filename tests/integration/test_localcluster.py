@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import Cluster, cluster_name
 
-from phalanx.localcluster import ClusterSpec, LocalCluster, dradriver, fakegpu
-from phalanx.localcluster.cluster import KUBE_VERSION
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, dradriver, fakegpu
+from phalanx_dev.localcluster.cluster import KUBE_VERSION
 
 WORKERS = ["worker-1", "worker-2", "worker-3"]
 

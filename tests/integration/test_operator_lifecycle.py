@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, cluster_name
 
-from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, operatorproc
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("PHALANX_E2E_KUBECONFIG")), reason="starts a local control plane of its own")
 

@@ -14,7 +14,7 @@ from conftest import WORKLOADS, Cluster, Operator, wait_for
 
 from jobs import gpu_gang, one_gpu_pod_spec, priority_classes
 from phalanx.api import keys, naming
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 
 def pod_group(name: str, min_count: int) -> dict[str, Any]:

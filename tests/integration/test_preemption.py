@@ -14,7 +14,7 @@ from conftest import WORKLOADS, Cluster, Operator, wait_for
 
 from jobs import gpu_gang, one_gpu_pod_spec
 from phalanx.api import keys
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ import test_fault_crash
 from jobs import gpu_gang, one_gpu_pod_spec, priority_classes
 from phalanx.api import keys
 from phalanx.crashpoints import ENV
-from phalanx.localcluster import demo, operatorproc
 from phalanx.scheduling import holes
+from phalanx_dev.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
 operators = test_fault_crash.operators

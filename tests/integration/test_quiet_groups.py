@@ -13,7 +13,7 @@ from conftest import WORKLOADS, Cluster, Operator, wait_for
 
 from jobs import bound_pods, gpu_gang
 from phalanx.api import keys
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 POOL = "phalanx-test/quiet-pool"
 

@@ -27,7 +27,7 @@ import pytest
 from conftest import cluster_name
 
 from jobs import one_gpu_pod_spec
-from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, operatorproc
 
 ROOT = Path(__file__).parents[2]
 NAMESPACE = "race"

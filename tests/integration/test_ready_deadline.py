@@ -21,7 +21,7 @@ from conftest import Cluster, started_operator, wait_for
 
 from jobs import IGNORE_DISRUPTIONS
 from phalanx.api import keys
-from phalanx.localcluster import operatorproc
+from phalanx_dev.localcluster import operatorproc
 
 LIMBO = "limbo"
 LABEL = "phalanx-test/ready-deadline"

@@ -10,7 +10,7 @@ import json
 from conftest import WORKLOADS, Cluster, Operator, wait_for
 
 from jobs import one_gpu_pod_spec
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 
 def _job(name: str, size: int, mode: str) -> dict:

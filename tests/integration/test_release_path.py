@@ -28,12 +28,12 @@ from jobs import gpu_gang, one_gpu_pod_spec
 from phalanx.api import keys
 from phalanx.kube.client import Conflict, Kube, claim_path, custom_path
 from phalanx.kube.informers import ClusterView
-from phalanx.localcluster import demo, operatorproc
 from phalanx.planner import Fits, plan
 from phalanx.planner.model import Group
 from phalanx.scheduling import accessors, inputs, teardown
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.reserve import NotLeading, ReleaseAborted, Releaser
+from phalanx_dev.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
 DEADLINE = 8

@@ -22,7 +22,7 @@ from conftest import WORKLOADS, Cluster, wait_for
 
 from jobs import gpu_gang, one_gpu_pod_spec, priority_classes
 from phalanx.api import keys
-from phalanx.localcluster import demo, operatorproc
+from phalanx_dev.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
 

@@ -16,7 +16,7 @@ from conftest import WORKLOADS, Cluster, Operator, _fresh_namespace, wait_for
 
 from jobs import MIN4, as_json, gang_job, gpu_gang
 from phalanx.api import keys, naming
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 ANN = "metadata.annotations[scheduling.phalanx.dev/"
 SIXTY_THREE = "train-" + "x" * 56 + "z"

@@ -10,7 +10,7 @@ import os
 import pytest
 from conftest import cluster_name
 
-from phalanx.localcluster import ClusterSpec, LocalCluster
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster
 
 
 @pytest.mark.skipif(bool(os.environ.get("PHALANX_E2E_KUBECONFIG")), reason="starts a second local control plane")

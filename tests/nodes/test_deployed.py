@@ -27,7 +27,7 @@ import faultcheck
 import flakyapi
 from jobs import gpu_gang, priority_classes
 from phalanx.api import keys
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 NAMESPACE = "phalanx-system"
 LEASE = "phalanx-leader"

@@ -12,7 +12,7 @@ from conftest import WORKLOADS, Cluster, wait_for
 
 from jobs import gpu_jobset
 from phalanx.api import keys
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 REAL_NODE = "phalanx.dev/real-node"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"

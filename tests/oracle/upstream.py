@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from phalanx.localcluster.cluster import KUBE_VERSION, cache_dir
+from phalanx_dev.localcluster.cluster import KUBE_VERSION, cache_dir
 
 SOURCE = Path(__file__).parent / "allocator"
 

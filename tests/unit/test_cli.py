@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from phalanx import cli
-from phalanx.cli import cluster, common, metrics
-from phalanx.localcluster import LocalCluster
+from phalanx.cli import common, metrics
+from phalanx_dev.cli import cluster
+from phalanx_dev.localcluster import LocalCluster
 
 
 def test_hints_name_the_cluster_unless_it_is_the_default() -> None:

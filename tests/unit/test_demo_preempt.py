@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from phalanx.localcluster import demo
+from phalanx_dev.localcluster import demo
 
 JSON = dict[str, Any]
 WORKLOADS = Path(__file__).resolve().parents[2] / "e2e" / "workloads"

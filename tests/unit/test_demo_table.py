@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx.cli.demo import keep_flag
-from phalanx.localcluster.demo import Census, Preemption, format_table
+from phalanx_dev.cli.demo import keep_flag
+from phalanx_dev.localcluster.demo import Census, Preemption, format_table
 
 HELD_4 = Census(devices_total=6, devices_held=4, jobs=2, jobs_training=1, pods_running=4, pods_pending=4)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.localcluster import ClusterSpec, dradriver
-from phalanx.localcluster.cluster import MAX_DRIVER_WORKERS
+from phalanx_dev.localcluster import ClusterSpec, dradriver
+from phalanx_dev.localcluster.cluster import MAX_DRIVER_WORKERS
 
 
 def test_device_class_is_the_charts() -> None:

@@ -7,7 +7,7 @@ tests/integration/test_localcluster.py.
 
 from __future__ import annotations
 
-from phalanx.localcluster import fakegpu
+from phalanx_dev.localcluster import fakegpu
 
 
 def test_slice_is_shaped_like_dra_example_driver() -> None:

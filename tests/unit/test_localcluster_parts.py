@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.localcluster import ClusterSpec, LocalCluster, images, nodenet
-from phalanx.localcluster.cluster import PortTaken
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, images, nodenet
+from phalanx_dev.localcluster.cluster import PortTaken
 
 ROOT = Path(__file__).parents[2]
 
@@ -119,7 +119,7 @@ def test_a_started_process_is_judged_by_its_pid_running_or_how_it_ended(tmp_path
     import signal
     import time
 
-    from phalanx.localcluster import processes
+    from phalanx_dev.localcluster import processes
 
     running = processes.start(["sleep", "30"], tmp_path / "kubeconfig", tmp_path / "sleep.log")
     done = processes.start(["true"], tmp_path / "kubeconfig", tmp_path / "true.log")
@@ -148,7 +148,7 @@ def test_stopping_waits_to_reap_a_process_that_has_left_the_process_list_but_not
     `find` stops seeing it at once while it takes half a second to exit."""
     import time
 
-    from phalanx.localcluster import processes
+    from phalanx_dev.localcluster import processes
 
     pid = processes.start(["sh", "-c", 'trap "sleep 0.5; exit 0" TERM; sleep 30 & wait'], tmp_path / "kubeconfig", tmp_path / "slow.log")
     time.sleep(0.3)  # the trap is set

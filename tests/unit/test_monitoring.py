@@ -14,8 +14,8 @@ from prometheus_client import REGISTRY
 
 from phalanx import cli, memorylimit
 from phalanx.kube import lease
-from phalanx.localcluster import promtool
 from phalanx.scheduling import metrics
+from phalanx_dev.localcluster import promtool
 
 ROOT = Path(__file__).parents[2]
 DASHBOARD = ROOT / "manifests/monitoring/grafana-dashboard.json"

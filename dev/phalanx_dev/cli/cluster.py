@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from phalanx.cli.common import DEFAULT_REPO, NotUp, add_name, say, task_hint
-from phalanx.localcluster import ClusterSpec, LocalCluster, jobset, operatorproc
-from phalanx.localcluster.cluster import MAX_DRIVER_WORKERS
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, jobset, operatorproc
+from phalanx_dev.localcluster.cluster import MAX_DRIVER_WORKERS
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -133,7 +133,7 @@ def start_cluster(cluster: LocalCluster, *, operator: bool, repo: Path, export: 
 
 
 def _install(args: argparse.Namespace) -> int:
-    from phalanx.localcluster import deployed
+    from phalanx_dev.localcluster import deployed
 
     cluster = existing(args.name)
     deployed.install(cluster, args.repo)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from phalanx.cli.cluster import not_up_message, start_cluster, stop_cluster
 from phalanx.cli.common import DEFAULT_REPO, NotUp, add_name, say, task_hint
-from phalanx.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
+from phalanx_dev.cli.cluster import not_up_message, start_cluster, stop_cluster
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -7,6 +7,6 @@ own kubelet plugin publishes the ResourceSlices (`dradriver`), one process
 per worker, or, for clusters too large for that, the `fakegpu` stand-in.
 """
 
-from phalanx.localcluster.cluster import ClusterSpec, LocalCluster
+from phalanx_dev.localcluster.cluster import ClusterSpec, LocalCluster
 
 __all__ = ["ClusterSpec", "LocalCluster"]

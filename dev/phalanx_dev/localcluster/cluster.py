@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 from kubernetes_asyncio import client, config
 
-from phalanx.localcluster import dradriver, fakegpu, jobset, processes, realnodes
+from phalanx_dev.localcluster import dradriver, fakegpu, jobset, processes, realnodes
 
 KUBE_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.6.16"

@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from phalanx.localcluster import images, realnodes
-from phalanx.localcluster.cluster import LocalCluster, cache_dir, node_binaries
+from phalanx_dev.localcluster import images, realnodes
+from phalanx_dev.localcluster.cluster import LocalCluster, cache_dir, node_binaries
 
 NAMESPACE = "phalanx-system"
 DEPLOYMENT = "phalanx"

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from phalanx.localcluster import processes
+from phalanx_dev.localcluster import processes
 
 DRIVER = "gpu.example.com"
 DEVICE_CLASS = "gpu.example.com"

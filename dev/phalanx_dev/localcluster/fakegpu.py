@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from phalanx.localcluster.dradriver import DRIVER
+from phalanx_dev.localcluster.dradriver import DRIVER
 
 MODEL = "LATEST-GPU-MODEL"
 DRIVER_VERSION = "1.0.0"

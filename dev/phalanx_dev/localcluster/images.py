@@ -135,6 +135,22 @@ def busybox_rootfs(root: Path, *, script: str | None = None) -> Path:
     return root
 
 
+def product_wheels(source: Path, wheels: Path, *, deps: bool = True) -> None:
+    """The wheels `pip install .` in the Dockerfile would install (the product's, and with `deps` its dependencies'),
+    built from a copy of what the Dockerfile copies: a build in the checkout would leave build/ there, and pack what
+    a stale build/ holds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        for item in DOCKERFILE_SOURCES:
+            if (source / item).is_dir():
+                shutil.copytree(source / item, src / item, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            else:
+                shutil.copy2(source / item, src / item)
+        no_deps = [] if deps else ["--no-deps"]
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", *no_deps, "--wheel-dir", str(wheels), str(src)], check=True)
+
+
 def operator_rootfs(root: Path, source: Path, *, cache: Path) -> Path:
     """The Dockerfile's image by hand: Debian's python3 from debootstrap (cached), then `pip install` of `source`.
 
@@ -168,17 +184,7 @@ def operator_rootfs(root: Path, source: Path, *, cache: Path) -> Path:
     subprocess.run(["cp", "-a", str(base), str(root)], check=True)
     # the wheels come from this machine's pip (its index and trust settings); the chroot never reaches a network
     wheels = root / "wheels"
-    # from a copy of what the Dockerfile copies: a build in the checkout would leave build/ there, and pack what a
-    # stale build/ holds
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "src"
-        src.mkdir()
-        for item in DOCKERFILE_SOURCES:
-            if (source / item).is_dir():
-                shutil.copytree(source / item, src / item, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(source / item, src / item)
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(src)], check=True)
+    product_wheels(source, wheels)
     venv = "/opt/phalanx"
     chroot = [shutil.which("chroot") or "/usr/sbin/chroot", str(root)]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/root"}

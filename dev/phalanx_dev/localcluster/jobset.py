@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from phalanx.kube import tls
-from phalanx.localcluster import processes
+from phalanx_dev.localcluster import processes
 
 VERSION = "v0.12.0"
 BINARY = "jobset-controller"

@@ -20,8 +20,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from phalanx.localcluster.cluster import LocalCluster
-from phalanx.localcluster.processes import free_ports
+from phalanx_dev.localcluster.cluster import LocalCluster
+from phalanx_dev.localcluster.processes import free_ports
 
 NAMESPACE = "phalanx-system"
 WEBHOOK_CONFIGURATION = "jobs.scheduling.phalanx.dev"

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from phalanx.localcluster.cluster import cache_dir
+from phalanx_dev.localcluster.cluster import cache_dir
 
 MODULE = "github.com/prometheus/prometheus"
 VERSION = "v0.316.0"  # Prometheus 3.16 (the module's tags are v0.3XX for 3.XX)

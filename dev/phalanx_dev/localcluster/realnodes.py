@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from phalanx.localcluster import images, nodenet
+from phalanx_dev.localcluster import images, nodenet
 
 RUNC = Path("/usr/sbin/runc")
 CNI_BIN = Path("/usr/lib/cni")
@@ -131,7 +131,10 @@ def start(
             d.mkdir(parents=True, exist_ok=True)
         (directory / "node.json").write_text(json.dumps({k: str(v) for k, v in asdict(node).items()}))
         _spawn(
-            node, "apiproxy", [sys.executable, "-m", "phalanx.localcluster.nodenet", "--netns", netns, "--port", str(api_port)], netns=False
+            node,
+            "apiproxy",
+            [sys.executable, "-m", "phalanx_dev.localcluster.nodenet", "--netns", netns, "--port", str(api_port)],
+            netns=False,
         )
         _start_containerd(node, node_bins)
         for archive in archives:

@@ -1,11 +1,15 @@
-"""Command line: the operator, its CRDs, the local control plane and the article's demo; one module per command."""
+"""Command line: the operator, its CRDs, explain and metrics; one module per command.
+
+The development package (`dev/`, `phalanx-dev`) adds `cluster` and `demo` through the `phalanx.commands` entry
+points, so the operator image, which does not carry it, has no command that needs the local control plane."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from importlib.metadata import entry_points
 
-from phalanx.cli import cluster, crds, demo, explain, metrics, run
+from phalanx.cli import crds, explain, metrics, run
 from phalanx.cli.common import NotUp, default_cluster
 
 
@@ -40,12 +44,16 @@ def kubectl_passthrough(argv: list[str]) -> list[str]:
 
 
 def parser(prog: str = "phalanx") -> argparse.ArgumentParser:
-    out = argparse.ArgumentParser(prog=prog, description=__doc__)
+    out = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
     commands = out.add_subparsers(required=True, metavar="COMMAND")
-    cluster.add_parser(commands)
     run.add_parser(commands)
     crds.add_parser(commands)
     explain.add_parser(commands)
     metrics.add_parser(commands, default_cluster())
-    demo.add_parser(commands)
+    for command in sorted(entry_points(group=COMMANDS), key=lambda e: e.name):
+        command.load()(commands)
     return out
+
+
+COMMANDS = "phalanx.commands"
+"""The entry-point group of commands another installed package adds (each `add_parser(subparsers)`)."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import urllib.error
 import urllib.request
@@ -30,7 +31,10 @@ def lines(exposition: str) -> list[str]:
 def add_parser(commands: argparse._SubParsersAction, default_cluster: str) -> None:  # type: ignore[type-arg]
     """`default_cluster`: the other commands' default (`$PHALANX_CLUSTER`, else phalanx), so `metrics` asks the same cluster."""
     parser = commands.add_parser("metrics", help="print the running operator's phalanx_ metrics")
-    parser.add_argument("--url", help=f"the operator's metrics URL (default: the local cluster's operator, else {DEFAULT_URL})")
+    parser.add_argument(
+        "--url",
+        help=f"the operator's metrics URL (default: the local cluster's operator where phalanx-dev is installed, else {DEFAULT_URL})",
+    )
     parser.add_argument(
         "--name", default=default_cluster, help="the local cluster whose operator to ask (default $PHALANX_CLUSTER or phalanx)"
     )
@@ -38,21 +42,23 @@ def add_parser(commands: argparse._SubParsersAction, default_cluster: str) -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    url, local = args.url, None
-    if url is None:
-        from phalanx.localcluster import ClusterSpec, LocalCluster, operatorproc
+    url, not_up = args.url, None
+    if url is None and importlib.util.find_spec("phalanx_dev") is not None:
+        # where the development package is installed (./task), the local cluster's operator is asked first
+        from phalanx_dev.cli.cluster import not_up_message
+        from phalanx_dev.localcluster import ClusterSpec, LocalCluster, operatorproc
 
         local = LocalCluster(ClusterSpec(name=args.name))
         recorded = operatorproc.port_file(local.cluster_dir)
-        url = f"http://127.0.0.1:{recorded.read_text().strip()}/metrics" if recorded.exists() else DEFAULT_URL
+        url = f"http://127.0.0.1:{recorded.read_text().strip()}/metrics" if recorded.exists() else None
+        not_up = None if local.exists() else not_up_message(args.name)
+    url = url or DEFAULT_URL
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
             body = response.read().decode()
     except (urllib.error.URLError, OSError) as exc:
-        if local is not None and not local.exists():  # no local cluster, and nothing on the default port either
-            from phalanx.cli.cluster import not_up_message
-
-            print(f"error: {not_up_message(args.name)}; no operator metrics at {url} either (--url to ask another)", file=sys.stderr)
+        if not_up is not None:  # no local cluster, and nothing on the default port either
+            print(f"error: {not_up}; no operator metrics at {url} either (--url to ask another)", file=sys.stderr)
             return 1
         print(f"error: no operator metrics at {url} ({exc}); is the operator running? (--url to point elsewhere)", file=sys.stderr)
         return 1
