@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from phalanx.api import keys, schema
+from phalanx.api import keys, schema, times
 from phalanx.kinds import KINDS
 from phalanx.planner import DeviceMatcher, Fits, plan
 from phalanx.planner.model import DeviceId, Group, Snapshot
@@ -144,13 +144,9 @@ def leader(leases: Iterable[Mapping[str, Any]], now: datetime.datetime) -> str |
         holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
         if not holder or not renewed:
             return None
-        age = (now - _parse(renewed)).total_seconds()
+        age = times.seconds_since(renewed, now)
         return str(holder) if age <= float(spec.get("leaseDurationSeconds") or 10) else None
     return None
-
-
-def _parse(timestamp: str) -> datetime.datetime:
-    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
 
 
 def _condition(pod_group: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import os
 import sys
@@ -19,6 +18,7 @@ import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.config.config_exception import ConfigException
 
+from phalanx.api import times
 from phalanx.api.keys import GROUP, VERSION
 from phalanx.kinds import KINDS
 from phalanx.kube.client import ApiError, Kube, NotFound
@@ -65,7 +65,7 @@ async def _explain(namespace: str | None, job: str, context: str | None) -> expl
     async with client.ApiClient(configuration) as api:
         objects = await read(Kube(api), namespace)
     pod_group = explanation.find_pod_group(objects, namespace, job, KINDS)
-    return explanation.explain(objects, pod_group, datetime.datetime.now(datetime.UTC), KINDS)
+    return explanation.explain(objects, pod_group, times.now(), KINDS)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -12,7 +12,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from phalanx.api import intent, keys
+from phalanx.api import intent, keys, times
 from phalanx.kube.client import Kube
 from phalanx.scheduling import conditions
 from phalanx.scheduling.phase import OwnerState
@@ -127,8 +127,7 @@ class Jobs(Controlling):
         if not failures:
             return f"{said}; the Job controller creates the other {owed}"
         delay = min(600, 10 * 2 ** (failures - 1))
-        then = datetime.datetime.fromisoformat(scheduled["lastTransitionTime"].replace("Z", "+00:00"))
-        left = int((then + datetime.timedelta(seconds=delay) - now).total_seconds())
+        left = int(delay - times.seconds_since(scheduled["lastTransitionTime"], now))
         due = f"due in about {left}s" if left > 0 else "due now"
         return (
             f"{said}; the Job controller's back-off holds the other {owed}: about {delay}s after the teardown "

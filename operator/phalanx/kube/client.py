@@ -15,7 +15,6 @@ which must know, raises).
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -25,6 +24,7 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from phalanx.api import times
 from phalanx.api.keys import GROUP, VERSION
 
 logger = logging.getLogger(__name__)
@@ -280,7 +280,7 @@ class Kube:
 
     def _event_body(self, obj: JSON, metadata: JSON, type_: str, reason: str, message: str) -> JSON:
         meta = obj["metadata"]
-        now = datetime.datetime.now(datetime.UTC).isoformat()
+        now = times.stamp()
         return {
             "metadata": metadata,
             "involvedObject": {

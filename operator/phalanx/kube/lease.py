@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import threading
 import time
@@ -36,6 +35,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from phalanx.api import times
 from phalanx.kube.client import UNANSWERED, ApiError, Conflict, Kube, NotFound
 
 logger = logging.getLogger(__name__)
@@ -53,10 +53,6 @@ Connect = Callable[[], Awaitable[Kube]]
 def path(namespace: str, name: str | None = None) -> str:
     base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
     return f"{base}/{name}" if name else base
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True)
@@ -218,7 +214,7 @@ class Elector:
             lease = await kube.get(path(self.namespace, self.name))
             if lease is None or lease["spec"].get("holderIdentity") != self.identity:
                 return
-            lease["spec"].update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _now()})
+            lease["spec"].update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": times.micro_stamp()})
             await kube.replace(path(self.namespace, self.name), lease)
         except (ApiError, *UNANSWERED) as exc:
             logger.warning("leader election: lease not released (%s); the standby takes over when it expires", exc)
@@ -257,7 +253,7 @@ class Elector:
 
     def _lease(self, current: dict[str, Any] | None) -> dict[str, Any]:
         spec = dict((current or {}).get("spec") or {})
-        now = _now()
+        now = times.micro_stamp()
         taking = spec.get("holderIdentity") != self.identity
         if taking:
             spec["acquireTime"] = now

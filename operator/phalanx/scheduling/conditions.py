@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from phalanx.api import times
 from phalanx.api.keys import INITIALLY_SCHEDULED
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def condition(type_: str, status: bool, reason: str, message: str, generation: int | None = None) -> dict[str, Any]:
@@ -19,7 +15,7 @@ def condition(type_: str, status: bool, reason: str, message: str, generation: i
         "status": "True" if status else "False",
         "reason": reason,
         "message": message,
-        "lastTransitionTime": now(),
+        "lastTransitionTime": times.stamp(),
     }
     if generation is not None:
         out["observedGeneration"] = generation

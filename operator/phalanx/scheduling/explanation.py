@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from phalanx.api import keys
+from phalanx.api import keys, times
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
@@ -239,8 +239,7 @@ def _amount(resource: str, value: int) -> str:
 def _age(timestamp: str | None, now: datetime.datetime) -> str:
     if not timestamp:
         return "?"
-    then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    seconds = max(0, int((now - then).total_seconds()))
+    seconds = max(0, int(times.seconds_since(timestamp, now)))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= 2 * size:
             return f"{seconds // size}{unit}"

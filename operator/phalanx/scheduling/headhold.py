@@ -33,19 +33,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from phalanx.api import intent, keys, schema
+from phalanx.api import intent, keys, schema, times
 from phalanx.kube.client import Kube, NotFound, custom_path
 from phalanx.planner import DeviceMatcher
 from phalanx.planner.model import DeviceId, Snapshot
 from phalanx.planner.queue import hold_for
-from phalanx.scheduling import accessors, conditions, metrics, shortfall
+from phalanx.scheduling import accessors, metrics, shortfall
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.queue import Ahead, order
 
@@ -141,14 +140,8 @@ def _waiting(pod_group: Mapping[str, Any], memo: str) -> bool:
 def _past(pod_group: Mapping[str, Any], default_after: float) -> bool:
     """It has waited past its hold-after (0: never held for)."""
     after = hold_after(pod_group, default_after)
-    return after > 0 and _seconds_since(waiting_since(pod_group)) >= after
-
-
-def _seconds_since(timestamp: str) -> float:
-    if not timestamp:
-        return 0.0
-    then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
+    since = waiting_since(pod_group)
+    return after > 0 and bool(since) and times.seconds_since(since) >= after
 
 
 class HeadHold:
@@ -296,7 +289,7 @@ class HeadHold:
                 continue  # can never fit, even on an empty cluster: holding would not help, and it holds no line
             if not _past(pod_group, self.default_after):
                 return None
-            held_at = mine.held_at if mine is not None and mine.devices else conditions.now()
+            held_at = mine.held_at if mine is not None and mine.devices else times.stamp()
             return Held(meta["uid"], meta["namespace"], meta["name"], found, held_at, since, ahead.priority)
         return kept_for[0] if kept_for is not None else None
 

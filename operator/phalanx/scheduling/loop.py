@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import functools
 import logging
 import math
@@ -40,7 +39,7 @@ import time
 from collections.abc import Callable, Collection, Coroutine, Hashable, Mapping, Sequence
 from typing import Any
 
-from phalanx.api import intent, keys, schema
+from phalanx.api import intent, keys, schema, times
 from phalanx.crashpoints import crash_point
 from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
@@ -108,8 +107,7 @@ def _since(timestamp: str | None) -> float:
     Scheduled is the stuck group the deadline exists for: it counts as long past."""
     if not timestamp:
         return math.inf
-    then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
+    return times.seconds_since(timestamp)
 
 
 def _placed(pod: Mapping[str, Any]) -> bool:
@@ -677,7 +675,7 @@ class SchedulingLoop:
             [p for p in pods if p["metadata"]["uid"] in placed],
             min_count,
             done=done,
-            now=datetime.datetime.now(datetime.UTC),
+            now=times.now(),
             backoffs=self.ready_backoff,
         )
         if verdict is None:
@@ -697,7 +695,7 @@ class SchedulingLoop:
 
     async def _ready_backoff(self, pod_group: dict[str, Any]) -> bool:
         """True while a gang torn down at its ready deadline waits out its back-off (the condition says until when)."""
-        waiting = podsready.backing_off(self._ready_record(pod_group), datetime.datetime.now(datetime.UTC))
+        waiting = podsready.backing_off(self._ready_record(pod_group), times.now())
         if waiting is None:
             return False
         left, why = waiting

@@ -22,12 +22,12 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from phalanx.api import schema
+from phalanx.api import schema, times
 from phalanx.crashpoints import crash_point
 from phalanx.kube.client import Kube, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Preemption
-from phalanx.scheduling import conditions, disruption, metrics, teardown
+from phalanx.scheduling import disruption, metrics, teardown
 from phalanx.scheduling.accessors import consuming_ids, may_run, nominated_devices
 from phalanx.scheduling.holes import Holes
 
@@ -61,7 +61,7 @@ class Preemptor:
             victims=[schema.PodRef(namespace=p.namespace, name=p.name, uid=p.uid) for p in preemption.pods],
             devices=sorted({"/".join(d) for p in preemption.pods for d in p.devices}),
             nodes=sorted(preemption.fits.nodes),
-            nominated_at=conditions.now(),
+            nominated_at=times.stamp(),
         )
         await self.record(pod_group, nomination)
         crash_point("nomination.after-record")

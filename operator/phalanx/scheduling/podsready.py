@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api import schema
+from phalanx.api import schema, times
 from phalanx.scheduling import conditions
 
 
@@ -105,8 +105,8 @@ def judge(
         return None
     missing = first_not_ready(members)
     if missing is None and len(members) + done >= min_count:
-        return Deadline(record=record.model_copy(update={"attempts": 0, "ready_at": _stamp(now)}))
-    left = deadline - (now - _parse(released_at)).total_seconds() if released_at else -1.0
+        return Deadline(record=record.model_copy(update={"attempts": 0, "ready_at": times.stamp(now)}))
+    left = deadline - (now - times.parse(released_at)).total_seconds() if released_at else -1.0
     if left > 0:
         return Deadline(wake_in=left)
     member, why = missing if missing is not None else ("-", f"only {len(members) + done} of minCount {min_count} members exist or finished")
@@ -114,7 +114,9 @@ def judge(
     if counted:
         attempts = record.attempts + 1
         not_before = now + datetime.timedelta(seconds=backoff(attempts, *backoffs))
-        record = schema.Readiness(attempts=attempts, member=member, reason=why, timed_out_at=_stamp(now), not_before=_stamp(not_before))
+        record = schema.Readiness(
+            attempts=attempts, member=member, reason=why, timed_out_at=times.stamp(now), not_before=times.stamp(not_before)
+        )
     delay = backoff(record.attempts, *backoffs)
     text = (
         f"member {record.member} not Ready {deadline:.0f}s after release ({record.reason}); timeout {record.attempts} in a row, "
@@ -128,7 +130,7 @@ def backing_off(record: schema.Readiness, now: datetime.datetime) -> tuple[float
     be admitted again (or a release since got every member Ready)."""
     if record.not_before is None or (record.ready_at is not None and record.ready_at >= (record.timed_out_at or "")):
         return None
-    left = (_parse(record.not_before) - now).total_seconds()
+    left = (times.parse(record.not_before) - now).total_seconds()
     if left <= 0:
         return None
     why = (
@@ -136,12 +138,3 @@ def backing_off(record: schema.Readiness, now: datetime.datetime) -> tuple[float
         f"admitted again at {record.not_before}"
     )
     return left, why
-
-
-def _stamp(when: datetime.datetime) -> str:
-    """As `conditions.now` writes times (the record's are compared with the release's as strings)."""
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse(timestamp: str) -> datetime.datetime:
-    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))

@@ -35,21 +35,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import time
 from collections.abc import Callable, Container, Iterable, Mapping
 from decimal import Decimal
 from typing import Any, NoReturn
 
-from phalanx.api import keys, schema
+from phalanx.api import keys, schema, times
 from phalanx.crashpoints import crash_point
 from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, all_answered, claim_path, custom_path, pod_path, retried
 from phalanx.kube.informers import ClusterView, key_of
 from phalanx.planner import Fits, extended
 from phalanx.planner.allocator import Result
 from phalanx.planner.model import DeviceId, Toleration
-from phalanx.scheduling import accessors, conditions, deallocation, inflight, metrics
+from phalanx.scheduling import accessors, deallocation, inflight, metrics
 from phalanx.scheduling.accessors import allocated_ids, claim_name, claim_names, dedicated_ids, gated, shares
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.inputs import extended_resources
@@ -66,10 +65,6 @@ def _identity(reservation: schema.Reservation | None) -> tuple[Any, ...] | None:
     if reservation is None:
         return None
     return (reservation.state, tuple(p.uid for p in reservation.placements), tuple(c.uid for c in reservation.claims))
-
-
-def _stamp() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _consuming(claim: dict[str, Any]) -> tuple[DeviceId, ...]:
@@ -300,7 +295,7 @@ class Releaser:
             await self.rollback(pod_group, reservation, f"every gate lift was refused: {why}", record=record, fence=resumed)
             raise ReleaseAborted(f"the gate lift was refused ({why})")
         crash_point("reserve.after-gates")
-        released = reservation.model_copy(update={"state": "Released", "released_at": conditions.now()})
+        released = reservation.model_copy(update={"state": "Released", "released_at": times.stamp()})
         if record:
             await self.record(pod_group, released, expected=reservation)
             steps.done("record released")
@@ -327,7 +322,7 @@ class Releaser:
         await self.rollback(pod_group, reservation, why, record=record, fence=resumed)
 
     async def _keep_released(self, pod_group: Mapping[str, Any], reservation: schema.Reservation, why: str) -> NoReturn:
-        released = reservation.model_copy(update={"state": "Released", "released_at": reservation.released_at or conditions.now()})
+        released = reservation.model_copy(update={"state": "Released", "released_at": reservation.released_at or times.stamp()})
         await self.record(pod_group, released, expected=reservation)
         raise GatesRefused(why, released)
 
@@ -373,7 +368,12 @@ class Releaser:
                 try:
                     await self.kube.merge_patch(
                         pod_path(namespace, placement.name),
-                        {"metadata": {"resourceVersion": pod["metadata"]["resourceVersion"], "annotations": {keys.ROLLED_BACK: _stamp()}}},
+                        {
+                            "metadata": {
+                                "resourceVersion": pod["metadata"]["resourceVersion"],
+                                "annotations": {keys.ROLLED_BACK: times.micro_stamp()},
+                            }
+                        },
                     )
                     return None
                 except NotFound:
@@ -555,7 +555,7 @@ class Releaser:
                 {
                     "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
                     # the binding-conditions timeout of kube-scheduler counts from allocationTimestamp, which it sets
-                    "status": {"allocation": {**allocation(claim), "allocationTimestamp": conditions.now()}, "reservedFor": users},
+                    "status": {"allocation": {**allocation(claim), "allocationTimestamp": times.stamp()}, "reservedFor": users},
                 },
             )
             crash_point("reserve.mid-claims")

@@ -42,10 +42,10 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api import keys
+from phalanx.api import keys, times
 from phalanx.crashpoints import crash_point
 from phalanx.kube.client import ApiError, Conflict, Forbidden, Invalid, Kube, NotFound, Throttled, all_answered, pod_path
-from phalanx.scheduling import conditions, deallocation, metrics
+from phalanx.scheduling import deallocation, metrics
 from phalanx.scheduling.accessors import allocated_ids, claim_names, may_run
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def _condition(reason: str, message: str) -> dict[str, Any]:
         "status": "True",
         "reason": reason,
         "message": message[:1024],
-        "lastTransitionTime": conditions.now(),
+        "lastTransitionTime": times.stamp(),
     }
 
 
