@@ -21,15 +21,16 @@ from kubernetes_asyncio import client
 
 from phalanx import memorylimit
 from phalanx.api.intent import Mode
-from phalanx.jobs import controller, webhook_config, webhooks
+from phalanx.jobs import controller, webhooks
 from phalanx.jobsets import controller as jobset_controller
 from phalanx.jobsets import webhooks as jobset_webhooks
-from phalanx.kinds import KINDS
+from phalanx.kinds import HOOKS, KINDS
 from phalanx.kube import lease, preflight, servingcert
 from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
 from phalanx.kube.readiness import Readiness
 from phalanx.kube.webhookserver import WebhookServer
+from phalanx.owners import webhook_config
 from phalanx.podgroups import webhooks as pod_group_webhooks
 from phalanx.scheduling.loop import SchedulingLoop
 
@@ -114,9 +115,9 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
     async def publish(ca_bundle: bytes) -> None:
         """A new CA bundle reaches the webhook configurations before a certificate it signs is served."""
         if memo.webhooks is None:
-            await webhook_config.publish(memo.kube, cfg.endpoint(), ca_bundle, cfg.namespace)
+            await webhook_config.publish(memo.kube, cfg.endpoint(), ca_bundle, cfg.namespace, HOOKS)
         else:
-            await memo.webhooks.update(webhook_config.configurations(cfg.endpoint(), ca_bundle, cfg.namespace))
+            await memo.webhooks.update(webhook_config.configurations(cfg.endpoint(), ca_bundle, cfg.namespace, HOOKS))
 
     # the serving key written where the webhook server reads it, removed on exit (`_cleanup`)
     memo.tls_tmp = None if cfg.tls_dir else Path(tempfile.mkdtemp(prefix="phalanx-tls-"))

@@ -15,8 +15,10 @@ from kubernetes_asyncio import client, config
 
 from jobs import MIN4, as_json, gang_job
 from phalanx.api import keys
-from phalanx.jobs import controller, objects
+from phalanx.jobs import objects
 from phalanx.kube.client import Kube, custom_path
+from phalanx.owners import controller
+from phalanx.owners.objects import GangSource
 
 # kube-controller-manager's garbage collector learns new CRDs on a 30 s discovery cycle.
 GC_DISCOVERY_TIMEOUT = 75
@@ -180,7 +182,7 @@ async def test_an_event_of_a_job_already_deleted_makes_no_workload_or_podgroup(
     assert not _items(cluster, "podgroups.scheduling.phalanx.dev", namespace)
 
 
-def _source_of_no_job(namespace: str, name: str) -> objects.GangSource:
+def _source_of_no_job(namespace: str, name: str) -> GangSource:
     """The gang source of a Job that is not on the API server (as a late event's is, once its Job was deleted)."""
     job = gang_job(name, annotations=MIN4)
     job["metadata"] |= {"namespace": namespace, "uid": "00000000-0000-0000-0000-00000000dead"}

@@ -21,8 +21,9 @@ from conftest import Cluster, wait_for
 from kubernetes_asyncio import client, config
 
 from phalanx.api import keys, schema
-from phalanx.jobs import webhook_config
+from phalanx.kinds import HOOKS
 from phalanx.kube.client import Forbidden, Kube
+from phalanx.owners import webhook_config
 from phalanx.scheduling import holes
 from phalanx.scheduling.reserve import Releaser, allocation
 from phalanx_dev.localcluster import operatorproc
@@ -278,7 +279,7 @@ def test_in_cluster_the_operator_only_sets_the_ca_bundle(installed: Cluster) -> 
         before = {kind: installed.get(kind, webhook_config.CONFIGURATION_NAME)["webhooks"] for kind in kinds}
         ca = b"-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n"
         kubeconfig = installed.local.service_account_kubeconfig("phalanx-system", SHIPPED)
-        asyncio.run(_as(kubeconfig, lambda kube: webhook_config.publish(kube, webhook_config.IN_CLUSTER, ca, "phalanx-system")))
+        asyncio.run(_as(kubeconfig, lambda kube: webhook_config.publish(kube, webhook_config.IN_CLUSTER, ca, "phalanx-system", HOOKS)))
         for kind in kinds:
             hooks = installed.get(kind, webhook_config.CONFIGURATION_NAME)["webhooks"]
             assert len(hooks) == len(before[kind])

@@ -9,6 +9,7 @@ import pytest
 from phalanx.api import keys, naming
 from phalanx.api.intent import GangSpecError
 from phalanx.jobs import admission, objects, podclaims
+from phalanx.owners import objects as made
 
 FABRIC = {"name": "fabric", "resourceClaimTemplateName": "one-channel"}
 SHARED = {"name": "dataset", "resourceClaimName": "imagenet"}
@@ -27,15 +28,15 @@ def gang_job(claims: list[dict] | None) -> dict:
 def test_the_pod_group_and_the_workload_template_carry_the_group_claims_as_upstream() -> None:
     source = objects.from_job(gang_job([FABRIC, SHARED]))
     assert source is not None
-    assert objects.pod_group(source, "w-1").wire()["spec"]["resourceClaims"] == [FABRIC, SHARED]
-    (template,) = objects.workload(source).wire()["spec"]["podGroupTemplates"]
+    assert made.pod_group(source, "w-1").wire()["spec"]["resourceClaims"] == [FABRIC, SHARED]
+    (template,) = made.workload(source).wire()["spec"]["podGroupTemplates"]
     assert template["resourceClaims"] == [FABRIC, SHARED]
 
 
 def test_a_job_without_group_claims_has_none_in_its_pod_group() -> None:
     source = objects.from_job(gang_job(None))
     assert source is not None
-    assert "resourceClaims" not in objects.pod_group(source, "w-1").wire()["spec"]
+    assert "resourceClaims" not in made.pod_group(source, "w-1").wire()["spec"]
 
 
 def member(entries: list[dict], *, claims: list[dict] | None = None, owner: str | None = "Job") -> dict:

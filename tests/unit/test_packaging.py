@@ -53,3 +53,21 @@ def test_the_development_commands_come_from_the_development_package() -> None:
     assert cli.parser().parse_args(["cluster", "down"]).func.__module__ == "phalanx_dev.cli.cluster"
     product = PRODUCT / "cli"
     assert not (product / "cluster.py").exists() and not (product / "demo.py").exists()
+
+
+KINDS = ("jobs", "jobsets", "podgroups")
+
+
+def test_the_kinds_framework_imports_no_kind_and_the_loop_knows_none() -> None:
+    """Kueue's jobframework pattern: the kinds plug into `owners/`, never the other way round, and the loop reaches
+    an owner only through the seam. A JobSet's replicated Job is a Job template, so `jobsets.admission` may apply
+    the Job kind's template rules; no other kind imports another."""
+    found = []
+    for path in [*(PRODUCT / "owners").rglob("*.py"), *(PRODUCT / "scheduling").rglob("*.py"), *(PRODUCT / "planner").rglob("*.py")]:
+        found += [f"{path.relative_to(ROOT)} imports {n}" for n in _top_level_imports(path) if n.split(".")[1:2] and n.split(".")[1] in KINDS]
+    for kind in KINDS:
+        for path in (PRODUCT / kind).rglob("*.py"):
+            others = [n for n in _top_level_imports(path) if n.split(".")[1:2] and n.split(".")[1] in KINDS and n.split(".")[1] != kind]
+            allowed = {"phalanx.jobs"} if path.relative_to(PRODUCT).as_posix() == "jobsets/admission.py" else set()
+            found += [f"{path.relative_to(ROOT)} imports {n}" for n in others if n not in allowed]
+    assert not found, found

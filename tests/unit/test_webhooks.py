@@ -13,11 +13,15 @@ import pytest
 import yaml
 
 from phalanx.api import keys
-from phalanx.jobs import webhook_config
+from phalanx.jobs import webhook_rules as job_rules
+from phalanx.jobsets import webhook_rules as jobset_rules
+from phalanx.kinds import HOOKS, manifest
+from phalanx.owners import webhook_config
+from phalanx.podgroups import webhook_rules as pod_group_rules
 
 
 def test_local_endpoint_is_a_url_per_handler() -> None:
-    configs = webhook_config.configurations(webhook_config.Endpoint(url="https://127.0.0.1:9443"), b"CA", "phalanx-system")
+    configs = webhook_config.configurations(webhook_config.Endpoint(url="https://127.0.0.1:9443"), b"CA", "phalanx-system", HOOKS)
     (mutating, pods, jobsets, labelled) = configs["MutatingWebhookConfiguration"]["webhooks"]
     (validating, validating_jobsets, validating_groups) = configs["ValidatingWebhookConfiguration"]["webhooks"]
     assert validating_groups["clientConfig"]["url"] == "https://127.0.0.1:9443/podgroup-validate"
@@ -53,14 +57,14 @@ def test_local_endpoint_is_a_url_per_handler() -> None:
 
 def test_in_cluster_endpoint_is_a_service() -> None:
     endpoint = webhook_config.Endpoint(service_namespace="phalanx-system", service_name="phalanx-webhook")
-    configs = webhook_config.configurations(endpoint, b"CA", "phalanx-system")
+    configs = webhook_config.configurations(endpoint, b"CA", "phalanx-system", HOOKS)
     client = configs["ValidatingWebhookConfiguration"]["webhooks"][0]["clientConfig"]
     assert "url" not in client
     assert client["service"] == {"namespace": "phalanx-system", "name": "phalanx-webhook", "port": 443, "path": "/job-gang-validate"}
 
 
 def test_blast_radius_is_gang_jobs_outside_system_namespaces() -> None:
-    configs = webhook_config.configurations(webhook_config.Endpoint(url="https://x"), b"CA", "phalanx-system")
+    configs = webhook_config.configurations(webhook_config.Endpoint(url="https://x"), b"CA", "phalanx-system", HOOKS)
     (_, pods, _, labelled) = configs["MutatingWebhookConfiguration"]["webhooks"]
     assert (
         pods["rules"]
@@ -71,7 +75,7 @@ def test_blast_radius_is_gang_jobs_outside_system_namespaces() -> None:
     assert labelled["objectSelector"] == {"matchExpressions": [{"key": keys.POD_GROUP_LABEL, "operator": "Exists"}]}
     assert "matchConditions" not in labelled and labelled["failurePolicy"] == "Fail"
     assert labelled.get("reinvocationPolicy", "Never") == "Never", "a gated Job pod seen again would look like two gangs"
-    assert pods["matchConditions"] == [{"name": "group-claims", "expression": webhook_config.POD_MATCH_CONDITION}]
+    assert pods["matchConditions"] == [{"name": "group-claims", "expression": job_rules.POD_MATCH_CONDITION}]
     assert (
         pods["failurePolicy"] == "Fail"
         and pods["namespaceSelector"] == configs["ValidatingWebhookConfiguration"]["webhooks"][0]["namespaceSelector"]
@@ -91,7 +95,7 @@ def test_blast_radius_is_gang_jobs_outside_system_namespaces() -> None:
         (expr,) = hook["namespaceSelector"]["matchExpressions"]
         assert (expr["operator"], expr["values"]) == ("NotIn", ["kube-system", "phalanx-system"])
         (condition,) = hook["matchConditions"]
-        assert condition["expression"] == webhook_config.MATCH_CONDITION
+        assert condition["expression"] == job_rules.MATCH_CONDITION
 
 
 GANG_JOB = {
@@ -207,7 +211,7 @@ def _changed(job: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> d
 )
 def test_match_condition_sends_only_gang_changes(operation: str, new: dict, old: dict | None, sent: bool) -> None:
     """Evaluated as the API server would: whatever is not sent never waits for Phalanx, even when it is down."""
-    verdict = cel.compile(webhook_config.MATCH_CONDITION).execute({"request": {"operation": operation}, "object": new, "oldObject": old})
+    verdict = cel.compile(job_rules.MATCH_CONDITION).execute({"request": {"operation": operation}, "object": new, "oldObject": old})
     assert verdict is sent
 
 
@@ -232,9 +236,7 @@ GATE = [{"name": "scheduling.phalanx.dev/gang"}]
     ],
 )
 def test_only_gang_jobset_changes_reach_the_jobset_webhooks(operation: str, new: dict, old: dict | None, sent: bool) -> None:
-    verdict = cel.compile(webhook_config.JOBSET_MATCH_CONDITION).execute(
-        {"request": {"operation": operation}, "object": new, "oldObject": old}
-    )
+    verdict = cel.compile(jobset_rules.MATCH_CONDITION).execute({"request": {"operation": operation}, "object": new, "oldObject": old})
     assert verdict is sent
 
 
@@ -260,9 +262,7 @@ DEADLINE = {"scheduling.phalanx.dev/ready-deadline": "5m"}
 def test_only_users_podgroups_changing_our_annotations_reach_the_podgroup_webhook(
     operation: str, new: dict, old: dict | None, sent: bool
 ) -> None:
-    verdict = cel.compile(webhook_config.POD_GROUP_MATCH_CONDITION).execute(
-        {"request": {"operation": operation}, "object": new, "oldObject": old}
-    )
+    verdict = cel.compile(pod_group_rules.MATCH_CONDITION).execute({"request": {"operation": operation}, "object": new, "oldObject": old})
     assert verdict is sent
 
 
@@ -279,7 +279,7 @@ CLAIMS = {"scheduling.phalanx.dev/resource-claims": "[]"}
     ],
 )
 def test_only_gated_members_with_group_claims_reach_the_pod_webhook(pod: dict, sent: bool) -> None:
-    assert cel.compile(webhook_config.POD_MATCH_CONDITION).execute({"object": pod}) is sent
+    assert cel.compile(job_rules.POD_MATCH_CONDITION).execute({"object": pod}) is sent
 
 
 ROOT = Path(__file__).parents[2]
@@ -287,7 +287,7 @@ ROOT = Path(__file__).parents[2]
 
 def test_the_shipped_configurations_are_the_generated_ones() -> None:
     """manifests/webhooks.yaml is what the code would write: `./task webhooks` regenerates it."""
-    assert (ROOT / "manifests" / "webhooks.yaml").read_text() == webhook_config.manifest()
+    assert (ROOT / "manifests" / "webhooks.yaml").read_text() == manifest()
     shipped = list(yaml.safe_load_all((ROOT / "manifests" / "webhooks.yaml").read_text()))
     assert all("caBundle" not in hook["clientConfig"] for doc in shipped for hook in doc["webhooks"]), "the operator sets it"
     kustomization = yaml.safe_load((ROOT / "manifests" / "kustomization.yaml").read_text())
@@ -295,7 +295,7 @@ def test_the_shipped_configurations_are_the_generated_ones() -> None:
 
 
 def test_in_cluster_the_operator_patches_only_the_ca_bundle() -> None:
-    (mutating, _) = webhook_config.configurations(webhook_config.IN_CLUSTER, b"CA", "phalanx-system").values()
+    (mutating, _) = webhook_config.configurations(webhook_config.IN_CLUSTER, b"CA", "phalanx-system", HOOKS).values()
     patch = webhook_config.ca_bundle_patch(mutating, b"CA")
     assert patch == [
         {"op": "test", "path": "/webhooks/0/name", "value": "jobs-mutate.scheduling.phalanx.dev"},

@@ -55,6 +55,8 @@ EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 
 JOB_NAME_LABEL = f"{GROUP}/job-name"
 """On Workloads and PodGroups: the Job they were made for."""
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+"""The rank of an Indexed Job's pod (a JobSet's Jobs are Indexed too), as the Job controller annotates it."""
 
 POLICY_LABEL = f"{GROUP}/policy"
 """On Workloads and PodGroups: `Gang` or `Basic`, for the POLICY printer column."""

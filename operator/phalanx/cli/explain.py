@@ -22,7 +22,8 @@ from phalanx.api import times
 from phalanx.api.keys import GROUP, VERSION
 from phalanx.kinds import KINDS
 from phalanx.kube.client import ApiError, Kube, NotFound
-from phalanx.scheduling import explanation, owner
+from phalanx.owners import seam
+from phalanx.scheduling import explanation
 
 PATHS = {
     "nodes": "/api/v1/nodes",
@@ -53,7 +54,7 @@ async def read(kube: Kube, namespace: str) -> explanation.Objects:
     kinds = list(PATHS)
     bodies = await asyncio.gather(*(_list(kube, k) for k in kinds))
     events = await kube.request("GET", f"/api/v1/namespaces/{namespace}/events")
-    owners = await owner.list_owners(kube, KINDS, namespace)
+    owners = await seam.list_owners(kube, KINDS, namespace)
     lists = {k: tuple(b.get("items") or ()) for k, b in zip(kinds, bodies, strict=True)}
     return explanation.Objects(**lists, events=tuple(events.get("items") or ()), owners=tuple(owners))
 

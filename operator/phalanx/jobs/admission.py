@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from phalanx.api import keys
@@ -27,23 +27,14 @@ from phalanx.api.intent import (
     contradictions,
     from_annotations,
     from_job_scheduling,
-    hold_after,
-    ready_deadline,
-    unknown_keys,
     validate,
     validate_group_claims,
     validate_scale,
     validate_update,
 )
 from phalanx.api.naming import template_name
-
-
-@dataclass(frozen=True)
-class Mutation:
-    """A merge patch for the Job and the warnings kubectl prints."""
-
-    patch: dict[str, Any] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
+from phalanx.owners import admission
+from phalanx.owners.admission import Mutation
 
 
 def mutate_job(job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_mode: Mode, field_dropped: bool | None) -> Mutation:
@@ -54,7 +45,7 @@ def mutate_job(job: dict[str, Any], old: dict[str, Any] | None, *, gang_default_
     the field as written. `field_dropped` says whether this API server drops
     `spec.scheduling` (None: cannot tell), only to word the warning.
     """
-    with _together(unknown_key_errors(job, old)):
+    with _together(admission.unknown_key_errors(job, old)):
         return _mutate(job, old, gang_default_mode, field_dropped)
 
 
@@ -90,7 +81,7 @@ def _mutate(job: dict[str, Any], old: dict[str, Any] | None, gang_default_mode: 
 
 def validate_job(job: dict[str, Any], old: dict[str, Any] | None) -> None:
     """Raise `GangSpecError` when the Job's gang intent breaks a rule (in the portable spelling: all that is left here)."""
-    with _together(unknown_key_errors(job, old)):
+    with _together(admission.unknown_key_errors(job, old)):
         _validate(job, old)
 
 
@@ -147,18 +138,6 @@ def _together(errors: list[FieldError]) -> Iterator[None]:
         raise GangSpecError(errors)
 
 
-def unknown_key_errors(job: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
-    """Keys under our prefix Phalanx does not read, and a ready deadline or hold-after it cannot read."""
-    annotations = (job.get("metadata") or {}).get("annotations")
-    errors = unknown_keys(annotations, ((old or {}).get("metadata") or {}).get("annotations"))
-    for duration in (ready_deadline, hold_after):
-        try:
-            duration(annotations)
-        except GangSpecError as exc:
-            errors += exc.errors
-    return errors
-
-
 def _scale(job: dict[str, Any] | None) -> tuple[int | None, int | None]:
     spec = (job or {}).get("spec") or {}
     return spec.get("parallelism"), spec.get("completions")
@@ -174,27 +153,8 @@ def _check(job: dict[str, Any], old: dict[str, Any] | None, previous: GangIntent
         validate_scale(intent.min_count, parallelism, completions)
     validate(intent, parallelism, completions, paths)
     validate_group_claims(intent, _pod_claims(job), parallelism, completions, paths)
-    if (two := two_groups(job, "Job")) is not None:
+    if (two := admission.two_groups(job, "Job")) is not None:
         raise GangSpecError([two])
-
-
-def two_groups(owner: dict[str, Any], kind: str, template_path: str = "spec.template") -> FieldError | None:
-    """A gang owner whose pod template also names a PodGroup by label would put each pod in two groups: its own
-    and the labelled one. A template with the label alone is fine: the owner is then no gang of its own."""
-    template = owner
-    for part in template_path.split("."):
-        template = (template.get(part) or {}) if isinstance(template, dict) else {}
-    name = ((template.get("metadata") or {}).get("labels") or {}).get(keys.POD_GROUP_LABEL)
-    if name is None:
-        return None
-    return FieldError(
-        f"{template_path}.metadata.labels[{keys.POD_GROUP_LABEL}]",
-        name,
-        f"the {kind} asks for a gang of its own ({keys.ANNOTATION_PREFIX}* annotations) and its pods name PodGroup "
-        f"{name} too: each pod would be in two groups",
-        f"drop the {kind}'s gang annotations to gang its pods in PodGroup {name} (with other owners' pods), "
-        f"or drop the label to gang the {kind} alone",
-    )
 
 
 def _pod_claims(job: dict[str, Any]) -> list[dict[str, Any]]:

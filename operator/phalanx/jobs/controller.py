@@ -1,53 +1,15 @@
-"""The Job controller: every gang Job gets its Workload and PodGroup, and keeps them in step.
-
-Level-triggered on every Job event and idempotent, so a restart, a missed
-event or a retry converges on the same objects. Kopf's persistence is not
-used: nothing of Kopf's is written onto users' Jobs or Pods.
-"""
+"""The Job controller: every gang Job gets its Workload and PodGroup (`owners.controller`), from its own events and,
+as a new leader, from a resync of every Job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import kopf
 
-from phalanx.api import keys
-from phalanx.api.intent import GangSpecError
 from phalanx.jobs import objects
-from phalanx.kube.client import ApiError, Kube, NotFound, custom_path
-from phalanx.scheduling import conditions
-
-NOT_GATED_MESSAGE = (
-    "the {kind}'s pod template lacks the scheduling gate {gate}: it was admitted without Phalanx's webhook "
-    "(webhook not installed, namespace excluded, or bypassed), so its pods are scheduled one by one and may "
-    "deadlock; delete and recreate the {kind} to get gang scheduling"
-)
-
-
-SourceOf = Callable[[dict[str, Any]], objects.GangSource | None]
-"""A gang owner's `GangSource` from its object (None: it asks for no gang); raises GangSpecError on bad annotations."""
-
-
-def is_gang(annotations: Any, **_: Any) -> bool:
-    """Kopf's filter: the owner carries a gang annotation (any kind of owner)."""
-    return any(k in (annotations or {}) for k in keys.INTENT_ANNOTATIONS)
-
-
-async def on_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, source_of: SourceOf) -> None:
-    """One gang owner's event, of whatever kind: bad annotations are told on the owner, good ones reconciled."""
-    if not memo.elector.leading:
-        return  # a standby: the leader reconciles, and resyncs every owner when this replica takes over
-    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
-        return  # ownerReferences hand the Workload and PodGroup to the garbage collector
-    owner = dict(body)
-    try:
-        source = source_of(owner)
-    except GangSpecError as exc:
-        await memo.kube.event(owner, type_="Warning", reason="InvalidGangSpec", message=str(exc))
-        return
-    if source is not None:
-        await reconcile(memo.kube, source, logger)
+from phalanx.kube.client import Kube
+from phalanx.owners.controller import is_gang, on_event, resync_all
 
 
 @kopf.on.event("batch", "v1", "jobs", when=is_gang)
@@ -55,122 +17,5 @@ async def job_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, *
     await on_event(type, body, memo, logger, objects.from_job)
 
 
-async def resync_all(kube: Kube, path: str, source_of: SourceOf, logger: Any) -> int:
-    """Reconcile every gang owner listed at `path` once, as a new leader: events that arrived while this replica
-    stood by were dropped."""
-    done = 0
-    async for page in kube.pages(path):
-        for owner in page.get("items") or []:
-            meta = owner["metadata"]
-            if not is_gang(meta.get("annotations")) or meta.get("deletionTimestamp"):
-                continue
-            try:
-                source = source_of(owner)
-                if source is not None:
-                    await reconcile(kube, source, logger)
-                    done += 1
-            except (GangSpecError, ApiError) as exc:
-                logger.warning(f"resync of {owner.get('kind', 'owner')} {meta['namespace']}/{meta['name']}: {exc}")
-    return done
-
-
 async def resync(kube: Kube, logger: Any) -> int:
     return await resync_all(kube, "/apis/batch/v1/jobs", objects.from_job, logger)
-
-
-async def reconcile(kube: Kube, source: objects.GangSource, logger: Any) -> None:
-    """Ensure the Workload, then the PodGroup (which names it as owner), then their minCount and status.
-
-    For any kind of gang owner: the Job's events call it, and so do the JobSet's (`jobsets.controller`).
-    """
-    job_ref = source.reference()
-    workload, created = await kube.get(custom_path("workloads", source.namespace, source.workload_name)), False
-    if workload is None:
-        if not await _owner_live(kube, source, logger):
-            return
-        workload, created = await kube.create_custom("workloads", source.namespace, objects.workload(source).wire())
-    if created:
-        await kube.event(job_ref, type_="Normal", reason="WorkloadCreated", message=f"Created Workload {source.workload_name}")
-    elif patch := objects.min_count_patch(source, workload, workload_kind=True):
-        await kube.merge_patch(custom_path("workloads", source.namespace, source.workload_name), patch)
-    pod_group, created = await kube.get(custom_path("podgroups", source.namespace, source.pod_group_name)), False
-    if pod_group is None:
-        if not await _owner_live(kube, source, logger):
-            return
-        pod_group, created = await kube.create_custom(
-            "podgroups", source.namespace, objects.pod_group(source, workload["metadata"]["uid"]).wire()
-        )
-    if created:
-        await kube.event(
-            job_ref,
-            type_="Normal",
-            reason="PodGroupCreated",
-            message=f"Created PodGroup {source.pod_group_name} ({_policy_text(source)})",
-        )
-    elif patch := objects.min_count_patch(source, pod_group, workload_kind=False):
-        pod_group = await kube.merge_patch(custom_path("podgroups", source.namespace, source.pod_group_name), patch)
-        await kube.event(
-            job_ref, type_="Normal", reason="MinCountUpdated", message=f"minCount of {source.pod_group_name} is now {source.min_count}"
-        )
-    await _report_gating(kube, job_ref, source, pod_group, logger)
-
-
-async def _owner_live(kube: Kube, source: objects.GangSource, logger: Any) -> bool:
-    """Before a Workload or PodGroup is made: the owner, read fresh, is the same object (uid) and not being deleted.
-
-    Kopf's events can be minutes old when the operator is busy (a 2,048-rank Job's status updates): one read before
-    its owner was deleted, answered after, made them again for the garbage collector to take again, over and over,
-    and the loop met a PodGroup of pods being deleted."""
-    group = "api/v1" if "/" not in source.api_version else f"apis/{source.api_version}"
-    owner = await kube.get(f"/{group}/namespaces/{source.namespace}/{source.kind.lower()}s/{source.name}")
-    if owner is not None and owner["metadata"].get("uid") == source.uid and not owner["metadata"].get("deletionTimestamp"):
-        return True
-    logger.info(f"{source.kind} {source.namespace}/{source.name} is gone or going: no Workload or PodGroup made for it")
-    return False
-
-
-async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.GangSource, pod_group: dict[str, Any], logger: Any) -> None:
-    """The PodsGated condition is this controller's; PodGroupInitiallyScheduled belongs to the release loop."""
-    wanted = gating_condition(source.gated, pod_group, source.kind)
-    existing = (pod_group.get("status") or {}).get("conditions") or []
-    merged = conditions.merged(existing, wanted)
-    if merged is None:
-        return
-    (current,) = [c for c in merged if c["type"] == keys.GATED]
-    try:
-        await kube.apply_status("PodGroup", source.namespace, source.pod_group_name, {"conditions": [current]}, keys.JOB_CONTROLLER)
-    except NotFound:
-        # the owner was deleted after the event this reconcile answers: the garbage collector took the PodGroup
-        # (and takes any this reconcile made again, whose owner is gone); nothing is left to report on
-        logger.info(f"PodGroup {source.namespace}/{source.pod_group_name} went before its PodsGated condition was written")
-        return
-    if not source.gated:
-        logger.warning(f"gang {source.kind} {source.namespace}/{source.name} was admitted without its scheduling gate")
-        await kube.event(
-            job_ref,
-            type_="Warning",
-            reason="GangNotEnforced",
-            message=NOT_GATED_MESSAGE.format(kind=source.kind, gate=keys.SCHEDULING_GATE),
-        )
-
-
-def gating_condition(gated: bool, pod_group: dict[str, Any], kind: str = "Job") -> dict[str, Any]:
-    """PodsGated: True while the group waits behind the gate, False once the loop released it whole (or when the
-    template was never gated). Level-triggered: a group torn down and admitted again is gated again."""
-    generation = pod_group["metadata"].get("generation")
-    if not gated:
-        return conditions.condition(
-            keys.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(kind=kind, gate=keys.SCHEDULING_GATE), generation
-        )
-    scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED) or {}
-    if scheduled.get("status") == "True" or scheduled.get("reason") == "Released":
-        message = f"the whole group was placed and {keys.SCHEDULING_GATE} lifted from its members; later members are released as they fit"
-        return conditions.condition(keys.GATED, False, "GatesLifted", message, generation)
-    message = f"pods are held by {keys.SCHEDULING_GATE} until the group can be placed"
-    return conditions.condition(keys.GATED, True, "Gated", message, generation)
-
-
-def _policy_text(source: objects.GangSource) -> str:
-    if source.intent.policy == "gang":
-        return f"gang, minCount {source.min_count}, disruptionMode {source.intent.disruption_mode or 'all'}"
-    return "basic"

@@ -22,8 +22,9 @@ import json
 from typing import Any
 
 from phalanx.api import keys, naming
-from phalanx.api.intent import GangSpecError, GroupClaim, group_claims
-from phalanx.jobs.admission import Mutation
+from phalanx.api.intent import GangSpecError, group_claims
+from phalanx.owners.admission import Mutation
+from phalanx.owners.podclaims import resolve
 
 
 def _job_owner(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -52,18 +53,3 @@ def mutate_pod(pod: dict[str, Any]) -> Mutation:
         raise GangSpecError(errors) if errors else ValueError(f"annotation {keys.RESOURCE_CLAIMS} is not JSON")
     resolved = resolve(pod, claims, pod_group_of(owner["name"], owner["uid"]))
     return Mutation(patch={"spec": {"resourceClaims": resolved}}) if resolved is not None else Mutation()
-
-
-def resolve(pod: dict[str, Any], claims: tuple[GroupClaim, ...], pod_group: str) -> list[dict[str, Any]] | None:
-    """The pod's claim entries with each of the group's pointed at the group's claim; None when none changes."""
-    entries = list(pod.get("spec", {}).get("resourceClaims") or [])
-    resolved = [_resolved(e, claims, pod_group) for e in entries]
-    return resolved if resolved != entries else None
-
-
-def _resolved(entry: dict[str, Any], claims: tuple[GroupClaim, ...], pod_group: str) -> dict[str, Any]:
-    for claim in claims:
-        template = claim.resource_claim_template_name
-        if template is not None and claim.name == entry.get("name") and entry.get("resourceClaimTemplateName") == template:
-            return {"name": claim.name, "resourceClaimName": naming.group_claim_name(pod_group, claim.name)}
-    return entry

@@ -8,7 +8,8 @@ import kopf
 
 from phalanx.api.intent import GangSpecError
 from phalanx.jobs import admission, podclaims
-from phalanx.jobs.webhook_config import MUTATE_ID, POD_MUTATE_ID, VALIDATE_ID
+from phalanx.jobs.webhook_rules import MUTATE_ID, POD_MUTATE_ID, VALIDATE_ID
+from phalanx.owners.webhooks import merge_into
 
 
 @kopf.on.mutate("batch", "v1", "jobs", id=MUTATE_ID, operations=["CREATE", "UPDATE"])
@@ -42,12 +43,3 @@ def mutate_pod(body: Any, patch: kopf.Patch, **_: Any) -> None:
     except (GangSpecError, ValueError) as exc:
         raise kopf.AdmissionError(str(exc), code=422) from None
     merge_into(patch, mutation.patch)
-
-
-def merge_into(target: Any, source: dict[str, Any]) -> None:
-    for key, value in source.items():
-        if isinstance(value, dict):
-            target.setdefault(key, {})
-            merge_into(target[key], value)
-        else:
-            target[key] = value

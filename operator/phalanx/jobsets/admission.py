@@ -17,7 +17,8 @@ from typing import Any
 from phalanx.api import keys
 from phalanx.api.intent import ANNOTATION_PATHS, FieldError, GangIntent, GangSpecError, Mode, from_annotations, validate, validate_update
 from phalanx.api.naming import template_name
-from phalanx.jobs import admission as job_admission
+from phalanx.jobs import admission as job_admission  # a replicated Job's template is a Job's: its rules
+from phalanx.owners import admission as owner_admission
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
@@ -138,7 +139,7 @@ def validate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None) -> None:
 
 def _refuse_unknown_keys(jobset: dict[str, Any], old: dict[str, Any] | None) -> None:
     """A typo alone (`mincount`) asks for no gang: the JobSet would run ungated without a word."""
-    errors = job_admission.unknown_key_errors(jobset, old)
+    errors = owner_admission.unknown_key_errors(jobset, old)
     if errors:
         raise GangSpecError(errors)
 
@@ -148,7 +149,7 @@ def _check(jobset: dict[str, Any], old: dict[str, Any] | None, previous: GangInt
         validate_update(previous, intent)
     if intent is None:
         return
-    errors = job_admission.unknown_key_errors(jobset, old)
+    errors = owner_admission.unknown_key_errors(jobset, old)
     if intent.resource_claims:
         errors.append(
             FieldError(
@@ -171,7 +172,7 @@ def _check(jobset: dict[str, Any], old: dict[str, Any] | None, previous: GangInt
                     "remove them: the JobSet's annotations make one gang of all its Jobs",
                 )
             )
-        if (two := job_admission.two_groups(rjob, "JobSet", "template.spec.template")) is not None:
+        if (two := owner_admission.two_groups(rjob, "JobSet", "template.spec.template")) is not None:
             errors.append(replace(two, path=f"spec.replicatedJobs[{i}].{two.path}"))
     order = ((jobset.get("spec") or {}).get("startupPolicy") or {}).get("startupPolicyOrder")
     if order == "InOrder" and intent.policy == "gang":

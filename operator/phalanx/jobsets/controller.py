@@ -2,7 +2,7 @@
 
 Watched only where JobSet's CRD is installed (Kopf starts the watch when the
 CRD appears); level-triggered and idempotent like the Job controller, whose
-event handling, resync and `reconcile` it shares.
+event handling, resync and `reconcile` it shares (`owners.controller`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import kopf
 
-from phalanx.jobs.controller import is_gang, on_event, resync_all
 from phalanx.jobsets import objects
 from phalanx.kube.client import Kube, NotFound
+from phalanx.owners.controller import is_gang, on_event, resync_all
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from phalanx.api import keys
 from phalanx.api.intent import from_annotations
-from phalanx.jobs.objects import GangSource
 from phalanx.jobsets import admission
+from phalanx.owners.objects import GangSource
 
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 """Set by JobSet's controller on every Job it makes and on their pods: the members of a JobSet's group."""

@@ -1,4 +1,4 @@
-"""JobSets behind the owner seam (`scheduling.owner.OwnerKind`): one gang over the pods of all the JobSet's Jobs.
+"""JobSets behind the owner seam (`owners.seam.OwnerKind`): one gang over the pods of all the JobSet's Jobs.
 
 A JobSet controls its Jobs and each Job its pods, so a pod names its JobSet
 only by the labels JobSet's controller puts on it. A pod is taken as a member
@@ -14,9 +14,10 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from phalanx.jobs.owner import COMPLETION_INDEX, Controlling
+from phalanx.api import keys
 from phalanx.jobsets import admission
 from phalanx.jobsets.objects import JOBSET_UID_LABEL
+from phalanx.owners.controlling import Controlling
 from phalanx.scheduling import conditions
 from phalanx.scheduling.phase import OwnerState
 
@@ -52,7 +53,7 @@ class JobSets(Controlling):
         """By the Job's global index in the JobSet, then by completion index within it."""
         meta = pod["metadata"]
         job = (meta.get("labels") or {}).get(GLOBAL_JOB_INDEX, "")
-        index = (meta.get("annotations") or {}).get(COMPLETION_INDEX, "")
+        index = (meta.get("annotations") or {}).get(keys.COMPLETION_INDEX, "")
         rank = (int(job) if job.isdigit() else 1 << 15) * (1 << 15) + (int(index) if index.isdigit() else (1 << 15) - 1)
         return (rank, meta.get("creationTimestamp", ""), meta["name"])
 

@@ -7,12 +7,12 @@ from typing import Any
 import kopf
 
 from phalanx.api.intent import GangSpecError
-from phalanx.jobs.webhook_config import JOBSET_MUTATE_ID, JOBSET_VALIDATE_ID
 from phalanx.jobsets import admission
 from phalanx.jobsets.controller import GROUP, PLURAL, VERSION
+from phalanx.jobsets.webhook_rules import MUTATE_ID, VALIDATE_ID
 
 
-@kopf.on.mutate(GROUP, VERSION, PLURAL, id=JOBSET_MUTATE_ID, operations=["CREATE", "UPDATE"])
+@kopf.on.mutate(GROUP, VERSION, PLURAL, id=MUTATE_ID, operations=["CREATE", "UPDATE"])
 def mutate_jobset(body: Any, old: Any, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
     try:
         mutation = admission.mutate_jobset(
@@ -29,7 +29,7 @@ def mutate_jobset(body: Any, old: Any, patch: kopf.Patch, warnings: list[str], m
     warnings.extend(mutation.warnings)
 
 
-@kopf.on.validate(GROUP, VERSION, PLURAL, id=JOBSET_VALIDATE_ID, operations=["CREATE", "UPDATE"])
+@kopf.on.validate(GROUP, VERSION, PLURAL, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
 def validate_jobset(body: Any, old: Any, **_: Any) -> None:
     try:
         admission.validate_jobset(dict(body), dict(old) if old is not None else None)

@@ -19,8 +19,8 @@ from typing import Any
 
 from phalanx.api import intent, keys, naming
 from phalanx.api.intent import FieldError, GangSpecError, GroupClaim, group_claims
-from phalanx.jobs import podclaims
-from phalanx.jobs.admission import Mutation
+from phalanx.owners import podclaims
+from phalanx.owners.admission import Mutation
 from phalanx.scheduling import conditions
 
 JSON = dict[str, Any]

@@ -1,4 +1,4 @@
-"""A user's PodGroup behind the owner seam (`scheduling.owner.OwnerKind`): the group is its own owner.
+"""A user's PodGroup behind the owner seam (`owners.seam.OwnerKind`): the group is its own owner.
 
 Pods of any controller (or none) join a PodGroup by the label
 `scheduling.phalanx.dev/pod-group: <name>`. A pod carries only the group's
@@ -10,7 +10,7 @@ label says. The pod webhook (`podgroups.webhooks`) admits the label only
 when the group exists; as with a Job's pods, anyone who may create pods in
 the namespace may join a group there, and waits behind its quorum.
 
-A PodGroup Phalanx made for an owner carries the job-name label (`jobs.objects`)
+A PodGroup Phalanx made for an owner carries the job-name label (`owners.objects`)
 and answers to that owner's kind; every other PodGroup is its own.
 """
 

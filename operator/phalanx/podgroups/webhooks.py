@@ -1,7 +1,7 @@
 """The webhooks for labelled pods and for users' PodGroups, served by Kopf, decided by `podgroups.admission`.
 
 Its configuration's objectSelector sends it only pods that carry the
-pod-group label (`jobs.webhook_config`), so no other pod waits for Phalanx;
+pod-group label (`podgroups.webhook_rules`), so no other pod waits for Phalanx;
 for those it fails closed: a labelled pod admitted ungated would run alone.
 The group is read from the API server, not the informers' cache: a PodGroup
 created a moment before its pods may not have reached the cache yet.
@@ -15,13 +15,13 @@ import kopf
 
 from phalanx.api.intent import GangSpecError
 from phalanx.api.keys import GROUP, VERSION
-from phalanx.jobs.webhook_config import POD_GROUP_MUTATE_ID, POD_GROUP_VALIDATE_ID
-from phalanx.jobs.webhooks import merge_into
 from phalanx.kube.client import custom_path
+from phalanx.owners.webhooks import merge_into
 from phalanx.podgroups import admission
+from phalanx.podgroups.webhook_rules import MUTATE_ID, VALIDATE_ID
 
 
-@kopf.on.mutate("", "v1", "pods", id=POD_GROUP_MUTATE_ID, operations=["CREATE"])
+@kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"])
 async def gate_member(body: Any, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
     pod = dict(body)
     try:
@@ -34,7 +34,7 @@ async def gate_member(body: Any, patch: kopf.Patch, warnings: list[str], memo: k
     warnings.extend(mutation.warnings)
 
 
-@kopf.on.validate(GROUP, VERSION, "podgroups", id=POD_GROUP_VALIDATE_ID, operations=["CREATE", "UPDATE"])
+@kopf.on.validate(GROUP, VERSION, "podgroups", id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
 def validate_group(body: Any, old: Any, **_: Any) -> None:
     """Only a user's PodGroup whose annotations under our prefix change gets here (the configuration's match
     condition)."""

@@ -18,7 +18,7 @@ from phalanx.planner import quantity
 from phalanx.planner.model import DeviceId
 
 if TYPE_CHECKING:
-    from phalanx.scheduling.owner import OwnerKind  # the seam reads phase, which reads this module
+    from phalanx.owners.seam import OwnerKind  # the seam reads phase, which reads this module
 
 
 def terminal(pod: Mapping[str, Any]) -> bool:
@@ -219,7 +219,7 @@ def pods_by_group(
 ) -> dict[str, list[dict[str, Any]]]:
     """PodGroup uid -> every pod of its owner, terminal and terminating ones included (losses are found among them).
 
-    A pod and a group are together when, as the workload kind finds them (`scheduling.owner`), the group's owner is
+    A pod and a group are together when, as the workload kind finds them (`owners.seam`), the group's owner is
     one of the pod's, in one namespace (a JobSet's pod has its Job and its JobSet)."""
     every: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:

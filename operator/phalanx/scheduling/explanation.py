@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from phalanx.api import keys, times
+from phalanx.owners.seam import OwnerKind
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
@@ -25,7 +26,6 @@ from phalanx.planner.model import Device, Group, Snapshot
 from phalanx.planner.placement import Shortage
 from phalanx.planner.taints import tolerates
 from phalanx.scheduling import accessors, conditions, disruption, headhold, holders, inputs, phase, queue, quorum, victims
-from phalanx.scheduling.owner import OwnerKind
 
 JSON = dict[str, Any]
 

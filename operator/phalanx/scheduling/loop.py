@@ -43,6 +43,7 @@ from phalanx.api import intent, keys, schema, times
 from phalanx.crashpoints import crash_point
 from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
+from phalanx.owners.seam import OwnerKind
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
 from phalanx.planner.model import Group, Member, Snapshot
 from phalanx.planner.preemption import no_candidates
@@ -74,7 +75,6 @@ from phalanx.scheduling.derived import Derived
 from phalanx.scheduling.holes import HELD, NOMINATED, Holes
 from phalanx.scheduling.nomination import PREEMPTED, Preemptor
 from phalanx.scheduling.nomination import intruders as nomination_intruders
-from phalanx.scheduling.owner import OwnerKind
 from phalanx.scheduling.reserve import GatesRefused, NotLeading, ReleaseAborted, Releaser, Steps, planned_devices
 
 logger = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from phalanx.kube.informers import Informer
+from phalanx.owners.seam import OwnerKind
 from phalanx.scheduling import accessors, pointers, quiet, quorum, waits
-from phalanx.scheduling.owner import OwnerKind
 
 T = TypeVar("T")
 JSON = dict[str, Any]

@@ -54,7 +54,7 @@ def gated_members(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]
 
 class Pointers:
     def __init__(self, kube: Kube, owner: Callable[[Mapping[str, Any]], str | None]) -> None:
-        """`owner`: a group's owner's name, as its workload kind records it (`scheduling.owner`)."""
+        """`owner`: a group's owner's name, as its workload kind records it (`owners.seam`)."""
         self.kube = kube
         self.owner = owner
         self.done: set[str] = set()

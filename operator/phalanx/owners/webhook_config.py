@@ -1,4 +1,5 @@
-"""The webhook configurations that put Phalanx in the path of Job admission.
+"""The webhook configurations that put Phalanx in the path of admission, assembled from the hooks each kind asks for
+(`jobs.webhook_rules`, `jobsets.webhook_rules`, `podgroups.webhook_rules`; `kinds.HOOKS` lists them all).
 
 Kopf serves the webhooks, but its managed configurations only know `url`
 client configs and cannot scope by namespace or by content. Phalanx builds its
@@ -32,25 +33,41 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from phalanx.api.keys import ANNOTATION_PREFIX, GROUP, JOB_NAME_LABEL, POD_GROUP_LABEL, RESOURCE_CLAIMS, SCHEDULING_GATE, VERSION
+from phalanx.api.keys import ANNOTATION_PREFIX, GROUP, POD_GROUP_LABEL
 from phalanx.kube.client import Invalid, Kube, NotFound
 
-MUTATE_ID = "job-gang-mutate"
-VALIDATE_ID = "job-gang-validate"
-POD_MUTATE_ID = "pod-group-claims"
-POD_GROUP_MUTATE_ID = "pod-group-member"
-JOBSET_MUTATE_ID = "jobset-gang-mutate"
-JOBSET_VALIDATE_ID = "jobset-gang-validate"
-POD_GROUP_VALIDATE_ID = "podgroup-validate"
 CONFIGURATION_NAME = f"jobs.{GROUP}"
 
 
-def _gang_annotations(obj: str) -> str:
+@dataclass(frozen=True)
+class Hook:
+    """One admission webhook a kind asks for: what it is sent, and which Kopf handler (by id) answers it."""
+
+    name: str
+    """Its entry in the configuration, before `.scheduling.phalanx.dev`."""
+    handler_id: str
+    """The id of the Kopf handler that serves it: the path it is reached at."""
+    rule: Mapping[str, Any]
+    mutating: bool
+    condition: tuple[str, str] | None = None
+    """A CEL matchCondition (name, expression): only what it admits is sent."""
+    labelled: bool = False
+    """Only objects labelled into a PodGroup (an objectSelector on the label alone)."""
+    reinvoked: bool = False
+    """Called again when a later webhook changed the object (reinvocationPolicy IfNeeded)."""
+
+
+def rule(group: str, version: str, resource: str, *operations: str) -> dict[str, Any]:
+    return {"apiGroups": [group], "apiVersions": [version], "resources": [resource], "operations": list(operations)}
+
+
+def gang_annotations(obj: str) -> str:
     """CEL: the object's `scheduling.phalanx.dev/*` annotations as a list of key=value strings."""
     return (
         f"(has({obj}.metadata.annotations) ? {obj}.metadata.annotations.filter(k, k.startsWith('{ANNOTATION_PREFIX}'))"
@@ -58,70 +75,9 @@ def _gang_annotations(obj: str) -> str:
     )
 
 
-def _parallelism(obj: str) -> str:
-    return f"(has({obj}.spec.parallelism) ? {obj}.spec.parallelism : 1)"
-
-
-def _completions(obj: str) -> str:
-    return f"(has({obj}.spec.completions) ? {obj}.spec.completions : -1)"
-
-
-def _gated(obj: str) -> str:
-    return (
-        f"(has({obj}.spec.template.spec.schedulingGates) && "
-        f"{obj}.spec.template.spec.schedulingGates.exists(g, g.name == '{SCHEDULING_GATE}'))"
-    )
-
-
-_NEW, _OLD = _gang_annotations("object"), _gang_annotations("oldObject")
-MATCH_CONDITION = (
-    "request.operation == 'CREATE' ? "
-    f"(size({_NEW}) > 0 || has(object.spec.scheduling)) : "
-    "(!has(object.metadata.deletionTimestamp) && ("
-    f"!({_NEW}.all(a, a in {_OLD}) && {_OLD}.all(a, a in {_NEW})) || "
-    f"(size({_OLD}) > 0 && ({_parallelism('object')} != {_parallelism('oldObject')} || "
-    f"{_completions('object')} != {_completions('oldObject')} || {_gated('object')} != {_gated('oldObject')})) || "
-    "has(object.spec.scheduling) != has(oldObject.spec.scheduling) || "
-    "(has(object.spec.scheduling) && object.spec.scheduling != oldObject.spec.scheduling)))"
-)
-"""Only gang Jobs being created, and updates that touch gang settings, the size of a gang
-Job or its template's gate, reach the webhooks. Anything else, including the garbage
-collector removing finalizers from a Job being deleted, never waits for Phalanx."""
-
-POD_MATCH_CONDITION = (
-    f"has(object.metadata.annotations) && '{RESOURCE_CLAIMS}' in object.metadata.annotations && "
-    f"has(object.spec.schedulingGates) && object.spec.schedulingGates.exists(g, g.name == '{SCHEDULING_GATE}')"
-)
-"""Only a gated pod made from a gang Job's template that shares group claims reaches the pod webhook."""
-
-
-def _jobset_gated(obj: str) -> str:
-    return (
-        f"(has({obj}.spec.replicatedJobs) && {obj}.spec.replicatedJobs.all(r, has(r.template.spec.template.spec.schedulingGates) && "
-        f"r.template.spec.template.spec.schedulingGates.exists(g, g.name == '{SCHEDULING_GATE}')))"
-    )
-
-
-JOBSET_MATCH_CONDITION = (
-    f"request.operation == 'CREATE' ? size({_NEW}) > 0 : "
-    "(!has(object.metadata.deletionTimestamp) && ("
-    f"!({_NEW}.all(a, a in {_OLD}) && {_OLD}.all(a, a in {_NEW})) || "
-    f"(size({_OLD}) > 0 && {_jobset_gated('object')} != {_jobset_gated('oldObject')})))"
-)
-"""Gang JobSets being created, and updates that touch their gang settings or their templates' gate."""
-
-
-POD_GROUP_MATCH_CONDITION = (
-    f"!(has(object.metadata.labels) && '{JOB_NAME_LABEL}' in object.metadata.labels) && "
-    f"(request.operation == 'CREATE' ? size({_NEW}) > 0 : !({_NEW}.all(a, a in {_OLD}) && {_OLD}.all(a, a in {_NEW})))"
-)
-"""A user's PodGroup created with `scheduling.phalanx.dev/*` annotations, or updated to change them; the groups
-Phalanx makes for Jobs and JobSets (their annotations copied from an owner already checked) never wait for it."""
-
-_JOBS = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"]}
-_JOBSETS = {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "resources": ["jobsets"], "operations": ["CREATE", "UPDATE"]}
-_POD_CREATE = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
-_POD_GROUPS = {"apiGroups": [GROUP], "apiVersions": [VERSION], "resources": ["podgroups"], "operations": ["CREATE", "UPDATE"]}
+NEW, OLD = gang_annotations("object"), gang_annotations("oldObject")
+ANNOTATIONS_CHANGED = f"!({NEW}.all(a, a in {OLD}) && {OLD}.all(a, a in {NEW}))"
+"""CEL: an update that adds, removes or changes a `scheduling.phalanx.dev/*` annotation."""
 
 
 @dataclass(frozen=True)
@@ -151,19 +107,19 @@ class Endpoint:
         return config
 
 
-def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace: str) -> dict[str, dict[str, Any]]:
-    """Kind -> configuration object, ready to create or patch (without a caBundle: the one `manifests/` ships)."""
+def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace: str, hooks: Sequence[Hook]) -> dict[str, dict[str, Any]]:
+    """Kind -> configuration object, ready to create or patch (without a caBundle: the one `manifests/` ships); the
+    webhooks in the order `hooks` gives them."""
 
-    def webhook(
-        name: str, handler_id: str, rule: dict[str, Any], condition: tuple[str, str] | None, labelled: bool = False
-    ) -> dict[str, Any]:
+    def webhook(hook: Hook) -> dict[str, Any]:
+        condition = hook.condition
         scope: dict[str, Any] = {"matchConditions": [{"name": condition[0], "expression": condition[1]}]} if condition else {}
-        if labelled:
+        if hook.labelled:
             scope["objectSelector"] = {"matchExpressions": [{"key": POD_GROUP_LABEL, "operator": "Exists"}]}
         return {
-            "name": f"{name}.{GROUP}",
-            "clientConfig": endpoint.client_config(handler_id, ca_pem),
-            "rules": [{**copy.deepcopy(rule), "scope": "Namespaced"}],
+            "name": f"{hook.name}.{GROUP}",
+            "clientConfig": endpoint.client_config(hook.handler_id, ca_pem),
+            "rules": [{**copy.deepcopy(dict(hook.rule)), "scope": "Namespaced"}],
             "namespaceSelector": {
                 "matchExpressions": [
                     {
@@ -181,33 +137,18 @@ def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace:
         }
 
     metadata = {"name": CONFIGURATION_NAME, "labels": {"app.kubernetes.io/name": "phalanx"}}
-    gang_jobs = ("gang-settings", MATCH_CONDITION)
-    gang_jobsets = ("gang-settings", JOBSET_MATCH_CONDITION)
-    mutating = webhook("jobs-mutate", MUTATE_ID, _JOBS, gang_jobs)
-    mutating["reinvocationPolicy"] = "IfNeeded"
-    jobsets = webhook("jobsets-mutate", JOBSET_MUTATE_ID, _JOBSETS, gang_jobsets)
-    jobsets["reinvocationPolicy"] = "IfNeeded"
     return {
         "MutatingWebhookConfiguration": {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": metadata,
-            "webhooks": [
-                mutating,
-                webhook("pods-group-claims", POD_MUTATE_ID, _POD_CREATE, ("group-claims", POD_MATCH_CONDITION)),
-                jobsets,
-                webhook("pods-group-member", POD_GROUP_MUTATE_ID, _POD_CREATE, None, labelled=True),
-            ],
+            "webhooks": [webhook(h) | ({"reinvocationPolicy": "IfNeeded"} if h.reinvoked else {}) for h in hooks if h.mutating],
         },
         "ValidatingWebhookConfiguration": {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
             "metadata": metadata,
-            "webhooks": [
-                webhook("jobs-validate", VALIDATE_ID, _JOBS, gang_jobs),
-                webhook("jobsets-validate", JOBSET_VALIDATE_ID, _JOBSETS, gang_jobsets),
-                webhook("podgroups-validate", POD_GROUP_VALIDATE_ID, _POD_GROUPS, ("phalanx-annotations", POD_GROUP_MATCH_CONDITION)),
-            ],
+            "webhooks": [webhook(h) for h in hooks if not h.mutating],
         },
     }
 
@@ -256,13 +197,13 @@ _MANIFEST_HEADER = """\
 # The webhook configurations for the in-cluster deployment: static, so the
 # operator needs no right to create or rewrite admission configuration; it
 # only sets each webhook's caBundle at start-up. Generated from
-# operator/phalanx/jobs/webhook_config.py (`./task webhooks`; a unit test fails on drift).
+# each kind's webhook_rules.py (`./task webhooks`; a unit test fails on drift).
 """
 
 
-def manifest() -> str:
+def manifest(hooks: Sequence[Hook]) -> str:
     """`manifests/webhooks.yaml`."""
-    docs = list(configurations(IN_CLUSTER, None, IN_CLUSTER.service_namespace or "").values())
+    docs = list(configurations(IN_CLUSTER, None, IN_CLUSTER.service_namespace or "", hooks).values())
     return _MANIFEST_HEADER + yaml.safe_dump_all(docs, sort_keys=False, width=1000)
 
 
@@ -275,7 +216,7 @@ def ca_bundle_patch(configuration: dict[str, Any], ca_pem: bytes) -> list[dict[s
     return patch
 
 
-async def publish(kube: Kube, endpoint: Endpoint, ca_pem: bytes, operator_namespace: str) -> None:
+async def publish(kube: Kube, endpoint: Endpoint, ca_pem: bytes, operator_namespace: str, hooks: Sequence[Hook]) -> None:
     """Put the webhooks in the path of Job admission.
 
     In a cluster the configurations are static (installed from `manifests/`);
@@ -283,7 +224,7 @@ async def publish(kube: Kube, endpoint: Endpoint, ca_pem: bytes, operator_namesp
     create or rewrite admission configuration. The local mode (URL webhooks on
     loopback, a port chosen per run) writes whole configurations of its own.
     """
-    for kind, body in configurations(endpoint, ca_pem, operator_namespace).items():
+    for kind, body in configurations(endpoint, ca_pem, operator_namespace, hooks).items():
         if endpoint.local:
             await kube.apply_webhook_configuration(kind, body)
         else:
@@ -296,7 +237,3 @@ async def publish(kube: Kube, endpoint: Endpoint, ca_pem: bytes, operator_namesp
                 raise RuntimeError(
                     f"{kind} {name} does not hold the webhooks this operator serves ({exc}): apply manifests/webhooks.yaml of this version"
                 ) from None
-
-
-if __name__ == "__main__":
-    print(manifest(), end="")
