@@ -97,6 +97,28 @@ DISRUPTION_TARGET = "DisruptionTarget"
 GATED = "PodsGated"
 """Ours: whether the Job's pods carry the gate (False: admitted without the webhook)."""
 
+# Their reasons, as the loop writes them and explain, the controllers and the owners read them.
+PENDING = "Pending"
+"""Waiting: for quorum, its turn, a back-off, or a reservation undone to be planned again."""
+UNSCHEDULABLE = "Unschedulable"
+PREEMPTING = "Preempting"
+RELEASED = "Released"
+"""Reserved and its gates lifted; Scheduled once minCount members are bound."""
+SCHEDULED = "Scheduled"
+TEARING_DOWN = "TearingDown"
+"""A teardown waits for an eviction a disruption budget refused."""
+TORN_DOWN = "GangTornDown"
+DISRUPTED = "GangDisrupted"
+"""Torn down, or (mode single) reported, for a lost member; also the DisruptionTarget reason."""
+TEARDOWNS = (DISRUPTED, TORN_DOWN)
+"""The reasons of a gang taken down whole, whose owner re-creates the members."""
+SUSPENDED = "JobSuspended"
+NOT_BOUND = "MemberNotBound"
+"""A member released onto its node that kube-scheduler did not bind by the bind deadline: unpinned, devices freed."""
+READY_TIMEOUT = "PodsReadyTimeout"
+"""Kueue's word for a workload evicted because its pods were not Ready in time."""
+DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
+
 # Field managers, one per writer of PodGroup status, so server-side apply keeps each one's conditions.
 JOB_CONTROLLER = "phalanx-job-controller"
 GROUP_CLAIMS_MANAGER = "phalanx-group-claims"

@@ -61,7 +61,7 @@ class Jobs(Controlling):
         scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED) or {}
         owed = wanted - live
         said = f"{live} of {wanted} pods exist ({status.get('active') or 0} active, {status.get('failed') or 0} failed as the Job counts)"
-        if scheduled.get("reason") not in ("GangDisrupted", "GangTornDown") or not scheduled.get("lastTransitionTime"):
+        if scheduled.get("reason") not in keys.TEARDOWNS or not scheduled.get("lastTransitionTime"):
             return f"{said}; the Job controller creates the other {owed}"
         lost = len((pod_group.get("status") or {}).get("lost") or [])
         failures = lost if status.get("succeeded") else max(lost, int(status.get("failed") or 0))

@@ -18,9 +18,9 @@ class Mutation:
     warnings: tuple[str, ...] = ()
 
 
-def unknown_key_errors(job: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
-    """Keys under our prefix Phalanx does not read, and a ready deadline or hold-after it cannot read."""
-    annotations = (job.get("metadata") or {}).get("annotations")
+def unknown_key_errors(owner: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    """The owner's keys under our prefix Phalanx does not read, and a ready deadline or hold-after it cannot read."""
+    annotations = (owner.get("metadata") or {}).get("annotations")
     errors = unknown_keys(annotations, ((old or {}).get("metadata") or {}).get("annotations"))
     for duration in (ready_deadline, hold_after):
         try:

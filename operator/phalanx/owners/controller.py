@@ -156,7 +156,7 @@ def gating_condition(gated: bool, pod_group: dict[str, Any], kind: str = "Job") 
             keys.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(kind=kind, gate=keys.SCHEDULING_GATE), generation
         )
     scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED) or {}
-    if scheduled.get("status") == "True" or scheduled.get("reason") == "Released":
+    if scheduled.get("status") == "True" or scheduled.get("reason") == keys.RELEASED:
         message = f"the whole group was placed and {keys.SCHEDULING_GATE} lifted from its members; later members are released as they fit"
         return conditions.condition(keys.GATED, False, "GatesLifted", message, generation)
     message = f"pods are held by {keys.SCHEDULING_GATE} until the group can be placed"

@@ -380,8 +380,8 @@ _STATES = {
     phase.Phase.AWAITING_BIND: "Releasing",
     phase.Phase.IDLE: "Waiting",
     phase.Phase.QUORUM: "Waiting",
-    phase.Phase.PLANNABLE: "Pending",
-    phase.Phase.PREEMPTING: "Preempting",
+    phase.Phase.PLANNABLE: keys.PENDING,
+    phase.Phase.PREEMPTING: keys.PREEMPTING,
 }
 """What explain calls each phase of the loop's (a scheduled group with a loss, or a DisruptionTarget, reads Disrupted)."""
 
@@ -431,7 +431,7 @@ def explain(
     else:
         waiting = [p for p in live if accessors.gated(p)]
         ready = [p for p in waiting if accessors.claims_ready(p, lambda ns, n: claims.get((ns, n)))]
-        torn = scheduled is not None and scheduled["reason"] in ("GangDisrupted", "GangTornDown")
+        torn = scheduled is not None and scheduled["reason"] in keys.TEARDOWNS
         if now_in in (phase.Phase.IDLE, phase.Phase.QUORUM):
             state = "Disrupted" if torn else "Waiting"
             finished = f", {done} finished" if done else ""
@@ -490,7 +490,7 @@ def explain(
 
     lost_rows = tuple(LossRow(loss.name, loss.cause) for loss in losses)
     in_line = _queue(objects, pod_group, pods_of, priorities)
-    if not lost_rows and (scheduled or {}).get("reason") == "GangDisrupted":  # torn down for a loss: the record outlives the pods
+    if not lost_rows and (scheduled or {}).get("reason") == keys.DISRUPTED:  # torn down for a loss: the record outlives the pods
         lost_rows = tuple(LossRow(m["name"], m["cause"]) for m in (pod_group.get("status") or {}).get("lost") or [])
     members = tuple(
         MemberRow(p["metadata"]["name"], _state(p), accessors.placed_on(p), _devices(p, claims))

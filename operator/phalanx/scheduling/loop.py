@@ -79,15 +79,7 @@ from phalanx.scheduling.reserve import GatesRefused, NotLeading, ReleaseAborted,
 
 logger = logging.getLogger(__name__)
 
-TORN_DOWN = "GangTornDown"
-DISRUPTED = "GangDisrupted"
 LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
-DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
-SUSPENDED = "JobSuspended"
-NOT_BOUND = "MemberNotBound"
-"""A member released onto its node that kube-scheduler did not bind by the bind deadline: unpinned, devices freed."""
-READY_TIMEOUT = "PodsReadyTimeout"
-"""Kueue's word for a workload evicted because its pods were not Ready in time."""
 PLACED = "placed"
 COUNTS_EVERY = 1.0
 """Seconds between two writes of a group's member counts: a gang of hundreds binding would otherwise write its
@@ -590,7 +582,7 @@ class SchedulingLoop:
         if now is phase.Phase.SUSPENDED:
             what = (self.owner.ref(pod_group) or {}).get("kind", "owner")
             why = f"the {what} was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
-            return await self._tear_down(pod_group, pods, reservation, why, reason=SUSPENDED)
+            return await self._tear_down(pod_group, pods, reservation, why, reason=keys.SUSPENDED)
         if now is phase.Phase.FINISHED:
             return True  # its successPolicy or failure ended the rest: the owner's own doing, nothing to take down
         if lost and owner_state is not phase.OwnerState.GONE:
@@ -623,7 +615,7 @@ class SchedulingLoop:
         if pod_group["spec"].get("resourceClaims"):
             missing = await groupclaims.ensure(self.kube, pod_group, self.view.claims.get)
             if missing is not None:
-                await self._set(pod_group, False, "Pending", missing)
+                await self._set(pod_group, False, keys.PENDING, missing)
                 return True
         held = await self._ready_backoff(pod_group)
         if held:
@@ -634,7 +626,7 @@ class SchedulingLoop:
             # running count in the message: status.members counts, and one status write per arriving member is enough
             finished = f" ({done} finished count toward it)" if done else ""
             why = f"waiting for quorum: minCount {facts.min_count} members created with their claims{finished}"
-            await all_answered([self.releaser.protect(ready), self._set(pod_group, False, "Pending", why)])
+            await all_answered([self.releaser.protect(ready), self._set(pod_group, False, keys.PENDING, why)])
             return True
         remembered = self.memory.of(uid)
         remembered.quorum_at = remembered.quorum_at if remembered.quorum_at is not None else time.monotonic()
@@ -691,7 +683,7 @@ class SchedulingLoop:
             metrics.READY_TIMEOUTS.inc()
         if verdict.tear_down is None:
             return None
-        return await self._tear_down(pod_group, pods, reservation, verdict.tear_down, reason=READY_TIMEOUT)
+        return await self._tear_down(pod_group, pods, reservation, verdict.tear_down, reason=keys.READY_TIMEOUT)
 
     async def _ready_backoff(self, pod_group: dict[str, Any]) -> bool:
         """True while a gang torn down at its ready deadline waits out its back-off (the condition says until when)."""
@@ -700,7 +692,7 @@ class SchedulingLoop:
             return False
         left, why = waiting
         self.memory.of(pod_group["metadata"]["uid"]).due = time.monotonic() + left
-        await self._set(pod_group, False, READY_TIMEOUT, why)
+        await self._set(pod_group, False, keys.READY_TIMEOUT, why)
         return True
 
     async def _await_binding(
@@ -717,7 +709,7 @@ class SchedulingLoop:
         finished = f", {done} finished" if done else ""
         if len(bound) + done >= min_count:
             nodes = len({p["spec"]["nodeName"] for p in bound})
-            await self._set(pod_group, True, "Scheduled", f"{len(bound)} of {len(pods)} members bound to {nodes} node(s){finished}")
+            await self._set(pod_group, True, keys.SCHEDULED, f"{len(bound)} of {len(pods)} members bound to {nodes} node(s){finished}")
             return True
         waited = _since(reservation.released_at)
         if waited >= self.bind_deadline:
@@ -776,8 +768,8 @@ class SchedulingLoop:
         if all(any(o.get("controller") for o in p["metadata"].get("ownerReferences") or []) for p in late):
             why += "; their owner creates them again behind the gate, placed afresh"
         self.freeing.watch(late, self.view.claims.get)
-        await teardown.evict_all(self.kube, late, reason=NOT_BOUND, message=why, uncount=gone)
-        await self._event(pod_group, "Warning", NOT_BOUND, why)
+        await teardown.evict_all(self.kube, late, reason=keys.NOT_BOUND, message=why, uncount=gone)
+        await self._event(pod_group, "Warning", keys.NOT_BOUND, why)
         logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), why)
         return pod_group, reservation
 
@@ -827,10 +819,10 @@ class SchedulingLoop:
         (before the group is bound as after: the claims of members that never ran are freed at once, as at the bind
         deadline)."""
         why = f"member {', '.join(str(loss) for loss in lost)} lost; disruptionMode all takes the whole group down"
-        if not await self._tear_down(pod_group, pods, reservation, why, reason=DISRUPTED, lost={loss.uid for loss in lost}):
+        if not await self._tear_down(pod_group, pods, reservation, why, reason=keys.DISRUPTED, lost={loss.uid for loss in lost}):
             return False  # the condition says what the teardown waits for
         metrics.DISRUPTIONS.labels(mode="all", cause=_cause_label(lost[0].cause)).inc()
-        await self._condition(pod_group, keys.DISRUPTION_TARGET, True, DISRUPTED, why)
+        await self._condition(pod_group, keys.DISRUPTION_TARGET, True, keys.DISRUPTED, why)
         return True
 
     async def _below_min_count(
@@ -984,7 +976,7 @@ class SchedulingLoop:
             # nothing is known of the fit: no preemption, no shortfall memo; back off, and the next attempt goes on
             # from the verdicts this one reached, while the other groups are planned meanwhile
             metrics.SCHEDULE_ATTEMPTS.labels(result="error", profile=metrics.PROFILE).inc()
-            await self._set(pod_group, False, "Unschedulable", result.message, warn=True)
+            await self._set(pod_group, False, keys.UNSCHEDULABLE, result.message, warn=True)
             return False
         if not isinstance(result, Fits):
             if nomination is not None:
@@ -1000,14 +992,14 @@ class SchedulingLoop:
             why_not = f"; preemption: {verdict.reason}" if isinstance(verdict, NoVictims) else ""
             self.shortfalls.remember(pod_group["metadata"]["uid"], key, shortfall.eligible(group, snapshot))
             self.line.join(pod_group, group, self._priority(pod_group))
-            await self._set(pod_group, False, "Unschedulable", result.message + why_not, warn=True)
+            await self._set(pod_group, False, keys.UNSCHEDULABLE, result.message + why_not, warn=True)
             return True
         ahead = await self._held_back(result)
         if ahead is not None:
             self.line.join(pod_group, group, self._priority(pod_group), accessors.nominated_devices(nomination) if nomination else ())
             self._again = True
             metrics.HELD_BACK.inc()
-            await self._set(pod_group, False, "Pending", self._hold_back_message(pod_group, ahead))
+            await self._set(pod_group, False, keys.PENDING, self._hold_back_message(pod_group, ahead))
             return True
         release = self._release(pod_group, result, steps, started, ready, min_count)
         await self.releases.start(pod_group["metadata"]["uid"], result, self._guarded(pod_group, release))
@@ -1022,7 +1014,7 @@ class SchedulingLoop:
             reservation = await self.releaser.release(pod_group, result, steps)
         except ReleaseAborted as exc:
             metrics.SCHEDULE_ATTEMPTS.labels(result="aborted", profile=metrics.PROFILE).inc()
-            await self._set(pod_group, False, "Pending", f"reservation undone, will plan again: {exc}")
+            await self._set(pod_group, False, keys.PENDING, f"reservation undone, will plan again: {exc}")
             await self._event(pod_group, "Warning", "ReservationRolledBack", f"reservation undone, will plan again: {exc}")
             return False
         except GatesRefused as exc:
@@ -1044,8 +1036,8 @@ class SchedulingLoop:
             f"with {sum(len(c.results) for c in reservation.claims)} device(s) reserved{left} and their gates lifted; "
             f"waiting up to {self.bind_deadline:.0f}s for minCount {min_count} to be bound"
         )
-        await self._set(pod_group, False, "Released", message)
-        await self._event(pod_group, "Normal", "Released", message)
+        await self._set(pod_group, False, keys.RELEASED, message)
+        await self._event(pod_group, "Normal", keys.RELEASED, message)
         if nomination is not None:
             metrics.PREEMPTION_ATTEMPT_DURATION.observe(_since(nomination.nominated_at))
             await self.preemptor.finish(pod_group, nomination)
@@ -1098,8 +1090,8 @@ class SchedulingLoop:
         await self.preemptor.start(pod_group, preemption, why)
         metrics.SCHEDULE_ATTEMPTS.labels(result="waiting_on_preemption", profile=metrics.PROFILE).inc()
         message = f"preempting {names} ({len(preemption.pods)} pods) to place the whole group"
-        await self._set(pod_group, False, "Preempting", message)
-        await self._event(pod_group, "Normal", "Preempting", message)
+        await self._set(pod_group, False, keys.PREEMPTING, message)
+        await self._event(pod_group, "Normal", keys.PREEMPTING, message)
 
     async def _preempting(self, pod_group: dict[str, Any], nomination: schema.Nomination, short: str) -> bool:
         """A preemption under way: its victims go (evicted again after a restart or a refusal), nobody else takes their
@@ -1131,7 +1123,7 @@ class SchedulingLoop:
                 return await self._give_up(pod_group, nomination, cause)
             note = f"; refused for now: {', '.join(refused)}" if refused else ""
             await self._set(
-                pod_group, False, "Preempting", f"waiting for {len(remaining)} of {len(nomination.victims)} victims to go{note}"
+                pod_group, False, keys.PREEMPTING, f"waiting for {len(remaining)} of {len(nomination.victims)} victims to go{note}"
             )
             return not refused
         remembered = self.memory.of(uid)
@@ -1139,7 +1131,7 @@ class SchedulingLoop:
             remembered.victims_gone_at = time.monotonic()
         gone_at = remembered.victims_gone_at
         if time.monotonic() - gone_at < self.bind_deadline:
-            await self._set(pod_group, False, "Preempting", f"victims gone, waiting for their devices to be released: {short}")
+            await self._set(pod_group, False, keys.PREEMPTING, f"victims gone, waiting for their devices to be released: {short}")
             return True
         return await self._give_up(pod_group, nomination, f"the preemption freed too little in {self.bind_deadline:.0f}s: {short}")
 
@@ -1161,7 +1153,7 @@ class SchedulingLoop:
         self.memory.of(pod_group["metadata"]["uid"]).victims_gone_at = None
         await self.preemptor.finish(pod_group, nomination)
         metrics.PREEMPTION_ATTEMPTS.labels(result="GaveUp").inc()
-        await self._set(pod_group, False, "Unschedulable", f"preemption given up, its held devices released: {cause}", warn=True)
+        await self._set(pod_group, False, keys.UNSCHEDULABLE, f"preemption given up, its held devices released: {cause}", warn=True)
         return False
 
     def _current(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -1224,12 +1216,12 @@ class SchedulingLoop:
             await self._set(
                 pod_group,
                 False,
-                "Released",
+                keys.RELEASED,
                 f"{len(released.placements)} members placed and their gates lifted, finishing a recorded reservation",
             )
             return True
         except ReleaseAborted as exc:
-            await self._set(pod_group, False, "Pending", f"unfinished reservation undone, will plan again: {exc}")
+            await self._set(pod_group, False, keys.PENDING, f"unfinished reservation undone, will plan again: {exc}")
             await self._event(pod_group, "Warning", "ReservationRolledBack", f"unfinished reservation undone: {exc}")
             return False
         except GatesRefused as exc:
@@ -1243,7 +1235,7 @@ class SchedulingLoop:
         reservation: schema.Reservation | None,
         why: str,
         *,
-        reason: str = TORN_DOWN,
+        reason: str = keys.TORN_DOWN,
         lost: Collection[str] = (),
     ) -> bool:
         """Evict every member that was released or pinned, release the devices of members that cannot run (never
@@ -1276,7 +1268,7 @@ class SchedulingLoop:
                 # that condition is terminal once True: a running gang's teardown is told where its loss is
                 await self._condition(pod_group, keys.DISRUPTION_TARGET, True, reason, waits, warn=True)
             else:
-                await self._set(pod_group, False, "TearingDown", waits)
+                await self._set(pod_group, False, keys.TEARING_DOWN, waits)
             return False
         await self.releaser.record(pod_group, None, finished=disruption.kept_finished(pod_group, members, self.view.finished))
         metrics.TEARDOWNS.inc()
@@ -1322,7 +1314,7 @@ class SchedulingLoop:
                     continue
                 await self._evict_holders(later, f"device {device} is held by {kept_by}, which allocated it first")
 
-    async def _evict_holders(self, claim: Mapping[str, Any], why: str, reason: str = DOUBLE_ALLOCATED) -> None:
+    async def _evict_holders(self, claim: Mapping[str, Any], why: str, reason: str = keys.DOUBLE_ALLOCATED) -> None:
         """The pods using a claim that holds a device it must give up (allocated second, or taken from a preemptor):
         evicted, never deleted, with an Event naming the device."""
         namespace = _ns(claim)
