@@ -29,6 +29,9 @@ from typing import Any
 
 from phalanx.api import keys
 
+EXIT = "localcluster.phalanx.dev/exit"
+"""The annotation by which the local kubelet ends a container with the given code."""
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -52,6 +55,21 @@ def take(kubectl: Callable[..., Any], namespace: str) -> Snapshot:
         podgroups=items("podgroups.scheduling.phalanx.dev", "-n", namespace),
         devices=sum(len(s["spec"].get("devices") or []) for s in slices),
     )
+
+
+def finish(kubectl: Callable[..., Any], namespace: str, job: str) -> None:
+    """Ask every pod of a Job to exit 0 (the local kubelet's exit annotation).
+
+    kubectl lists the pods, then patches each: a pod deleted in between (a
+    member lost with its node runs out its grace period) answers NotFound,
+    which is not a failure of the ask; kubectl goes on with the others.
+    """
+    proc = kubectl(
+        "annotate", "pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}", f"{EXIT}=0", "--overwrite", check=False
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.strip() and "(NotFound)" not in line]
+    if proc.returncode != 0 and errors:
+        raise AssertionError(f"asking {job}'s pods to exit failed ({proc.returncode}): {proc.stderr.strip()}")
 
 
 def held(claim: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -29,7 +29,6 @@ from phalanx_dev.localcluster import demo, operatorproc
 ROOT = Path(__file__).parents[2]
 GANGS = 40 if int(os.environ.get("PHALANX_FAULT_RUNS", "0")) > 0 else 6
 SIZES = (2, 3, 4)
-EXIT = "localcluster.phalanx.dev/exit"
 
 
 @pytest.fixture
@@ -83,9 +82,7 @@ def test_a_stream_of_gangs_with_random_deletions_holds_nothing_twice_and_strands
             if len(running) >= size and job not in finishing:
                 finishing[job] = step + rng.randint(1, 4)
             if finishing.get(job) == step:
-                cluster.kubectl(
-                    "annotate", "pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}", f"{EXIT}=0", "--overwrite"
-                )
+                faultcheck.finish(cluster.kubectl, namespace, job)
         unfinished = [p for job, pods in by_job.items() if job not in finishing for p in pods]
         if unfinished and step % 3 == 0 and deleted < GANGS // 2:
             victim = rng.choice(unfinished)["metadata"]["name"]

@@ -50,7 +50,7 @@ from phalanx_dev.localcluster.dradriver import DRIVER
 LONG = int(os.environ.get("PHALANX_FAULT_RUNS", "0")) > 0
 GANGS = 60 if LONG else 22
 SIZES = (2, 3, 4)
-EXIT = "localcluster.phalanx.dev/exit"
+EXIT = faultcheck.EXIT
 JOB_NAME = "batch.kubernetes.io/job-name"
 ROOM = "room.phalanx.test/run"
 """Label on every node, slice and DeviceTaintRule this test makes, valued with the test's namespace."""
@@ -414,7 +414,7 @@ def _stream(
             if len(running) >= size and job not in finishing:
                 finishing[job] = step + rng.randint(1, 4)
             if finishing.get(job) == step:
-                cluster.kubectl("annotate", "pods", "-n", namespace, "-l", f"{JOB_NAME}={job}", f"{EXIT}=0", "--overwrite")
+                faultcheck.finish(cluster.kubectl, namespace, job)
                 if job not in finished:
                     finished.add(job)
                     room.note("finish", f"{job}'s {len(running)} running member(s) asked to exit 0")
