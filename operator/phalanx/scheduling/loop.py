@@ -67,6 +67,7 @@ from phalanx.scheduling import (
     quiet,
     repair,
     shortfall,
+    status,
     teardown,
     victims,
     waits,
@@ -79,9 +80,7 @@ from phalanx.scheduling.reserve import GatesRefused, NotLeading, ReleaseAborted,
 
 logger = logging.getLogger(__name__)
 
-LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
 PLACED = "placed"
-COUNTS_EVERY = 1.0
 """Seconds between two writes of a group's member counts: a gang of hundreds binding would otherwise write its
 status once per cycle, on the API server kube-scheduler is binding through."""
 
@@ -140,8 +139,10 @@ class SchedulingLoop:
         """Seconds a released gang has to get every member Ready (0: no deadline); a Job's annotation overrides it."""
         self.ready_backoff = ready_backoff
         """(base, cap) seconds of the back-off before a gang torn down at its ready deadline is admitted again."""
-        self.memory = memory.Memory(counts_every=COUNTS_EVERY)
+        self.memory = memory.Memory(counts_every=status.COUNTS_EVERY)
         """What the loop remembers of each group between cycles."""
+        self.status = status.Status(kube, self.memory, owner)
+        """What the loop writes of a group for users: its conditions, its counts, Events."""
         self.matcher = DeviceMatcher()
         self.holes = Holes(kube)
         self.freeing = teardown.Freeing(kube)
@@ -572,7 +573,7 @@ class SchedulingLoop:
             return await self._resume(pod_group, reservation, pods)  # type: ignore[arg-type]
         bound = [p for p in pods if p["spec"].get("nodeName")]
         waiting = [p for p in pods if accessors.gated(p)]
-        await self._counters(pod_group, len(pods), len(bound), len(waiting) if scheduled or released else 0)
+        await self.status.counters(pod_group, len(pods), len(bound), len(waiting) if scheduled or released else 0)
         await self._ungated(pod_group, pods)
         if now in (phase.Phase.EACH, phase.Phase.RUNNING, phase.Phase.BELOW_MIN):
             pod_group, reservation = await self._unbind_late(pod_group, pods, reservation)
@@ -615,7 +616,7 @@ class SchedulingLoop:
         if pod_group["spec"].get("resourceClaims"):
             missing = await groupclaims.ensure(self.kube, pod_group, self.view.claims.get)
             if missing is not None:
-                await self._set(pod_group, False, keys.PENDING, missing)
+                await self.status.scheduled(pod_group, False, keys.PENDING, missing)
                 return True
         held = await self._ready_backoff(pod_group)
         if held:
@@ -626,7 +627,7 @@ class SchedulingLoop:
             # running count in the message: status.members counts, and one status write per arriving member is enough
             finished = f" ({done} finished count toward it)" if done else ""
             why = f"waiting for quorum: minCount {facts.min_count} members created with their claims{finished}"
-            await all_answered([self.releaser.protect(ready), self._set(pod_group, False, keys.PENDING, why)])
+            await all_answered([self.releaser.protect(ready), self.status.scheduled(pod_group, False, keys.PENDING, why)])
             return True
         remembered = self.memory.of(uid)
         remembered.quorum_at = remembered.quorum_at if remembered.quorum_at is not None else time.monotonic()
@@ -692,7 +693,7 @@ class SchedulingLoop:
             return False
         left, why = waiting
         self.memory.of(pod_group["metadata"]["uid"]).due = time.monotonic() + left
-        await self._set(pod_group, False, keys.READY_TIMEOUT, why)
+        await self.status.scheduled(pod_group, False, keys.READY_TIMEOUT, why)
         return True
 
     async def _await_binding(
@@ -709,7 +710,9 @@ class SchedulingLoop:
         finished = f", {done} finished" if done else ""
         if len(bound) + done >= min_count:
             nodes = len({p["spec"]["nodeName"] for p in bound})
-            await self._set(pod_group, True, keys.SCHEDULED, f"{len(bound)} of {len(pods)} members bound to {nodes} node(s){finished}")
+            await self.status.scheduled(
+                pod_group, True, keys.SCHEDULED, f"{len(bound)} of {len(pods)} members bound to {nodes} node(s){finished}"
+            )
             return True
         waited = _since(reservation.released_at)
         if waited >= self.bind_deadline:
@@ -769,7 +772,7 @@ class SchedulingLoop:
             why += "; their owner creates them again behind the gate, placed afresh"
         self.freeing.watch(late, self.view.claims.get)
         await teardown.evict_all(self.kube, late, reason=keys.NOT_BOUND, message=why, uncount=gone)
-        await self._event(pod_group, "Warning", keys.NOT_BOUND, why)
+        await self.status.event(pod_group, "Warning", keys.NOT_BOUND, why)
         logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), why)
         return pod_group, reservation
 
@@ -822,7 +825,7 @@ class SchedulingLoop:
         if not await self._tear_down(pod_group, pods, reservation, why, reason=keys.DISRUPTED, lost={loss.uid for loss in lost}):
             return False  # the condition says what the teardown waits for
         metrics.DISRUPTIONS.labels(mode="all", cause=_cause_label(lost[0].cause)).inc()
-        await self._condition(pod_group, keys.DISRUPTION_TARGET, True, keys.DISRUPTED, why)
+        await self.status.condition(pod_group, keys.DISRUPTION_TARGET, True, keys.DISRUPTED, why)
         return True
 
     async def _below_min_count(
@@ -836,7 +839,7 @@ class SchedulingLoop:
         finished = f", {done} finished" if done else ""
         if len(bound) + done >= min_count:
             if said is not None and said["status"] == "True":
-                await self._condition(
+                await self.status.condition(
                     pod_group,
                     keys.DISRUPTION_TARGET,
                     False,
@@ -849,7 +852,7 @@ class SchedulingLoop:
             message += f"; lost {', '.join(str(loss) for loss in lost)}"
         if said is None or said["status"] != "True":
             metrics.DISRUPTIONS.labels(mode="single", cause=_cause_label(lost[0].cause if lost else "other")).inc()
-        await self._condition(pod_group, keys.DISRUPTION_TARGET, True, "BelowMinCount", message, warn=True)
+        await self.status.condition(pod_group, keys.DISRUPTION_TARGET, True, "BelowMinCount", message, warn=True)
 
     def _claims_ready(self, pod: Mapping[str, Any]) -> bool:
         return accessors.claims_ready(pod, self.view.claims.get)
@@ -976,7 +979,7 @@ class SchedulingLoop:
             # nothing is known of the fit: no preemption, no shortfall memo; back off, and the next attempt goes on
             # from the verdicts this one reached, while the other groups are planned meanwhile
             metrics.SCHEDULE_ATTEMPTS.labels(result="error", profile=metrics.PROFILE).inc()
-            await self._set(pod_group, False, keys.UNSCHEDULABLE, result.message, warn=True)
+            await self.status.scheduled(pod_group, False, keys.UNSCHEDULABLE, result.message, warn=True)
             return False
         if not isinstance(result, Fits):
             if nomination is not None:
@@ -992,14 +995,14 @@ class SchedulingLoop:
             why_not = f"; preemption: {verdict.reason}" if isinstance(verdict, NoVictims) else ""
             self.shortfalls.remember(pod_group["metadata"]["uid"], key, shortfall.eligible(group, snapshot))
             self.line.join(pod_group, group, self._priority(pod_group))
-            await self._set(pod_group, False, keys.UNSCHEDULABLE, result.message + why_not, warn=True)
+            await self.status.scheduled(pod_group, False, keys.UNSCHEDULABLE, result.message + why_not, warn=True)
             return True
         ahead = await self._held_back(result)
         if ahead is not None:
             self.line.join(pod_group, group, self._priority(pod_group), accessors.nominated_devices(nomination) if nomination else ())
             self._again = True
             metrics.HELD_BACK.inc()
-            await self._set(pod_group, False, keys.PENDING, self._hold_back_message(pod_group, ahead))
+            await self.status.scheduled(pod_group, False, keys.PENDING, self._hold_back_message(pod_group, ahead))
             return True
         release = self._release(pod_group, result, steps, started, ready, min_count)
         await self.releases.start(pod_group["metadata"]["uid"], result, self._guarded(pod_group, release))
@@ -1014,8 +1017,8 @@ class SchedulingLoop:
             reservation = await self.releaser.release(pod_group, result, steps)
         except ReleaseAborted as exc:
             metrics.SCHEDULE_ATTEMPTS.labels(result="aborted", profile=metrics.PROFILE).inc()
-            await self._set(pod_group, False, keys.PENDING, f"reservation undone, will plan again: {exc}")
-            await self._event(pod_group, "Warning", "ReservationRolledBack", f"reservation undone, will plan again: {exc}")
+            await self.status.scheduled(pod_group, False, keys.PENDING, f"reservation undone, will plan again: {exc}")
+            await self.status.event(pod_group, "Warning", "ReservationRolledBack", f"reservation undone, will plan again: {exc}")
             return False
         except GatesRefused as exc:
             metrics.SCHEDULE_ATTEMPTS.labels(result="aborted", profile=metrics.PROFILE).inc()
@@ -1036,8 +1039,8 @@ class SchedulingLoop:
             f"with {sum(len(c.results) for c in reservation.claims)} device(s) reserved{left} and their gates lifted; "
             f"waiting up to {self.bind_deadline:.0f}s for minCount {min_count} to be bound"
         )
-        await self._set(pod_group, False, keys.RELEASED, message)
-        await self._event(pod_group, "Normal", keys.RELEASED, message)
+        await self.status.scheduled(pod_group, False, keys.RELEASED, message)
+        await self.status.event(pod_group, "Normal", keys.RELEASED, message)
         if nomination is not None:
             metrics.PREEMPTION_ATTEMPT_DURATION.observe(_since(nomination.nominated_at))
             await self.preemptor.finish(pod_group, nomination)
@@ -1090,8 +1093,8 @@ class SchedulingLoop:
         await self.preemptor.start(pod_group, preemption, why)
         metrics.SCHEDULE_ATTEMPTS.labels(result="waiting_on_preemption", profile=metrics.PROFILE).inc()
         message = f"preempting {names} ({len(preemption.pods)} pods) to place the whole group"
-        await self._set(pod_group, False, keys.PREEMPTING, message)
-        await self._event(pod_group, "Normal", keys.PREEMPTING, message)
+        await self.status.scheduled(pod_group, False, keys.PREEMPTING, message)
+        await self.status.event(pod_group, "Normal", keys.PREEMPTING, message)
 
     async def _preempting(self, pod_group: dict[str, Any], nomination: schema.Nomination, short: str) -> bool:
         """A preemption under way: its victims go (evicted again after a restart or a refusal), nobody else takes their
@@ -1122,7 +1125,7 @@ class SchedulingLoop:
                 )
                 return await self._give_up(pod_group, nomination, cause)
             note = f"; refused for now: {', '.join(refused)}" if refused else ""
-            await self._set(
+            await self.status.scheduled(
                 pod_group, False, keys.PREEMPTING, f"waiting for {len(remaining)} of {len(nomination.victims)} victims to go{note}"
             )
             return not refused
@@ -1131,7 +1134,9 @@ class SchedulingLoop:
             remembered.victims_gone_at = time.monotonic()
         gone_at = remembered.victims_gone_at
         if time.monotonic() - gone_at < self.bind_deadline:
-            await self._set(pod_group, False, keys.PREEMPTING, f"victims gone, waiting for their devices to be released: {short}")
+            await self.status.scheduled(
+                pod_group, False, keys.PREEMPTING, f"victims gone, waiting for their devices to be released: {short}"
+            )
             return True
         return await self._give_up(pod_group, nomination, f"the preemption freed too little in {self.bind_deadline:.0f}s: {short}")
 
@@ -1153,7 +1158,9 @@ class SchedulingLoop:
         self.memory.of(pod_group["metadata"]["uid"]).victims_gone_at = None
         await self.preemptor.finish(pod_group, nomination)
         metrics.PREEMPTION_ATTEMPTS.labels(result="GaveUp").inc()
-        await self._set(pod_group, False, keys.UNSCHEDULABLE, f"preemption given up, its held devices released: {cause}", warn=True)
+        await self.status.scheduled(
+            pod_group, False, keys.UNSCHEDULABLE, f"preemption given up, its held devices released: {cause}", warn=True
+        )
         return False
 
     def _current(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -1213,7 +1220,7 @@ class SchedulingLoop:
     async def _resume(self, pod_group: dict[str, Any], reservation: schema.Reservation, pods: list[dict[str, Any]]) -> bool:
         try:
             released = await self.releaser.complete(pod_group, reservation, resumed=True)
-            await self._set(
+            await self.status.scheduled(
                 pod_group,
                 False,
                 keys.RELEASED,
@@ -1221,8 +1228,8 @@ class SchedulingLoop:
             )
             return True
         except ReleaseAborted as exc:
-            await self._set(pod_group, False, keys.PENDING, f"unfinished reservation undone, will plan again: {exc}")
-            await self._event(pod_group, "Warning", "ReservationRolledBack", f"unfinished reservation undone: {exc}")
+            await self.status.scheduled(pod_group, False, keys.PENDING, f"unfinished reservation undone, will plan again: {exc}")
+            await self.status.event(pod_group, "Warning", "ReservationRolledBack", f"unfinished reservation undone: {exc}")
             return False
         except GatesRefused as exc:
             await self._tear_down(pod_group, self._current(pod_group, pods), exc.reservation, str(exc))
@@ -1266,20 +1273,20 @@ class SchedulingLoop:
             scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)
             if scheduled is not None and scheduled["status"] == "True":
                 # that condition is terminal once True: a running gang's teardown is told where its loss is
-                await self._condition(pod_group, keys.DISRUPTION_TARGET, True, reason, waits, warn=True)
+                await self.status.condition(pod_group, keys.DISRUPTION_TARGET, True, reason, waits, warn=True)
             else:
-                await self._set(pod_group, False, keys.TEARING_DOWN, waits)
+                await self.status.scheduled(pod_group, False, keys.TEARING_DOWN, waits)
             return False
         await self.releaser.record(pod_group, None, finished=disruption.kept_finished(pod_group, members, self.view.finished))
         metrics.TEARDOWNS.inc()
-        await self._set(
+        await self.status.scheduled(
             pod_group,
             False,
             reason,
             f"{why}; members evicted and devices released, the group will be admitted again whole",
             readmit=True,
         )
-        await self._event(pod_group, "Warning", reason, message)
+        await self.status.event(pod_group, "Warning", reason, message)
         return True
 
     async def _repair(self, groups: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
@@ -1354,54 +1361,5 @@ class SchedulingLoop:
             "them again where the webhook runs"
         )
         logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), message)
-        await self._event(pod_group, "Warning", "GangNotEnforced", message)
+        await self.status.event(pod_group, "Warning", "GangNotEnforced", message)
         remembered.ungated_told = remembered.ungated_told | new
-
-    async def _counters(self, pod_group: Mapping[str, Any], members: int, bound: int, late: int) -> None:
-        """status.members, .bound and .lateMembers (members behind the gate of a group already placed: a Job's
-        replacements, a labelled pod created after the release), written at most every COUNTS_EVERY."""
-        uid = pod_group["metadata"]["uid"]
-        current = pod_group.get("status") or {}
-        remembered = self.memory.of(uid)
-        counts = {"members": members, "bound": bound, "lateMembers": late}
-        if all(current.get(k, 0 if k == "lateMembers" else None) == v for k, v in counts.items()):
-            remembered.counts_due = False
-            return
-        now = time.monotonic()
-        if now - remembered.counts_at < COUNTS_EVERY:
-            remembered.counts_due = True  # the loop wakes for it when due
-            return
-        remembered.counts_at = now
-        remembered.counts_due = False
-        await self.kube.merge_patch(custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": counts})
-
-    async def _set(
-        self, pod_group: dict[str, Any], ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
-    ) -> None:
-        await self._condition(pod_group, keys.INITIALLY_SCHEDULED, ok, reason, message, warn=warn, readmit=readmit)
-
-    async def _condition(
-        self, pod_group: dict[str, Any], type_: str, ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
-    ) -> None:
-        """Set one of the loop's conditions; every condition this loop owns goes in the same apply, or the others would be dropped."""
-        uid = pod_group["metadata"]["uid"]
-        mine = self.memory.of(uid).conditions
-        existing = [mine.get(c["type"], c) for c in (pod_group.get("status") or {}).get("conditions") or []]
-        existing += [c for t, c in mine.items() if t not in {e["type"] for e in existing}]
-        new = conditions.condition(type_, ok, reason, message, pod_group["metadata"].get("generation"))
-        merged = conditions.merged(existing, new, readmit=readmit)
-        if merged is None:
-            return
-        logger.info("%s/%s: %s=%s %s %s", _ns(pod_group), _name(pod_group), type_, new["status"], reason, message)
-        owned = [c for c in merged if c["type"] in LOOP_CONDITIONS]
-        await self.kube.apply_status("PodGroup", _ns(pod_group), _name(pod_group), {"conditions": owned}, keys.SCHEDULING_LOOP)
-        mine.update({c["type"]: c for c in owned})
-        if warn or (ok and type_ == keys.INITIALLY_SCHEDULED):
-            await self._event(pod_group, "Warning" if warn else "Normal", reason, message)
-
-    async def _event(self, pod_group: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        refs = [{"apiVersion": schema.API_VERSION, "kind": "PodGroup", "metadata": pod_group["metadata"]}]
-        owner = self.owner.ref(pod_group)
-        if owner is not None and owner["metadata"].get("uid") != pod_group["metadata"]["uid"]:  # a group its own owner
-            refs.append(owner)
-        await all_answered(self.kube.event(ref, type_=type_, reason=reason, message=message) for ref in refs)
