@@ -122,3 +122,10 @@ def test_explain_names_the_phase_the_loop_acts_on() -> None:
     for group, pods, state in cases:
         assert _explained(group, pods, _claims(0, 1)).state == state, state
     assert _explained(_group(mode="all"), GATED, {}).disruption_mode == "all"
+
+
+def test_every_phase_but_resuming_has_one_action_in_the_loops_table() -> None:
+    """`_reconcile` is a dispatch on `classify`: a phase added without an action would fail here, not in a cluster."""
+    from phalanx.scheduling.loop import SchedulingLoop
+
+    assert set(SchedulingLoop._ACTIONS) == set(Phase) - {Phase.RESUMING}

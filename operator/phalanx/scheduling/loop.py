@@ -37,7 +37,8 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection, Coroutine, Hashable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from phalanx.api import intent, keys, schema, times
 from phalanx.crashpoints import crash_point
@@ -112,6 +113,36 @@ def _cause_label(cause: str) -> str:
         if label.lower() in cause.lower():
             return label.lower()
     return "other"
+
+
+@dataclass
+class _Visit:
+    """One visit of one group: what `_reconcile` read, and the phase it put the group in. The group and its record
+    are replaced as the visit writes them (`_unbind_late`), so later steps never write the old record back."""
+
+    pod_group: dict[str, Any]
+    pods: list[dict[str, Any]]
+    """The group's live members."""
+    reservation: schema.Reservation | None
+    lost: list[disruption.Loss]
+    owner_state: phase.OwnerState
+    facts: phase.Facts
+    stands: phase.Phase
+    """Where the group stands (`phase.classify`)."""
+    seen: Hashable | None
+    """A released gang's inputs as read before anything else (the settled memo's, never newer than the visit)."""
+
+    @property
+    def released(self) -> bool:
+        return self.reservation is not None and self.reservation.state == "Released"
+
+    @property
+    def bound(self) -> list[dict[str, Any]]:
+        return [p for p in self.pods if p["spec"].get("nodeName")]
+
+    @property
+    def waiting(self) -> list[dict[str, Any]]:
+        return [p for p in self.pods if accessors.gated(p)]
 
 
 class SchedulingLoop:
@@ -544,7 +575,19 @@ class SchedulingLoop:
         return f"fits, but waits its turn: {ahead.name} (priority {ahead.priority}), ahead in the queue, could use the same room now{where}"
 
     async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
-        """False when an attempt was undone: the group then backs off before the next one."""
+        """Read where the group stands (`phase.classify`), write what every visit writes, then run the action of its
+        phase (one table, `_ACTIONS`). False when an attempt was undone: the group then backs off before the next."""
+        visit = await self._read(pod_group, pods)
+        if visit.stands is phase.Phase.RESUMING:
+            return await self._resume(pod_group, visit.reservation, pods)  # type: ignore[arg-type]
+        scheduled_or_released = visit.facts.scheduled or visit.released
+        await self.status.counters(pod_group, len(pods), len(visit.bound), len(visit.waiting) if scheduled_or_released else 0)
+        await self._ungated(pod_group, pods)
+        return await self._ACTIONS[visit.stands](self, visit)
+
+    async def _read(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> _Visit:
+        """The facts of one visit: the members lost (of a released gang), its owner's state when one was, the members
+        done, and the phase they put the group in."""
         reservation = accessors.reservation(pod_group)
         uid = pod_group["metadata"]["uid"]
         gang = accessors.gang(pod_group)
@@ -565,73 +608,108 @@ class SchedulingLoop:
         owner_state = phase.OwnerState.ACTIVE
         if lost:
             owner_state = phase.OwnerState.GONE if owner is None else self.owner.state(owner, reservation.released_at)  # type: ignore[union-attr]
-        scheduled = conditions.true(pod_group, keys.INITIALLY_SCHEDULED)
         done = disruption.finished(pod_group, self._pods_of.get(uid, []), self.view.finished) if gang else 0
         facts = phase.read(pod_group, pods, self.view.claims.get, lost=bool(lost), owner=owner_state, done=done)
-        now = phase.classify(facts)
-        if now is phase.Phase.RESUMING:
-            return await self._resume(pod_group, reservation, pods)  # type: ignore[arg-type]
-        bound = [p for p in pods if p["spec"].get("nodeName")]
-        waiting = [p for p in pods if accessors.gated(p)]
-        await self.status.counters(pod_group, len(pods), len(bound), len(waiting) if scheduled or released else 0)
-        await self._ungated(pod_group, pods)
-        if now in (phase.Phase.EACH, phase.Phase.RUNNING, phase.Phase.BELOW_MIN):
-            pod_group, reservation = await self._unbind_late(pod_group, pods, reservation)
-        if now is phase.Phase.EACH and not gang:
-            await self._release_each(pod_group, waiting)
-            return True
-        if now is phase.Phase.SUSPENDED:
-            what = (self.owner.ref(pod_group) or {}).get("kind", "owner")
-            why = f"the {what} was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
-            return await self._tear_down(pod_group, pods, reservation, why, reason=keys.SUSPENDED)
-        if now is phase.Phase.FINISHED:
-            return True  # its successPolicy or failure ended the rest: the owner's own doing, nothing to take down
-        if lost and owner_state is not phase.OwnerState.GONE:
-            await self._record_lost(pod_group, lost)
-        if released and not lost:
-            timed_out = await self._ready_by_deadline(pod_group, pods, reservation, facts.min_count, done)  # type: ignore[arg-type]
-            if timed_out is not None:
-                return timed_out
-        if now is phase.Phase.LOST:
-            return await self._disrupt(pod_group, pods, reservation, lost)  # type: ignore[arg-type]
-        if now is phase.Phase.GOING:
-            return True  # the owner is going: its pods are deleted with it, and nothing is lost
-        if now in (phase.Phase.RUNNING, phase.Phase.BELOW_MIN):
-            await self._below_min_count(pod_group, bound, lost, facts.min_count, done)
-            # minCount may have been raised since the release: the members it adds go together, as a gang
-            released_members = sum(1 for p in pods if not accessors.gated(p))
-            wanted = await self._min_count_now(pod_group, waiting, facts.min_count)
-            await self._release_each(pod_group, waiting, max(1, wanted - released_members - done))
-            remembered = self.memory.of(uid)
-            calm = now is phase.Phase.RUNNING and not lost and not waiting and remembered.due is None and not remembered.counts_due
-            remembered.settled = seen if calm else None
-            return True
-        if now is phase.Phase.EACH:
-            await self._release_each(pod_group, waiting)
-            return True
-        if now is phase.Phase.AWAITING_BIND:
-            return await self._await_binding(pod_group, pods, bound, reservation, facts.min_count, done)  # type: ignore[arg-type]
-        if now is phase.Phase.IDLE:
-            return True
+        return _Visit(pod_group, pods, reservation, lost, owner_state, facts, phase.classify(facts), seen)
+
+    async def _each(self, visit: _Visit) -> bool:
+        """Not a gang, or a gang scheduled whose record was dropped: each member released as it fits."""
+        visit.pod_group, visit.reservation = await self._unbind_late(visit.pod_group, visit.pods, visit.reservation)
+        await self._release_each(visit.pod_group, visit.waiting)
+        return True
+
+    async def _suspended(self, visit: _Visit) -> bool:
+        what = (self.owner.ref(visit.pod_group) or {}).get("kind", "owner")
+        why = f"the {what} was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
+        return await self._tear_down(visit.pod_group, visit.pods, visit.reservation, why, reason=keys.SUSPENDED)
+
+    async def _nothing(self, visit: _Visit) -> bool:
+        """FINISHED: its owner's successPolicy or failure ended the rest, nothing to take down; GOING: the owner is
+        going and its pods with it, nothing is lost; IDLE: no member waits."""
+        return True
+
+    async def _released(self, visit: _Visit) -> bool | None:
+        """What every released gang's visit does first: its losses recorded (while its owner lives), and, with none,
+        the ready deadline judged; a verdict that ends the visit is returned."""
+        if visit.lost and visit.owner_state is not phase.OwnerState.GONE:
+            await self._record_lost(visit.pod_group, visit.lost)
+        if not visit.lost:
+            return await self._ready_by_deadline(visit.pod_group, visit.pods, visit.reservation, visit.facts.min_count, visit.facts.done)  # type: ignore[arg-type]
+        return None
+
+    async def _lost(self, visit: _Visit) -> bool:
+        await self._released(visit)
+        return await self._disrupt(visit.pod_group, visit.pods, visit.reservation, visit.lost)  # type: ignore[arg-type]
+
+    async def _running(self, visit: _Visit) -> bool:
+        """A scheduled gang, at minCount or below it (mode single): late members released, minCount raised since the
+        release honoured as a gang, and a calm gang's inputs remembered (`settled`)."""
+        visit.pod_group, visit.reservation = await self._unbind_late(visit.pod_group, visit.pods, visit.reservation)
+        ended = await self._released(visit)
+        if ended is not None:
+            return ended
+        pod_group, pods, facts = visit.pod_group, visit.pods, visit.facts
+        await self._below_min_count(pod_group, visit.bound, visit.lost, facts.min_count, facts.done)
+        # minCount may have been raised since the release: the members it adds go together, as a gang
+        released_members = sum(1 for p in pods if not accessors.gated(p))
+        wanted = await self._min_count_now(pod_group, visit.waiting, facts.min_count)
+        await self._release_each(pod_group, visit.waiting, max(1, wanted - released_members - facts.done))
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
+        calm = (
+            visit.stands is phase.Phase.RUNNING
+            and not visit.lost
+            and not visit.waiting
+            and remembered.due is None
+            and not remembered.counts_due
+        )
+        remembered.settled = visit.seen if calm else None
+        return True
+
+    async def _awaiting_bind(self, visit: _Visit) -> bool:
+        ended = await self._released(visit)
+        if ended is not None:
+            return ended
+        facts = visit.facts
+        return await self._await_binding(visit.pod_group, visit.pods, visit.bound, visit.reservation, facts.min_count, facts.done)  # type: ignore[arg-type]
+
+    async def _waiting(self, visit: _Visit) -> bool:
+        """Never placed, members behind the gate: its group claims made, its ready back-off waited out, then waiting
+        for quorum, or an attempt (a plan, a release, a preemption)."""
+        pod_group, facts = visit.pod_group, visit.facts
         if pod_group["spec"].get("resourceClaims"):
             missing = await groupclaims.ensure(self.kube, pod_group, self.view.claims.get)
             if missing is not None:
                 await self.status.scheduled(pod_group, False, keys.PENDING, missing)
                 return True
-        held = await self._ready_backoff(pod_group)
-        if held:
+        if await self._ready_backoff(pod_group):
             return True
-        ready = [p for p in waiting if self._claims_ready(p)]
-        if now is phase.Phase.QUORUM:
+        ready = [p for p in visit.waiting if self._claims_ready(p)]
+        if visit.stands is phase.Phase.QUORUM:
             # while the others arrive the claims get their finalizer, so the release writes only allocations; and no
             # running count in the message: status.members counts, and one status write per arriving member is enough
-            finished = f" ({done} finished count toward it)" if done else ""
+            finished = f" ({facts.done} finished count toward it)" if facts.done else ""
             why = f"waiting for quorum: minCount {facts.min_count} members created with their claims{finished}"
             await all_answered([self.releaser.protect(ready), self.status.scheduled(pod_group, False, keys.PENDING, why)])
             return True
-        remembered = self.memory.of(uid)
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
         remembered.quorum_at = remembered.quorum_at if remembered.quorum_at is not None else time.monotonic()
         return await self._attempt(pod_group, ready, facts.needed)
+
+    _ACTIONS: ClassVar[Mapping[phase.Phase, Callable[[SchedulingLoop, _Visit], Coroutine[Any, Any, bool]]]] = {
+        phase.Phase.EACH: _each,
+        phase.Phase.SUSPENDED: _suspended,
+        phase.Phase.FINISHED: _nothing,
+        phase.Phase.LOST: _lost,
+        phase.Phase.GOING: _nothing,
+        phase.Phase.RUNNING: _running,
+        phase.Phase.BELOW_MIN: _running,
+        phase.Phase.AWAITING_BIND: _awaiting_bind,
+        phase.Phase.IDLE: _nothing,
+        phase.Phase.QUORUM: _waiting,
+        phase.Phase.PLANNABLE: _waiting,
+        phase.Phase.PREEMPTING: _waiting,
+    }
+    """The action of each phase but RESUMING (which comes before anything is written): one entry per phase."""
 
     def _ready_record(self, pod_group: Mapping[str, Any]) -> schema.Readiness:
         remembered = self.memory.get(pod_group["metadata"]["uid"])
