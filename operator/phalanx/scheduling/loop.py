@@ -1093,15 +1093,9 @@ class SchedulingLoop:
         nomination = accessors.nomination(pod_group)
         try:
             reservation = await self.releaser.release(pod_group, result, steps)
-        except ReleaseAborted as exc:
+        except (ReleaseAborted, GatesRefused) as exc:
             metrics.SCHEDULE_ATTEMPTS.labels(result="aborted", profile=metrics.PROFILE).inc()
-            await self.status.scheduled(pod_group, False, keys.PENDING, f"reservation undone, will plan again: {exc}")
-            await self.status.event(pod_group, "Warning", "ReservationRolledBack", f"reservation undone, will plan again: {exc}")
-            return False
-        except GatesRefused as exc:
-            metrics.SCHEDULE_ATTEMPTS.labels(result="aborted", profile=metrics.PROFILE).inc()
-            await self._tear_down(pod_group, self._current(pod_group, ready), exc.reservation, str(exc))
-            return False
+            return await self._undone(pod_group, ready, exc, "reservation")
         metrics.SCHEDULE_ATTEMPTS.labels(result="scheduled", profile=metrics.PROFILE).inc()
         metrics.ATTEMPT_DURATION.labels(result="scheduled", profile=metrics.PROFILE).observe(time.monotonic() - started)
         remembered = self.memory.of(pod_group["metadata"]["uid"])
@@ -1305,13 +1299,21 @@ class SchedulingLoop:
                 f"{len(released.placements)} members placed and their gates lifted, finishing a recorded reservation",
             )
             return True
-        except ReleaseAborted as exc:
-            await self.status.scheduled(pod_group, False, keys.PENDING, f"unfinished reservation undone, will plan again: {exc}")
-            await self.status.event(pod_group, "Warning", "ReservationRolledBack", f"unfinished reservation undone: {exc}")
-            return False
-        except GatesRefused as exc:
+        except (ReleaseAborted, GatesRefused) as exc:
+            return await self._undone(pod_group, pods, exc, "unfinished reservation")
+
+    async def _undone(self, pod_group: dict[str, Any], pods: list[dict[str, Any]], exc: ReleaseAborted | GatesRefused, what: str) -> bool:
+        """A release that did not finish, one rule for a new one and a resumed one: rolled back whole
+        (ReleaseAborted), the group says so and is planned again; some gates lifted and another refused
+        (GatesRefused), the gang is torn down as a unit. False: the group backs off before its next attempt. (Late
+        members released into a placed gang are the gang's: `_release_each` keeps what did go.)"""
+        if isinstance(exc, GatesRefused):
             await self._tear_down(pod_group, self._current(pod_group, pods), exc.reservation, str(exc))
             return False
+        message = f"{what} undone, will plan again: {exc}"
+        await self.status.scheduled(pod_group, False, keys.PENDING, message)
+        await self.status.event(pod_group, "Warning", "ReservationRolledBack", message)
+        return False
 
     async def _tear_down(
         self,
