@@ -136,7 +136,7 @@ async def test_a_quiet_memo_is_never_newer_than_the_verdict_it_vouches_for(monke
 
     monkeypatch.setattr(loop, "_quiet_inputs", lambda pod_group: ("claims", claims["version"]))
     monkeypatch.setattr(loop, "_priority", lambda pod_group: 0)
-    monkeypatch.setattr(loop, "_snapshot", built)
+    monkeypatch.setattr(loop.cache, "snapshot", built)
     monkeypatch.setattr(inputs, "group", lambda *args, **kwargs: group)
     loop.shortfalls.remember("g", shortfall.group_key(group, snapshot, 0), frozenset({"worker-1"}))
     try:

@@ -6,6 +6,7 @@ two records meet: both must be written alike); a Lease's and the reservation's `
 from __future__ import annotations
 
 import datetime
+import math
 
 
 def now() -> datetime.datetime:
@@ -35,3 +36,9 @@ def parse(timestamp: str) -> datetime.datetime:
 def seconds_since(timestamp: str, at: datetime.datetime | None = None) -> float:
     """Seconds from `timestamp` to `at` (default now); negative when it is still ahead."""
     return ((at or now()) - parse(timestamp)).total_seconds()
+
+
+def waited(timestamp: str | None) -> float:
+    """Seconds since `timestamp`; none at all counts as long past (infinite). A record written without one (by an
+    older Phalanx) whose deadline is judged is the stuck case the deadline exists for."""
+    return math.inf if not timestamp else seconds_since(timestamp)

@@ -21,6 +21,14 @@ if TYPE_CHECKING:
     from phalanx.owners.seam import OwnerKind  # the seam reads phase, which reads this module
 
 
+def name(obj: Mapping[str, Any]) -> str:
+    return obj["metadata"]["name"]
+
+
+def namespace(obj: Mapping[str, Any]) -> str:
+    return obj["metadata"]["namespace"]
+
+
 def terminal(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 

@@ -32,22 +32,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-import math
 import time
-from collections.abc import Callable, Collection, Coroutine, Hashable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from phalanx.api import intent, keys, schema, times
-from phalanx.crashpoints import crash_point
+from phalanx.api import keys, schema, times
 from phalanx.kube.client import Kube, NotFound, all_answered, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.owners.seam import OwnerKind
-from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan, plan_preemption
-from phalanx.planner.model import Group, Member, Snapshot
-from phalanx.planner.preemption import no_candidates
+from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan
+from phalanx.planner.model import Member
 from phalanx.planner.queue import takes_room
 from phalanx.scheduling import (
     accessors,
@@ -62,7 +58,6 @@ from phalanx.scheduling import (
     metrics,
     pacing,
     phase,
-    podsready,
     pointers,
     queue,
     quiet,
@@ -70,41 +65,17 @@ from phalanx.scheduling import (
     shortfall,
     status,
     teardown,
-    victims,
     waits,
 )
+from phalanx.scheduling.cache import ClusterCache
+from phalanx.scheduling.deadlines import Deadlines
 from phalanx.scheduling.derived import Derived
 from phalanx.scheduling.holes import HELD, NOMINATED, Holes
-from phalanx.scheduling.nomination import PREEMPTED, Preemptor
-from phalanx.scheduling.nomination import intruders as nomination_intruders
+from phalanx.scheduling.nomination import Preemptor
+from phalanx.scheduling.preempting import Preempting
 from phalanx.scheduling.reserve import GatesRefused, NotLeading, ReleaseAborted, Releaser, Steps, planned_devices
 
 logger = logging.getLogger(__name__)
-
-PLACED = "placed"
-"""Seconds between two writes of a group's member counts: a gang of hundreds binding would otherwise write its
-status once per cycle, on the API server kube-scheduler is binding through."""
-
-
-def _ns(obj: Mapping[str, Any]) -> str:
-    return obj["metadata"]["namespace"]
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    return obj["metadata"]["name"]
-
-
-def _since(timestamp: str | None) -> float:
-    """Seconds since an RFC 3339 time. A release recorded without one (by an older Phalanx) that is still not
-    Scheduled is the stuck group the deadline exists for: it counts as long past."""
-    if not timestamp:
-        return math.inf
-    return times.seconds_since(timestamp)
-
-
-def _placed(pod: Mapping[str, Any]) -> bool:
-    """Bound, or past the gate (pinned and released, or never gated): a pod a snapshot may count on a node."""
-    return bool(pod["spec"].get("nodeName")) or not accessors.gated(pod)
 
 
 def _cause_label(cause: str) -> str:
@@ -166,10 +137,6 @@ class SchedulingLoop:
         """The workload kind whose groups this loop schedules: their members, their owner, its state."""
         self.period = period
         self.bind_deadline = bind_deadline
-        self.ready_deadline = ready_deadline
-        """Seconds a released gang has to get every member Ready (0: no deadline); a Job's annotation overrides it."""
-        self.ready_backoff = ready_backoff
-        """(base, cap) seconds of the back-off before a gang torn down at its ready deadline is admitted again."""
         self.memory = memory.Memory(counts_every=status.COUNTS_EVERY)
         """What the loop remembers of each group between cycles."""
         self.status = status.Status(kube, self.memory, owner)
@@ -190,21 +157,6 @@ class SchedulingLoop:
         looked up in the pods informer's index; and what the cycle derives from each group, kept while it stands."""
         self._pods_of: Mapping[str, list[dict[str, Any]]] = self.members
         self._pod_uids = view.pods.index("uid", lambda pod: [pod["metadata"]["uid"]])
-        self._placed = view.pods.index("placed", lambda pod: [PLACED] if _placed(pod) else [])
-        """The pods a snapshot counts (bound, or past the gate): a build walks these and the releases' under way, not
-        the thousands of members waiting behind the gate."""
-        self._counted: set[tuple[tuple[str, str, str], str]] = set()
-        """(device, claim uid) of double allocations already counted: a conflict takes cycles to end, it counts once."""
-        self._evicting: dict[str, float] = {}
-        """Pod uid -> not before: an eviction already sent is not sent again until then."""
-        self._base: tuple[tuple[Any, ...], Snapshot] | None = None
-        """(view revision and pins, snapshot): built once per state of the view, not once per group or member."""
-        self._reuse = inputs.Reuse()
-        self._capacity = shortfall.Kept()
-        """What shortfall capacity derived from the snapshots before (free devices, each node's shape)."""
-        """What each build derived from each pod, node, slice and claim, reused by the next for the same version."""
-        self._built_cpu = 0.0
-        """CPU seconds this cycle's snapshot builds took in their worker thread (the budget counts them)."""
         self._members: Derived[Member] = Derived()
         """Each waiting pod's planner member, by version and claims: a cycle meets every waiting gang again."""
         self._preempted: dict[str, str] = {}
@@ -220,6 +172,38 @@ class SchedulingLoop:
         """False once this replica may have lost its Lease: no group is touched after that."""
         self.releases = assumed.Releases(release_concurrency)
         """Releases under way beside the loop's next plans, which count each as done."""
+        self.cache = ClusterCache(view, self.releaser, self.releases, self.shortfalls, self.headhold, self._priority)
+        """The planner's snapshot and what else is derived from whole stores of the view."""
+        self.tear_down = teardown.TearDown(kube, view, self.releaser, self.freeing, self.status, self.members, self.cache.pins)
+        """Takes a gang down as a unit."""
+        self.deadlines = Deadlines(
+            kube,
+            view,
+            self.memory,
+            self.status,
+            self.releaser,
+            self.tear_down,
+            bind_deadline=bind_deadline,
+            ready_deadline=ready_deadline,
+            ready_backoff=ready_backoff,
+        )
+        """The bind and ready deadlines of released gangs and late members."""
+        self.repair = repair.Repair(kube, view, self.holes, self.tear_down)
+        """Double allocations given back by the holder that allocated later."""
+        self.preempting = Preempting(
+            view,
+            owner,
+            self.preemptor,
+            self.status,
+            self.memory,
+            self.matcher,
+            pods_of=self.members,
+            priority=self._priority,
+            pins=self.cache.pins,
+            evict_holders=self.repair.evict_holders,
+            bind_deadline=bind_deadline,
+        )
+        """Gang preemption: victims chosen, evicted, their devices held for the preemptor, the end."""
         self._deposed = False
         """A release or reconcile this cycle found another replica's record: the cycle touches no other group."""
         self._passed = 0
@@ -245,15 +229,11 @@ class SchedulingLoop:
         """The groups' and their pods' `written` when every gated member was found pointed at."""
         self._nominations: tuple[Any, dict[str, tuple[dict[str, Any], schema.Nomination]]] | None = None
         """(the groups' `written`, each preempting group's nomination)."""
-        self._kept_of_view: dict[str, tuple[tuple[Any, ...], Any]] = {}
-        """What `_of_view` derived from whole stores: (their `written`, the value)."""
         self._last_walk: quiet.Walk | None = None
         """The last cycle's walk: the next on the same reads retraces it."""
         self._hold_line: tuple[list[queue.Ahead], shortfall.Standing, Any] | None = None
         """The line a settled head-of-line hold was last updated on, the verdicts of its gangs passed over, and the
         groups' `written` then (another replica's `status.hold` on any group is cleared on the next update)."""
-        self._no_conflicts: tuple[Any, ...] | None = None
-        """The claims' and slices' `written` when `_repair` last found no device held beyond what it allows."""
 
     async def run(self) -> None:
         while True:
@@ -263,7 +243,7 @@ class SchedulingLoop:
             self._woken_for = self.view.changed_since if by_change else time.monotonic()
             metrics.CYCLES.labels(woken_by="change" if by_change else "timer").inc()
             self.view.changed.clear()
-            cpu, self._built_cpu = time.thread_time(), 0.0
+            cpu, self.cache.built_cpu = time.thread_time(), 0.0
             try:
                 await self.cycle()
             except asyncio.CancelledError:
@@ -271,7 +251,7 @@ class SchedulingLoop:
             except Exception:  # only a bug in the loop itself gets here; every group is guarded
                 logger.exception("scheduling cycle failed; retrying on the next change")
                 await asyncio.sleep(1)
-            await asyncio.sleep(self._budget.rest(time.monotonic(), time.thread_time() - cpu + self._built_cpu))
+            await asyncio.sleep(self._budget.rest(time.monotonic(), time.thread_time() - cpu + self.cache.built_cpu))
 
     def _next_wake(self) -> float:
         wake = 0.0 if self._again else self.memory.summary().wake - time.monotonic()
@@ -296,7 +276,7 @@ class SchedulingLoop:
             for rules in (self.holes, self.preemptor.nominated):
                 if rules.served is None:
                     await rules.load()  # the rules a previous run left behind
-            await self._repair(groups)
+            await self.repair(groups)
             devices = {d for _, n in nominated.values() for d in accessors.nominated_devices(n)}
             await self.preemptor.nominated.uncover([d for d in self.preemptor.nominated.covered if d not in devices])
         except asyncio.CancelledError:
@@ -314,7 +294,7 @@ class SchedulingLoop:
             except Exception:
                 metrics.ERRORS.labels(stage="free").inc()
                 logger.exception("claims of members torn down not freed; the resourceclaim controller frees them, or the next cycle")
-        self._preempted = {v.uid: self._preempted_by(g) for g, n in nominated.values() for v in n.victims}
+        self._preempted = {v.uid: self.preempting.cause(g) for g, n in nominated.values() for v in n.victims}
         if self._held is None or self._held[0] != reads:
             self._held = (reads, sum(self.members.reads(g, self.view.claims.get, reads[2]).held for g in scheduled))
         metrics.INCOMPLETE_GROUP_DEVICES.set(self._held[1])
@@ -336,7 +316,7 @@ class SchedulingLoop:
         self.line.clear()
         self._again = False
         if self.memory.summary().quiet:
-            await self._snapshot()  # capacity freed since the last cycle is observed before any group is passed over
+            await self.cache.snapshot()  # capacity freed since the last cycle is observed before any group is passed over
         self._deposed = False
         self._passed = 0
         self._settled = 0
@@ -422,16 +402,21 @@ class SchedulingLoop:
         except asyncio.CancelledError:
             raise
         except NotLeading as exc:
-            logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), exc)
+            logger.warning("%s/%s: %s", accessors.namespace(pod_group), accessors.name(pod_group), exc)
             self._deposed = True
         except NotFound as exc:
             logger.info(
-                "%s/%s: an object went away mid-reconcile (%s); next cycle sees the new state", _ns(pod_group), _name(pod_group), exc
+                "%s/%s: an object went away mid-reconcile (%s); next cycle sees the new state",
+                accessors.namespace(pod_group),
+                accessors.name(pod_group),
+                exc,
             )
         except Exception as exc:
             delay = self._back_off(pod_group)
             metrics.ERRORS.labels(stage="reconcile").inc()
-            logger.exception("%s/%s: reconcile failed (%s); retrying in %.1fs", _ns(pod_group), _name(pod_group), exc, delay)
+            logger.exception(
+                "%s/%s: reconcile failed (%s); retrying in %.1fs", accessors.namespace(pod_group), accessors.name(pod_group), exc, delay
+            )
 
     async def _hold_for_head(self) -> None:
         """After every group was met in queue order: devices held for the head of the line, the rest given back. A
@@ -448,7 +433,7 @@ class SchedulingLoop:
             # the snapshot only if the head's hold is planned again: a cycle with no gang waiting (a recovering gang
             # waits for its quorum) builds none for it, however much the pods churn
             if await self.headhold.update(
-                self.line.ahead, self.view.podgroups.items(), self._snapshot, self._revision(), self.matcher, backing_off
+                self.line.ahead, self.view.podgroups.items(), self.cache.snapshot, self.cache.revision(), self.matcher, backing_off
             ):
                 self.shortfalls.clear()  # devices given back are room for every group known short
             if self.headhold.settled:
@@ -499,7 +484,7 @@ class SchedulingLoop:
         cycle began, the claims they name, its priority), and the nodes (a member on a node gone is lost). None: not
         all have one."""
         seen = self._quiet_inputs(pod_group)
-        return None if seen is None else (seen, self._nodes_written())
+        return None if seen is None else (seen, self.cache.nodes_written())
 
     def _quiet_inputs(self, pod_group: Mapping[str, Any]) -> quiet.Inputs | None:
         """`quiet.inputs`, from the group's members' version and the claims they name as kept (`membership`)."""
@@ -521,14 +506,10 @@ class SchedulingLoop:
             for _, remembered in self.memory.items():
                 if remembered.due is not None and remembered.due <= now:
                     remembered.due = None
-        if self._counted:
-            claims = {c["metadata"]["uid"] for c in self.view.claims.items()}
-            self._counted = {(device, uid) for device, uid in self._counted if uid in claims}
         pods = self._pod_uids
+        self.repair.forget(pods, now)
         if len(self.pointers.done) > len(self.view.pods.store):  # some pod pointed at is gone (uids are never reused)
             self.pointers.keep_only(pods)
-        if self._evicting:
-            self._evicting = {uid: until for uid, until in self._evicting.items() if uid in pods and until > now}
 
     def _nominated(self, scheduled: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], schema.Nomination]]:
         """PodGroup uid -> (the group, its nomination), of every group preempting (read once per state of the groups)."""
@@ -560,11 +541,11 @@ class SchedulingLoop:
         watch event between two groups): a group ahead known short since nothing it could use was freed is skipped
         without a plan; one preempting is judged with its victims' devices free, so no group behind takes the
         rest of the room its preemption counts on."""
-        base = await self._snapshot()  # the claims a group's memo key reads do not depend on whose nomination is held
+        base = await self.cache.snapshot()  # the claims a group's memo key reads do not depend on whose nomination is held
         for ahead in self.line.ahead:
             if not ahead.freed and self.shortfalls.still_short(ahead.memo, shortfall.group_key(ahead.group, base, ahead.priority)):
                 continue
-            snapshot = queue.Line.room(await self._snapshot(ahead.pod_group), ahead)
+            snapshot = queue.Line.room(await self.cache.snapshot(ahead.pod_group), ahead)
             if await asyncio.to_thread(takes_room, snapshot, ahead.group, fits, self.matcher):
                 return ahead
         return None
@@ -599,7 +580,7 @@ class SchedulingLoop:
             lost = disruption.losses(
                 reservation,  # type: ignore[arg-type]
                 self._pods_of.get(uid, []),
-                self._node_names(),
+                self.cache.node_names(),
                 self.view.finished,
                 known=disruption.recorded(pod_group),
                 preempted=self._preempted,
@@ -614,14 +595,14 @@ class SchedulingLoop:
 
     async def _each(self, visit: _Visit) -> bool:
         """Not a gang, or a gang scheduled whose record was dropped: each member released as it fits."""
-        visit.pod_group, visit.reservation = await self._unbind_late(visit.pod_group, visit.pods, visit.reservation)
+        visit.pod_group, visit.reservation = await self.deadlines.unbind_late(visit.pod_group, visit.pods, visit.reservation)
         await self._release_each(visit.pod_group, visit.waiting)
         return True
 
     async def _suspended(self, visit: _Visit) -> bool:
         what = (self.owner.ref(visit.pod_group) or {}).get("kind", "owner")
         why = f"the {what} was suspended, which deleted its pods; once resumed, its new pods are admitted as a gang again"
-        return await self._tear_down(visit.pod_group, visit.pods, visit.reservation, why, reason=keys.SUSPENDED)
+        return await self.tear_down(visit.pod_group, visit.pods, visit.reservation, why, reason=keys.SUSPENDED)
 
     async def _nothing(self, visit: _Visit) -> bool:
         """FINISHED: its owner's successPolicy or failure ended the rest, nothing to take down; GOING: the owner is
@@ -634,7 +615,7 @@ class SchedulingLoop:
         if visit.lost and visit.owner_state is not phase.OwnerState.GONE:
             await self._record_lost(visit.pod_group, visit.lost)
         if not visit.lost:
-            return await self._ready_by_deadline(visit.pod_group, visit.pods, visit.reservation, visit.facts.min_count, visit.facts.done)  # type: ignore[arg-type]
+            return await self.deadlines.ready(visit.pod_group, visit.pods, visit.reservation, visit.facts.min_count, visit.facts.done)  # type: ignore[arg-type]
         return None
 
     async def _lost(self, visit: _Visit) -> bool:
@@ -644,7 +625,7 @@ class SchedulingLoop:
     async def _running(self, visit: _Visit) -> bool:
         """A scheduled gang, at minCount or below it (mode single): late members released, minCount raised since the
         release honoured as a gang, and a calm gang's inputs remembered (`settled`)."""
-        visit.pod_group, visit.reservation = await self._unbind_late(visit.pod_group, visit.pods, visit.reservation)
+        visit.pod_group, visit.reservation = await self.deadlines.unbind_late(visit.pod_group, visit.pods, visit.reservation)
         ended = await self._released(visit)
         if ended is not None:
             return ended
@@ -670,7 +651,7 @@ class SchedulingLoop:
         if ended is not None:
             return ended
         facts = visit.facts
-        return await self._await_binding(visit.pod_group, visit.pods, visit.bound, visit.reservation, facts.min_count, facts.done)  # type: ignore[arg-type]
+        return await self.deadlines.bound(visit.pod_group, visit.pods, visit.bound, visit.reservation, facts.min_count, facts.done)  # type: ignore[arg-type]
 
     async def _waiting(self, visit: _Visit) -> bool:
         """Never placed, members behind the gate: its group claims made, its ready back-off waited out, then waiting
@@ -681,7 +662,7 @@ class SchedulingLoop:
             if missing is not None:
                 await self.status.scheduled(pod_group, False, keys.PENDING, missing)
                 return True
-        if await self._ready_backoff(pod_group):
+        if await self.deadlines.backing_off(pod_group):
             return True
         ready = [p for p in visit.waiting if self._claims_ready(p)]
         if visit.stands is phase.Phase.QUORUM:
@@ -710,161 +691,6 @@ class SchedulingLoop:
         phase.Phase.PREEMPTING: _waiting,
     }
     """The action of each phase but RESUMING (which comes before anything is written): one entry per phase."""
-
-    def _ready_record(self, pod_group: Mapping[str, Any]) -> schema.Readiness:
-        remembered = self.memory.get(pod_group["metadata"]["uid"])
-        mine = remembered.readiness if remembered is not None else None
-        if mine is not None:
-            return mine
-        raw = (pod_group.get("status") or {}).get("readiness")
-        return schema.Readiness.model_validate(raw) if raw else schema.Readiness()
-
-    async def _write_readiness(self, pod_group: Mapping[str, Any], record: schema.Readiness) -> None:
-        await self.kube.merge_patch(
-            custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"readiness": record.wire()}}
-        )
-        self.memory.of(pod_group["metadata"]["uid"]).readiness = record
-
-    def _deadline_of(self, pod_group: Mapping[str, Any]) -> float:
-        """The Job's ready-deadline annotation (copied onto its PodGroup), else the operator's flag; 0: none."""
-        with contextlib.suppress(intent.GangSpecError):
-            said = intent.ready_deadline(pod_group["metadata"].get("annotations"))
-            if said is not None:
-                return said
-        return self.ready_deadline
-
-    async def _ready_by_deadline(
-        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation, min_count: int, done: int
-    ) -> bool | None:
-        """A released gang whose members are not all Ready by the ready deadline is torn down as a unit
-        (`podsready.judge`); None when there is nothing to do."""
-        placed = {p.uid for p in reservation.placements}
-        verdict = podsready.judge(
-            self._ready_record(pod_group),
-            self._deadline_of(pod_group),
-            reservation.released_at,
-            [p for p in pods if p["metadata"]["uid"] in placed],
-            min_count,
-            done=done,
-            now=times.now(),
-            backoffs=self.ready_backoff,
-        )
-        if verdict is None:
-            return None
-        remembered = self.memory.of(pod_group["metadata"]["uid"])
-        if verdict.wake_in is not None:
-            remembered.due = time.monotonic() + verdict.wake_in
-        elif verdict.tear_down is None:
-            remembered.due = None  # every member Ready: nothing to wake for
-        if verdict.record is not None:
-            await self._write_readiness(pod_group, verdict.record)
-        if verdict.counted:
-            metrics.READY_TIMEOUTS.inc()
-        if verdict.tear_down is None:
-            return None
-        return await self._tear_down(pod_group, pods, reservation, verdict.tear_down, reason=keys.READY_TIMEOUT)
-
-    async def _ready_backoff(self, pod_group: dict[str, Any]) -> bool:
-        """True while a gang torn down at its ready deadline waits out its back-off (the condition says until when)."""
-        waiting = podsready.backing_off(self._ready_record(pod_group), times.now())
-        if waiting is None:
-            return False
-        left, why = waiting
-        self.memory.of(pod_group["metadata"]["uid"]).due = time.monotonic() + left
-        await self.status.scheduled(pod_group, False, keys.READY_TIMEOUT, why)
-        return True
-
-    async def _await_binding(
-        self,
-        pod_group: dict[str, Any],
-        pods: list[dict[str, Any]],
-        bound: list[dict[str, Any]],
-        reservation: schema.Reservation,
-        min_count: int,
-        done: int,
-    ) -> bool:
-        """A released group becomes Scheduled once minCount members are bound or finished (a rank may exit 0 before
-        the last is bound), or is torn down at the deadline."""
-        finished = f", {done} finished" if done else ""
-        if len(bound) + done >= min_count:
-            nodes = len({p["spec"]["nodeName"] for p in bound})
-            await self.status.scheduled(
-                pod_group, True, keys.SCHEDULED, f"{len(bound)} of {len(pods)} members bound to {nodes} node(s){finished}"
-            )
-            return True
-        waited = _since(reservation.released_at)
-        if waited >= self.bind_deadline:
-            why = (
-                f"only {len(bound)} of minCount {min_count} members bound{finished} {self.bind_deadline:.0f}s after release "
-                f"({len(pods)} members exist)"
-            )
-            return await self._tear_down(pod_group, pods, reservation, why)
-        return True
-
-    async def _unbind_late(
-        self, pod_group: dict[str, Any], pods: list[dict[str, Any]], reservation: schema.Reservation | None
-    ) -> tuple[dict[str, Any], schema.Reservation | None]:
-        """Every released member has a bind deadline, not only a gang's first minCount (`_await_binding`): a member
-        released once the group was placed (a late one, one beyond minCount, a basic group's) that kube-scheduler does
-        not bind (another pod took the node's CPU, the node was cordoned) would keep its devices for ever. Past the
-        deadline it leaves the record (so its going is no loss of the gang's), then is taken down as a teardown takes
-        a member that never ran (its owner creates it again behind the gate, uncounted) and its claims are freed as it
-        stops. Returns the group and its record as they now stand (the rest of the visit must not write the old record
-        back, with the member in it)."""
-        uid = pod_group["metadata"]["uid"]
-        remembered = self.memory.of(uid)
-        now = time.monotonic()
-        unbound = {
-            p["metadata"]["uid"]: p
-            for p in pods
-            if not p["spec"].get("nodeName") and not accessors.gated(p) and keys.PINNED_NODE in (p["metadata"].get("annotations") or {})
-        }
-        seen = {u: remembered.unbound.get(u, now) for u in unbound}
-        if seen != remembered.unbound:
-            remembered.unbound = seen
-        late = [unbound[u] for u, since in seen.items() if now - since >= self.bind_deadline]
-        waiting = [since + self.bind_deadline for u, since in seen.items() if now - since < self.bind_deadline]
-        if waiting:
-            remembered.due = min(remembered.due if remembered.due is not None else math.inf, *waiting)  # woken then, never settled
-        if not late:
-            return pod_group, reservation
-        gone = {p["metadata"]["uid"] for p in late}
-        if reservation is not None and any(p.uid in gone for p in reservation.placements):
-            reservation = reservation.model_copy(
-                update={
-                    "placements": [p for p in reservation.placements if p.uid not in gone],
-                    "planned": [p for p in reservation.planned or () if p.uid not in gone] or None,
-                }
-            )
-            pod_group = await self.releaser.record(pod_group, reservation)
-            crash_point("unbind.after-record")
-        names = ", ".join(sorted(_name(p) for p in late))
-        nodes = ", ".join(sorted({p["metadata"]["annotations"][keys.PINNED_NODE] for p in late}))
-        refused = next((c.get("message") for p in late if (c := conditions.find(p, "PodScheduled")) and c.get("message")), None)
-        said = f" (kube-scheduler: {refused})" if refused else ""
-        why = (
-            f"member(s) {names} released onto {nodes} and not bound by kube-scheduler {self.bind_deadline:.0f}s later{said}: "
-            "taken down and their devices freed"
-        )
-        if all(any(o.get("controller") for o in p["metadata"].get("ownerReferences") or []) for p in late):
-            why += "; their owner creates them again behind the gate, placed afresh"
-        self.freeing.watch(late, self.view.claims.get)
-        await teardown.evict_all(self.kube, late, reason=keys.NOT_BOUND, message=why, uncount=gone)
-        await self.status.event(pod_group, "Warning", keys.NOT_BOUND, why)
-        logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), why)
-        return pod_group, reservation
-
-    def _node_names(self) -> frozenset[str]:
-        """Read by every released gang's visit: gathered again only once a node was written, not once per gang (0.6 ms
-        at 5,000 nodes: with 1,000 gangs running, 0.6 s of every cycle)."""
-        return self._of_view(  # type: ignore[no-any-return]
-            "node names", (self._nodes_written(),), lambda: frozenset(n["metadata"]["name"] for n in self.view.nodes.items())
-        )
-
-    def _nodes_written(self) -> tuple[int, int]:
-        """The nodes' `written` without their heartbeats, which come from every node and change nothing kept: a node
-        added, gone or changed moves it."""
-        return self.view.nodes.written[:2]
 
     async def _owner(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> dict[str, Any] | None:
         """The group's owner, read afresh when its lost members change (a lost member stays lost: no read every cycle);
@@ -900,7 +726,7 @@ class SchedulingLoop:
         (before the group is bound as after: the claims of members that never ran are freed at once, as at the bind
         deadline)."""
         why = f"member {', '.join(str(loss) for loss in lost)} lost; disruptionMode all takes the whole group down"
-        if not await self._tear_down(pod_group, pods, reservation, why, reason=keys.DISRUPTED, lost={loss.uid for loss in lost}):
+        if not await self.tear_down(pod_group, pods, reservation, why, reason=keys.DISRUPTED, lost={loss.uid for loss in lost}):
             return False  # the condition says what the teardown waits for
         metrics.DISRUPTIONS.labels(mode="all", cause=_cause_label(lost[0].cause)).inc()
         await self.status.condition(pod_group, keys.DISRUPTION_TARGET, True, keys.DISRUPTED, why)
@@ -935,101 +761,6 @@ class SchedulingLoop:
     def _claims_ready(self, pod: Mapping[str, Any]) -> bool:
         return accessors.claims_ready(pod, self.view.claims.get)
 
-    async def _snapshot(self, for_group: Mapping[str, Any] | None = None) -> Snapshot:
-        """This cycle's cluster; devices a preemption freed for another group count as held.
-
-        Built once per state of the view (and of the pins), however many groups and members are planned on it;
-        each build is what `shortfalls` compares capacity on. Built in a worker thread, from lists of the view's
-        objects taken here (the informers replace an object, never change it): even reusing every pod's view, a
-        build walks every pod (0.4 CPU seconds at 100,000), which the event loop's webhooks, probes and watches
-        must not wait for.
-        """
-        view = self.view
-        key = self._revision()
-        if self._base is None or self._base[0] != key:
-            under_way = self.releases.assumed()
-            sources = [i.items() for i in (view.nodes, view.slices, view.claims, view.classes, view.taint_rules)]
-            sources.insert(1, self._placed.get(PLACED) + [p for u in under_way.pods for p in self._pod_uids.get(u) if not _placed(p)])
-            podgroups, pins, policy = view.podgroups.items(), self._pins(), self._policy()
-            every = view.pods.items() if self._of_view("planned", (view.podgroups.written,), lambda: inputs.any_planned(podgroups)) else []
-            built, capacity = await asyncio.to_thread(
-                self._build, sources, podgroups if every else [], every, pins, policy, under_way, view.claims.written, self._nominating()
-            )
-            self._base = (key, built)
-            self.shortfalls.observe(capacity)
-        return self.headhold.elsewhere(inputs.nominated_elsewhere(self._base[1], self._nominating(), for_group), for_group, self._priority)
-
-    def _build(
-        self,
-        sources: list[list[dict[str, Any]]],
-        podgroups: list[dict[str, Any]],
-        every: list[dict[str, Any]],
-        pins: dict[str, str],
-        policy: tuple[Any, ...],
-        under_way: assumed.Assumption,
-        claims_written: Hashable,
-        nominating: list[dict[str, Any]],
-    ) -> tuple[Snapshot, shortfall.Capacity | Callable[[], shortfall.Capacity]]:
-        """`podgroups` and `every` pod: read only when some reservation planned devices for extended resources (else
-        empty: `awaiting_kube_scheduler` has nothing to find); `nominating`: the groups preempting, whose victims'
-        devices are not capacity a short group could use."""
-        started = time.thread_time()
-        nodes, pods, slices, claims, classes, rules = sources
-        awaiting = inputs.awaiting_kube_scheduler(podgroups, every, claims)
-        built = inputs.build(
-            nodes,
-            pods,
-            slices,
-            claims,
-            classes,
-            rules,
-            pinned=pins,
-            awaiting=awaiting,
-            reuse=self._reuse,
-            assumed=under_way,
-            claims_written=claims_written,
-        )
-        capacity: shortfall.Capacity | Callable[[], shortfall.Capacity] = functools.partial(
-            shortfall.capacity, inputs.nominated_elsewhere(built, nominating, None), policy, self._capacity
-        )
-        if self.shortfalls.short:
-            capacity = capacity()  # here, off the event loop; else only if a group is found short on this snapshot
-        self._built_cpu += time.thread_time() - started  # this worker's CPU counts against the cycle's budget too
-        return built, capacity
-
-    def _revision(self) -> tuple[Any, ...]:
-        """The state of the view (and of this process's pins and releases under way) a snapshot is built from."""
-        return (self.view.revision, tuple(sorted(self.releaser.pinned.items())), self.releases.version)
-
-    def _pins(self) -> dict[str, str]:
-        """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
-        recorded = self._of_view("pins", (self.view.podgroups.written,), lambda: accessors.pins(self.view.podgroups.items()))
-        return {**recorded, **self.releaser.pinned}
-
-    def _policy(self) -> tuple[Any, ...]:
-        """What preemption reads besides capacity (`shortfall.policy`), read again only once one of its stores was written."""
-        view = self.view
-        return self._of_view(  # type: ignore[no-any-return]
-            "policy",
-            (view.priorities.written, view.budgets.written, view.podgroups.written),
-            lambda: shortfall.policy(view.priorities.items(), view.budgets.items(), view.podgroups.items()),
-        )
-
-    def _nominating(self) -> list[dict[str, Any]]:
-        """The PodGroups with a nomination (their preemption under way), of every kind."""
-        return self._of_view(  # type: ignore[no-any-return]
-            "preempting",
-            (self.view.podgroups.written,),
-            lambda: [g for g in self.view.podgroups.items() if accessors.nomination(g) is not None],
-        )
-
-    def _of_view(self, what: str, written: tuple[Any, ...], derive: Callable[[], Any]) -> Any:
-        """`derive()`, derived again only once the stores it reads (their `written`) were written."""
-        kept = self._kept_of_view.get(what)
-        if kept is None or kept[0] != written:
-            kept = self._kept_of_view[what] = (written, derive())
-        return kept[1]
-
     async def _attempt(self, pod_group: dict[str, Any], ready: list[dict[str, Any]], min_count: int) -> bool:
         started = time.monotonic()
         steps = Steps(self._woken_for)
@@ -1037,7 +768,7 @@ class SchedulingLoop:
         # what the group reads, taken before the snapshot (with no await between): a claim written while the snapshot
         # is built is then newer than the memo, which never vouches for a verdict made without it
         seen = self._quiet_inputs(pod_group) if quiet.memoizable(pod_group) else None
-        snapshot = await self._snapshot(pod_group)
+        snapshot = await self.cache.snapshot(pod_group)
         steps.done("snapshot")
         decided = time.monotonic()
         group = inputs.group(pod_group, ready, min_count, self._members)
@@ -1062,11 +793,11 @@ class SchedulingLoop:
         if not isinstance(result, Fits):
             if nomination is not None:
                 self.line.join(pod_group, group, self._priority(pod_group), accessors.nominated_devices(nomination))
-                return await self._preempting(pod_group, nomination, result.message)
-            verdict = await self._plan_preemption(pod_group, snapshot, group)
+                return await self.preempting.under_way(pod_group, nomination, result.message)
+            verdict = await self.preempting.plan(pod_group, snapshot, group)
             if isinstance(verdict, Preemption) and verdict.victims:
                 self.line.join(pod_group, group, self._priority(pod_group), (d for p in verdict.pods for d in p.devices))
-                await self._preempt(pod_group, verdict)
+                await self.preempting.start(pod_group, verdict)
                 return True
             metrics.SCHEDULE_ATTEMPTS.labels(result="unschedulable", profile=metrics.PROFILE).inc()
             metrics.ATTEMPT_DURATION.labels(result="unschedulable", profile=metrics.PROFILE).observe(time.monotonic() - started)
@@ -1114,40 +845,9 @@ class SchedulingLoop:
         await self.status.scheduled(pod_group, False, keys.RELEASED, message)
         await self.status.event(pod_group, "Normal", keys.RELEASED, message)
         if nomination is not None:
-            metrics.PREEMPTION_ATTEMPT_DURATION.observe(_since(nomination.nominated_at))
+            metrics.PREEMPTION_ATTEMPT_DURATION.observe(times.waited(nomination.nominated_at))
             await self.preemptor.finish(pod_group, nomination)
         return True
-
-    async def _plan_preemption(self, pod_group: dict[str, Any], snapshot: Snapshot, group: Group) -> Preemption | NoVictims:
-        """Victims of lower priority whose going lets the whole group fit; pure, on this cycle's snapshot, in a worker
-        thread (it plans the group once per victim set tried). The candidates are read from the view here, on the loop."""
-        view = self.view
-        candidates = victims.for_preemptor(
-            pod_group,
-            (m.uid for m in group.members),
-            view.pods.items(),
-            view.claims.items(),
-            view.podgroups.items(),
-            self._pods_of,
-            view.budgets.items(),
-            pinned=self._pins(),
-        )
-        if candidates is None:
-            return NoVictims("preemptionPolicy is Never")
-        if (none := no_candidates(candidates, self._priority(pod_group))) is not None:
-            metrics.PREEMPTION_ATTEMPTS.labels(result="Unschedulable").inc()
-            return none
-        started = time.monotonic()
-        budgets = victims.allowed(view.budgets.items())
-        verdict = await asyncio.to_thread(plan_preemption, snapshot, group, candidates, self._priority(pod_group), self.matcher, budgets)
-        result = "Success" if isinstance(verdict, Preemption) and verdict.victims else "Unschedulable"
-        metrics.PREEMPTION_DURATION.labels(preemptor="podgroup", result=result).observe(time.monotonic() - started)
-        metrics.PREEMPTION_ATTEMPTS.labels(result=result).inc()
-        return verdict
-
-    def _preempted_by(self, pod_group: Mapping[str, Any]) -> str:
-        """What the victims of this group's preemption are told, and what their losses say: its Job and priority."""
-        return disruption.preempted_by(f"{_ns(pod_group)}/{self.owner.name(pod_group) or _name(pod_group)}", self._priority(pod_group))
 
     async def _record_lost(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> None:
         """`status.lost`: the losses with the cause first seen, written when they change, kept after a teardown."""
@@ -1156,88 +856,14 @@ class SchedulingLoop:
         remembered = self.memory.of(uid)
         if not lost or record == (pod_group.get("status") or {}).get("lost") or record == remembered.lost_written:
             return
-        await self.kube.merge_patch(custom_path("podgroups", _ns(pod_group), _name(pod_group), status=True), {"status": {"lost": record}})
-        remembered.lost_written = record
-
-    async def _preempt(self, pod_group: dict[str, Any], preemption: Preemption) -> None:
-        names = ", ".join(v.key for v in preemption.victims)
-        why = self._preempted_by(pod_group)
-        await self.preemptor.start(pod_group, preemption, why)
-        metrics.SCHEDULE_ATTEMPTS.labels(result="waiting_on_preemption", profile=metrics.PROFILE).inc()
-        message = f"preempting {names} ({len(preemption.pods)} pods) to place the whole group"
-        await self.status.scheduled(pod_group, False, keys.PREEMPTING, message)
-        await self.status.event(pod_group, "Normal", keys.PREEMPTING, message)
-
-    async def _preempting(self, pod_group: dict[str, Any], nomination: schema.Nomination, short: str) -> bool:
-        """A preemption under way: its victims go (evicted again after a restart or a refusal), nobody else takes their
-        devices, and it ends: the preemptor reserves them, or it gives up by the deadline and says why.
-
-        The deadline is `bind_deadline` three ways: for a victim whose eviction is still refused (a budget), since the
-        nomination; for a victim that does not stop, past the end of its grace period; and once every victim is gone,
-        since this process saw them gone (a restart holds the devices one deadline longer, never shorter), so a
-        victim's long grace period does not eat the time the freed devices are held for the preemptor."""
-        uid = pod_group["metadata"]["uid"]
-        why = self._preempted_by(pod_group)
-        # a crash between recording the nomination and covering its devices left them open: cover them (idempotent)
-        await self.preemptor.nominated.cover(accessors.nominated_devices(nomination), why)
-        await self._evict_intruders(pod_group, nomination)
-        remaining = self.preemptor.remaining(nomination)
-        if remaining:
-            self.memory.of(uid).victims_gone_at = None
-            refused = await self.preemptor.evict(nomination, why)
-            stuck = [
-                _name(p) for p in remaining if _since(p["metadata"].get("deletionTimestamp") or "9999-12-31T00:00:00Z") > self.bind_deadline
-            ]
-            waited = _since(nomination.nominated_at)
-            if (refused and waited >= self.bind_deadline) or stuck:
-                cause = (
-                    f"the eviction of {', '.join(refused)} was refused for {waited:.0f}s (a disruption budget)"
-                    if refused
-                    else f"{', '.join(stuck)} did not stop {self.bind_deadline:.0f}s past its grace period"
-                )
-                return await self._give_up(pod_group, nomination, cause)
-            note = f"; refused for now: {', '.join(refused)}" if refused else ""
-            await self.status.scheduled(
-                pod_group, False, keys.PREEMPTING, f"waiting for {len(remaining)} of {len(nomination.victims)} victims to go{note}"
-            )
-            return not refused
-        remembered = self.memory.of(uid)
-        if remembered.victims_gone_at is None:
-            remembered.victims_gone_at = time.monotonic()
-        gone_at = remembered.victims_gone_at
-        if time.monotonic() - gone_at < self.bind_deadline:
-            await self.status.scheduled(
-                pod_group, False, keys.PREEMPTING, f"victims gone, waiting for their devices to be released: {short}"
-            )
-            return True
-        return await self._give_up(pod_group, nomination, f"the preemption freed too little in {self.bind_deadline:.0f}s: {short}")
-
-    async def _evict_intruders(self, pod_group: Mapping[str, Any], nomination: schema.Nomination) -> None:
-        """A pod of lower priority that took a device held for this preemption (its claim tolerates every taint) goes as
-        a victim would; one of the preemptor's priority or above keeps it, and the preemption may give up."""
-        members = {p["metadata"]["uid"] for p in self._pods_of.get(pod_group["metadata"]["uid"], [])}
-        priority = self._priority(pod_group)
-        for claim in nomination_intruders(nomination, self.view.claims.items(), members):
-            reserved = [(self.view.pods.get(_ns(claim), r["name"]), r["uid"]) for r in claim["status"]["reservedFor"]]
-            users = [p for p, uid in reserved if p is not None and p["metadata"]["uid"] == uid]
-            if users and all(int(p["spec"].get("priority") or 0) < priority for p in users):
-                taken = sorted(set(accessors.nominated_devices(nomination)) & set(accessors.consuming_ids(claim) or ()))
-                why = f"it took device {'/'.join(taken[0])}, held for gang {_ns(pod_group)}/{_name(pod_group)} (priority {priority})"
-                await self._evict_holders(claim, why, PREEMPTED)
-
-    async def _give_up(self, pod_group: dict[str, Any], nomination: schema.Nomination, cause: str) -> bool:
-        """The preemption ends without its room: the devices it held go back to everyone, and the status says why."""
-        self.memory.of(pod_group["metadata"]["uid"]).victims_gone_at = None
-        await self.preemptor.finish(pod_group, nomination)
-        metrics.PREEMPTION_ATTEMPTS.labels(result="GaveUp").inc()
-        await self.status.scheduled(
-            pod_group, False, keys.UNSCHEDULABLE, f"preemption given up, its held devices released: {cause}", warn=True
+        await self.kube.merge_patch(
+            custom_path("podgroups", accessors.namespace(pod_group), accessors.name(pod_group), status=True), {"status": {"lost": record}}
         )
-        return False
+        remembered.lost_written = record
 
     def _current(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The latest version of each pod from the watch (a release changed them)."""
-        latest = [self.view.pods.get(_ns(pod_group), _name(p)) for p in pods]
+        latest = [self.view.pods.get(accessors.namespace(pod_group), accessors.name(p)) for p in pods]
         return [p for p in latest if p is not None and not p["metadata"].get("deletionTimestamp")]
 
     async def _release_each(self, pod_group: dict[str, Any], waiting: list[dict[str, Any]], quorum: int = 1) -> None:
@@ -1254,13 +880,18 @@ class SchedulingLoop:
         if len(ready) >= quorum:
             # one plan, in a worker thread as every plan
             group = inputs.group(pod_group, ready, quorum, self._members)
-            snapshot = await self._snapshot()
+            snapshot = await self.cache.snapshot()
             result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
             ahead = await self._held_back(result) if isinstance(result, Fits) else None
             if ahead is not None:
                 self._again = True
                 metrics.HELD_BACK.inc()
-                logger.info("%s/%s: members held back: %s", _ns(pod_group), _name(pod_group), self._hold_back_message(pod_group, ahead))
+                logger.info(
+                    "%s/%s: members held back: %s",
+                    accessors.namespace(pod_group),
+                    accessors.name(pod_group),
+                    self._hold_back_message(pod_group, ahead),
+                )
             if not isinstance(result, Fits) or ahead is not None:
                 # members known short for the groups behind (a memo of their own, never the gang's)
                 memo = f"{pod_group['metadata']['uid']}/members"
@@ -1273,9 +904,11 @@ class SchedulingLoop:
                     joined.append(await self.releaser.release_member(pod_group, result))
                 except GatesRefused as exc:
                     joined.append(exc.reservation)  # its claims are written: the record keeps them for a teardown
-                    logger.warning("%s/%s: late members not all released: %s", _ns(pod_group), _name(pod_group), exc)
+                    logger.warning(
+                        "%s/%s: late members not all released: %s", accessors.namespace(pod_group), accessors.name(pod_group), exc
+                    )
                 except ReleaseAborted as exc:
-                    logger.warning("%s/%s: late members not released: %s", _ns(pod_group), _name(pod_group), exc)
+                    logger.warning("%s/%s: late members not released: %s", accessors.namespace(pod_group), accessors.name(pod_group), exc)
         record = accessors.reservation(pod_group)
         if joined and record is not None:
             pods = self._pods_of.get(pod_group["metadata"]["uid"], [])
@@ -1308,115 +941,12 @@ class SchedulingLoop:
         (GatesRefused), the gang is torn down as a unit. False: the group backs off before its next attempt. (Late
         members released into a placed gang are the gang's: `_release_each` keeps what did go.)"""
         if isinstance(exc, GatesRefused):
-            await self._tear_down(pod_group, self._current(pod_group, pods), exc.reservation, str(exc))
+            await self.tear_down(pod_group, self._current(pod_group, pods), exc.reservation, str(exc))
             return False
         message = f"{what} undone, will plan again: {exc}"
         await self.status.scheduled(pod_group, False, keys.PENDING, message)
         await self.status.event(pod_group, "Warning", "ReservationRolledBack", message)
         return False
-
-    async def _tear_down(
-        self,
-        pod_group: dict[str, Any],
-        pods: list[dict[str, Any]],
-        reservation: schema.Reservation | None,
-        why: str,
-        *,
-        reason: str = keys.TORN_DOWN,
-        lost: Collection[str] = (),
-    ) -> bool:
-        """Evict every member that was released or pinned, release the devices of members that cannot run (never
-        bound, and stopped or still gated), forget the reservation: the group starts over. A member still gated and
-        never pinned holds nothing and waits for the next admission (evicting it would only spend the Job's back-off).
-        The members taken down are not counted by their Job (`teardown`); those `lost` (uids) are, by its rules.
-
-        False while an eviction is refused (a disruption budget): the caller backs off and tries again.
-        """
-        message = f"gang {_name(pod_group)} torn down as a unit: {why}"
-        pinned = self._pins()
-        released = [p for p in pods if not accessors.gated(p) or p["metadata"]["uid"] in pinned]
-        spared = {p["metadata"]["uid"] for p in released} - set(lost)
-        standing = await teardown.evict_all(self.kube, released, reason=reason, message=message, uncount=spared)
-        crash_point("teardown.after-evictions")
-        members = self._pods_of.get(pod_group["metadata"]["uid"], pods)
-        self.freeing.watch(members, self.view.claims.get)
-        if reservation is not None:
-            # judged on every pod of the Job, terminating ones included: a member evicted on an earlier pass runs out
-            # its grace period on its devices, and the resourceclaim controller frees them once it is done
-            every = {p["metadata"]["uid"]: p for p in members}
-            users = self.releaser.claim_users(_ns(pod_group), reservation)
-            idle = [c for c in reservation.claims if not any(accessors.may_run(every.get(u["uid"])) for u in users.get(c.name, []))]
-            await self.releaser.deallocate_claims(_ns(pod_group), idle)
-            crash_point("teardown.after-deallocate")
-        if standing:
-            waits = f"{why}; waiting for the eviction of {', '.join(standing)}, refused for now and tried again"
-            scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)
-            if scheduled is not None and scheduled["status"] == "True":
-                # that condition is terminal once True: a running gang's teardown is told where its loss is
-                await self.status.condition(pod_group, keys.DISRUPTION_TARGET, True, reason, waits, warn=True)
-            else:
-                await self.status.scheduled(pod_group, False, keys.TEARING_DOWN, waits)
-            return False
-        await self.releaser.record(pod_group, None, finished=disruption.kept_finished(pod_group, members, self.view.finished))
-        metrics.TEARDOWNS.inc()
-        await self.status.scheduled(
-            pod_group,
-            False,
-            reason,
-            f"{why}; members evicted and devices released, the group will be admitted again whole",
-            readmit=True,
-        )
-        await self.status.event(pod_group, "Warning", reason, message)
-        return True
-
-    async def _repair(self, groups: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
-        """Each device held beyond what it allows is given back by the holder that allocated later."""
-        await self.holes.sweep(self.view.claims.items())
-        judged = (self.view.claims.written, self.view.slices.written)
-        if judged == self._no_conflicts:
-            return  # the claims and slices found without a conflict, unchanged since
-        conflicts = repair.double_allocations(
-            self.view.claims.items(), repair.shareable_capacity(self.view.slices.items()), self.view.allocations.get
-        )
-        self._no_conflicts = None if conflicts else judged
-        reserved = repair.reserved_claims(self.view.podgroups.items()) if conflicts else {}
-        members_of = {g["metadata"]["uid"]: pods for g, pods in groups} if conflicts else {}
-        for conflict in conflicts:
-            device = "/".join(conflict.device)
-            await self.holes.cover([conflict.device], f"held by {_name(conflict.keep)} and {len(conflict.later)} later claim(s)")
-            crash_point("repair.after-cover")
-            kept = reserved.get(repair.key(conflict.keep))
-            kept_by = f"gang {_name(kept)}" if kept else f"claim {_ns(conflict.keep)}/{_name(conflict.keep)}"
-            for later in conflict.later:
-                if (conflict.device, later["metadata"]["uid"]) not in self._counted:
-                    self._counted.add((conflict.device, later["metadata"]["uid"]))
-                    metrics.CONFLICTS.labels(stage="after-release").inc()
-                gang = reserved.get(repair.key(later))
-                if gang is not None:
-                    record = accessors.reservation(gang)
-                    if record is not None and record.state == "Released":
-                        why = f"device {device} was allocated to {kept_by} before this gang's reservation; ours yields"
-                        if await self._tear_down(gang, members_of.get(gang["metadata"]["uid"], []), record, why):
-                            metrics.REPAIRS.labels(action="teardown").inc()
-                    continue
-                await self._evict_holders(later, f"device {device} is held by {kept_by}, which allocated it first")
-
-    async def _evict_holders(self, claim: Mapping[str, Any], why: str, reason: str = keys.DOUBLE_ALLOCATED) -> None:
-        """The pods using a claim that holds a device it must give up (allocated second, or taken from a preemptor):
-        evicted, never deleted, with an Event naming the device."""
-        namespace = _ns(claim)
-        uids = {c["uid"] for c in (claim.get("status") or {}).get("reservedFor") or [] if c.get("resource") == "pods"}
-        uids |= {o["uid"] for o in claim["metadata"].get("ownerReferences") or [] if o.get("kind") == "Pod"}
-        now = time.monotonic()
-        for pod in self.view.pods.items():
-            uid = pod["metadata"]["uid"]
-            if _ns(pod) != namespace or uid not in uids or self._evicting.get(uid, 0.0) > now:
-                continue
-            logger.warning("evicting %s/%s: %s", namespace, _name(pod), why)
-            gone = await teardown.evict(self.kube, pod, reason=reason, message=f"claim {_name(claim)}: {why}")
-            if gone:
-                metrics.REPAIRS.labels(action="eviction").inc()
-            self._evicting[uid] = now + (30.0 if gone else 5.0)
 
     async def _ungated(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> None:
         """A group of its own whose members came without the gate and were never placed by Phalanx (the pod webhook
@@ -1440,6 +970,6 @@ class SchedulingLoop:
             "kube-system and the operator's), they are scheduled one by one and may deadlock; delete them and create "
             "them again where the webhook runs"
         )
-        logger.warning("%s/%s: %s", _ns(pod_group), _name(pod_group), message)
+        logger.warning("%s/%s: %s", accessors.namespace(pod_group), accessors.name(pod_group), message)
         await self.status.event(pod_group, "Warning", "GangNotEnforced", message)
         remembered.ungated_told = remembered.ungated_told | new

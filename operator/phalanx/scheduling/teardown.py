@@ -38,15 +38,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api import keys, times
+from phalanx.api import keys, schema, times
 from phalanx.crashpoints import crash_point
 from phalanx.kube.client import ApiError, Conflict, Forbidden, Invalid, Kube, NotFound, Throttled, all_answered, pod_path
-from phalanx.scheduling import deallocation, metrics
+from phalanx.kube.informers import ClusterView
+from phalanx.scheduling import accessors, conditions, deallocation, disruption, metrics
 from phalanx.scheduling.accessors import allocated_ids, claim_names, may_run
+from phalanx.scheduling.reserve import Releaser
+from phalanx.scheduling.status import Status
 
 logger = logging.getLogger(__name__)
 
@@ -250,3 +253,83 @@ class Freeing:
         if freed:
             self.pending.pop(obj["metadata"]["uid"], None)
         return freed
+
+
+class TearDown:
+    """The action that takes a gang down as a unit: at its bind or ready deadline, on a loss in mode all, when its
+    owner is suspended, when its release is refused in part, when its devices were allocated second. One rule for
+    all of them: what goes, what is freed, what the record keeps, what the status says."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        view: ClusterView,
+        releaser: Releaser,
+        freeing: Freeing,
+        status: Status,
+        pods_of: Mapping[str, list[dict[str, Any]]],
+        pins: Callable[[], Mapping[str, str]],
+    ) -> None:
+        self.kube = kube
+        self.view = view
+        self.releaser = releaser
+        self.freeing = freeing
+        self.status = status
+        self.pods_of = pods_of
+        """PodGroup uid -> every pod of its owner, terminating ones included."""
+        self.pins = pins
+        """Pod uid -> node of every pin Phalanx made."""
+
+    async def __call__(
+        self,
+        pod_group: dict[str, Any],
+        pods: list[dict[str, Any]],
+        reservation: schema.Reservation | None,
+        why: str,
+        *,
+        reason: str = keys.TORN_DOWN,
+        lost: Collection[str] = (),
+    ) -> bool:
+        """Evict every member that was released or pinned, release the devices of members that cannot run (never
+        bound, and stopped or still gated), forget the reservation: the group starts over. A member still gated and
+        never pinned holds nothing and waits for the next admission (evicting it would only spend the Job's back-off).
+        The members taken down are not counted by their Job (`evict_all`); those `lost` (uids) are, by its rules.
+
+        False while an eviction is refused (a disruption budget): the caller backs off and tries again.
+        """
+        message = f"gang {pod_group['metadata']['name']} torn down as a unit: {why}"
+        pinned = self.pins()
+        released = [p for p in pods if not accessors.gated(p) or p["metadata"]["uid"] in pinned]
+        spared = {p["metadata"]["uid"] for p in released} - set(lost)
+        standing = await evict_all(self.kube, released, reason=reason, message=message, uncount=spared)
+        crash_point("teardown.after-evictions")
+        members = self.pods_of.get(pod_group["metadata"]["uid"], pods)
+        self.freeing.watch(members, self.view.claims.get)
+        if reservation is not None:
+            # judged on every pod of the Job, terminating ones included: a member evicted on an earlier pass runs out
+            # its grace period on its devices, and the resourceclaim controller frees them once it is done
+            every = {p["metadata"]["uid"]: p for p in members}
+            users = self.releaser.claim_users(pod_group["metadata"]["namespace"], reservation)
+            idle = [c for c in reservation.claims if not any(accessors.may_run(every.get(u["uid"])) for u in users.get(c.name, []))]
+            await self.releaser.deallocate_claims(pod_group["metadata"]["namespace"], idle)
+            crash_point("teardown.after-deallocate")
+        if standing:
+            waits = f"{why}; waiting for the eviction of {', '.join(standing)}, refused for now and tried again"
+            scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)
+            if scheduled is not None and scheduled["status"] == "True":
+                # that condition is terminal once True: a running gang's teardown is told where its loss is
+                await self.status.condition(pod_group, keys.DISRUPTION_TARGET, True, reason, waits, warn=True)
+            else:
+                await self.status.scheduled(pod_group, False, keys.TEARING_DOWN, waits)
+            return False
+        await self.releaser.record(pod_group, None, finished=disruption.kept_finished(pod_group, members, self.view.finished))
+        metrics.TEARDOWNS.inc()
+        await self.status.scheduled(
+            pod_group,
+            False,
+            reason,
+            f"{why}; members evicted and devices released, the group will be admitted again whole",
+            readmit=True,
+        )
+        await self.status.event(pod_group, "Warning", reason, message)
+        return True
