@@ -83,3 +83,37 @@ def test_every_option_has_help_text() -> None:
 
     walk(cli.parser(), "phalanx")
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("env", "configured", "proxy"),
+    [
+        ({}, None, None),
+        ({"HTTPS_PROXY": "http://proxy.example:3128"}, None, "http://proxy.example:3128"),
+        ({"https_proxy": "http://proxy.example:3128", "NO_PROXY": "10.0.0.1"}, None, None),
+        ({"HTTP_PROXY": "http://plain.example:3128"}, None, None),  # the server is https: only HTTPS_PROXY applies
+        ({"HTTPS_PROXY": "http://proxy.example:3128"}, "http://kubeconfig.example:8080", "http://kubeconfig.example:8080"),
+    ],
+)
+async def test_the_environment_is_read_once_for_the_api_server_and_never_per_request(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], configured: str | None, proxy: str | None
+) -> None:
+    from kubernetes_asyncio import client
+
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    configuration = client.Configuration(host="https://10.0.0.1:6443")
+    configuration.proxy = configured
+    api = client.ApiClient(configuration)
+    connector = api.rest_client.pool_manager.connector
+    assert api.rest_client.pool_manager.trust_env, "the library's session reads the environment on every request"
+    try:
+        preflight.environment_read_once(api)
+        session = api.rest_client.pool_manager
+        assert not session.trust_env and not session.closed
+        assert session.connector is connector, "the connection pool and its TLS context go on"
+        assert api.rest_client.proxy == proxy
+    finally:
+        await api.close()

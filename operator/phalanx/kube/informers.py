@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -41,6 +41,20 @@ TYPE_FIELDS = frozenset({"kind", "apiVersion"})
 def key_of(obj: dict[str, Any]) -> Key:
     meta = obj["metadata"]
     return (meta.get("namespace", ""), meta["name"])
+
+
+class Listener(Protocol):
+    """Kept as a store changes, told of every write: an `Index`, or what a reader derives from every object of the
+    store and keeps up to date one object at a time (`scheduling.cache.ClaimsTally`)."""
+
+    def put(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+        """One object written (`before` None: created) or deleted (`after` None)."""
+
+    def rebuild(self, store: dict[Key, dict[str, Any]]) -> None:
+        """After a list replaced the store: everything known before is forgotten."""
+
+
+L = TypeVar("L", bound=Listener)
 
 
 class Index:
@@ -142,16 +156,21 @@ class Informer:
         self.version: str | None = None
         """The last resourceVersion seen (list or event): a watch that breaks resumes from it."""
         self._tick = asyncio.Event()
-        self.indexes: dict[str, Index] = {}
+        self.indexes: dict[str, Listener] = {}
+        """Indexes and other listeners, by name, told of every write to the store."""
         self._counted = metrics.CHANGES.labels(resource=name)
 
     def index(self, name: str, keys: Callable[[dict[str, Any]], Iterable[Hashable]]) -> Index:
         """The index `name` of this store (made, from what the store holds now, on first asking)."""
+        return self.listen(name, lambda: Index(keys))
+
+    def listen(self, name: str, make: Callable[[], L]) -> L:
+        """The listener `name` of this store, made on first asking and told of what the store holds now."""
         found = self.indexes.get(name)
         if found is None:
-            found = self.indexes[name] = Index(keys)
+            found = self.indexes[name] = make()
             found.rebuild(self.store)
-        return found
+        return found  # type: ignore[return-value]
 
     def _changed(self) -> None:
         self.revision += 1

@@ -14,7 +14,7 @@ pod affinity, topology spreading and host ports are judged against.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
@@ -98,6 +98,24 @@ def claim_view(obj: Mapping[str, Any]) -> ClaimView:
     return claim(obj), dedicated_ids(obj), tuple(shares(obj))
 
 
+@dataclass(frozen=True)
+class Modelled:
+    """The claims as the planner counts them: each claim's model, the devices held whole, and the shares held."""
+
+    models: Mapping[ClaimKey, Claim]
+    whole: frozenset[DeviceId]
+    shares: tuple[tuple[DeviceId, Mapping[str, Decimal]], ...]
+
+
+def modelled(views: Iterable[ClaimView]) -> Modelled:
+    views = list(views)
+    return Modelled(
+        frozen_map({model.key: model for model, _, _ in views}),
+        frozenset(d for _, whole, _ in views for d in whole),
+        tuple(s for _, _, held_by in views for s in held_by),
+    )
+
+
 @dataclass
 class Reuse:
     """What `build` may take from the builds before it, each value by its object's version (`derived`): a pod's
@@ -106,12 +124,8 @@ class Reuse:
     pods: Derived[tuple[Requests, Pod]] = field(default_factory=Derived)
     nodes: Derived[Node] = field(default_factory=Derived)
     slices: Derived[tuple[Device, ...]] = field(default_factory=Derived)
-    claims: Derived[ClaimView] = field(default_factory=Derived)
     requests: dict[Requests, Requests] = field(default_factory=dict)
     """Each distinct set of requests once: most pods ask alike, and 100,000 copies would cost 16 MiB."""
-    claimed: tuple[Hashable, dict[ClaimKey, Claim], frozenset[DeviceId], tuple[Any, ...]] | None = None
-    """(the claims store's version, then: each claim's model, the devices held whole, the shares held): claims are
-    modelled again only once the store is written, not on every build (3,000 waiting claims took a third of one)."""
     requested: dict[str, tuple[Node, tuple[tuple[str, int], ...], Node]] = field(default_factory=dict)
     """Node name -> (the node without its requests, the requests, the node with them) as the last build made it: a
     node whose pods did not change is the same `Node`, not a copy (at 5,000 nodes, copying each took half a build)."""
@@ -132,10 +146,9 @@ class Reuse:
         self._requested[base.name] = (base, asked, made)
         return made
 
-    def sweep(self, claims: bool = True) -> None:
-        """End a build. The slices' devices are swept by `published`, only when it derived them again; the claims'
-        only when they were (`claimed`)."""
-        for derived in (self.pods, self.nodes, self.claims) if claims else (self.pods, self.nodes):
+    def sweep(self) -> None:
+        """End a build. The slices' devices are swept by `published`, only when it derived them again."""
+        for derived in (self.pods, self.nodes):
             derived.sweep()
         self.requested, self._requested = self._requested, {}
         if len(self.requests) > 4 * len(self.pods) + 1024:  # sets no pod asks for any more
@@ -599,12 +612,12 @@ def build(
     awaiting: frozenset[DeviceId] = frozenset(),
     reuse: Reuse | None = None,
     assumed: Assumption = NOTHING,
-    claims_written: Hashable = None,
+    claims_modelled: Modelled | None = None,
 ) -> Snapshot:
     """`awaiting`: devices planned for extended resources that kube-scheduler has yet to allocate, counted as held.
     `reuse`: what the builds before this one derived (the loop keeps one; None derives everything).
-    `claims_written`: the version of the store `claims` come from (`Informer.written`): equal, the claims are taken
-    as modelled for the last build (None: modelled now).
+    `claims_modelled`: `claims` as already modelled (the loop's `cache.ClaimsTally` keeps them as the watch writes
+    them); None: modelled now.
     `assumed`: the releases under way (`scheduling/assumed.py`), counted as done: a member still gated on its
     planned node, a claim the watch does not show allocated yet as holding what its release writes."""
     kept = Reuse() if reuse is None else reuse
@@ -628,20 +641,11 @@ def build(
         total["pods"] += 1
     classes = list(classes)
     offered = published(slices, taint_rules, kept)
-    reused = claims_written is not None and kept.claimed is not None and kept.claimed[0] == claims_written
-    if not reused:
-        views = [kept.claims.get(c, None, lambda c=c: claim_view(c)) for c in claims]
-        kept.claimed = (
-            claims_written,
-            {model.key: model for model, _, _ in views},
-            frozenset(d for _, whole, _ in views for d in whole),
-            tuple(s for _, _, held_by in views for s in held_by),
-        )
-    _, modelled, whole_held, shares_held = kept.claimed  # type: ignore[misc]
-    held = set(whole_held)
-    held_shares = list(shares_held)
+    counted = modelled(claim_view(c) for c in claims) if claims_modelled is None else claims_modelled
+    held = set(counted.whole)
+    held_shares = list(counted.shares)
     for key, use in assumed.claims.items():
-        written = modelled.get(key)
+        written = counted.models.get(key)
         if written is None or written.uid != use.uid or written.allocated is None:
             held.update(use.whole)
             held_shares.extend(use.shares)
@@ -654,7 +658,7 @@ def build(
         nodes=tuple(kept.node(n, requested.get(n["metadata"]["name"])) for n in nodes),
         devices=offered.devices,
         classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
-        claims=frozen_map(modelled),
+        claims=counted.models,
         held=frozenset(held) | awaiting | assumed.planned,
         pods=tuple(placed),
         shared=frozen_map({d: frozen_map(c) for d, c in shared.items()}),
@@ -662,7 +666,7 @@ def build(
         extended=frozen_map(extended_resources(classes)),
         incomplete=offered.incomplete,
     )
-    kept.sweep(claims=not reused)
+    kept.sweep()
     return built
 
 

@@ -156,7 +156,6 @@ class SchedulingLoop:
         """PodGroup uid -> every pod of its owner, terminal and terminating ones included (losses are found among them),
         looked up in the pods informer's index; and what the cycle derives from each group, kept while it stands."""
         self._pods_of: Mapping[str, list[dict[str, Any]]] = self.members
-        self._pod_uids = view.pods.index("uid", lambda pod: [pod["metadata"]["uid"]])
         self._members: Derived[Member] = Derived()
         """Each waiting pod's planner member, by version and claims: a cycle meets every waiting gang again."""
         self._preempted: dict[str, str] = {}
@@ -259,7 +258,7 @@ class SchedulingLoop:
 
     async def cycle(self) -> None:
         self._members.sweep()
-        self.releaser.forget(self._pod_uids)
+        self.releaser.forget(self.cache.pod_uids)
         reads = (self.view.podgroups.written, self.members.writes, self.view.claims.written, self.view.priorities.written)
         self._reads = reads
         if self._met is None or self._met[0] != reads[:2]:
@@ -506,7 +505,7 @@ class SchedulingLoop:
             for _, remembered in self.memory.items():
                 if remembered.due is not None and remembered.due <= now:
                     remembered.due = None
-        pods = self._pod_uids
+        pods = self.cache.pod_uids
         self.repair.forget(pods, now)
         if len(self.pointers.done) > len(self.view.pods.store):  # some pod pointed at is gone (uids are never reused)
             self.pointers.keep_only(pods)
