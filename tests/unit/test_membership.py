@@ -18,7 +18,7 @@ import apiobjects as api
 from phalanx.kinds import KINDS
 from phalanx.kube.client import ApiError
 from phalanx.kube.informers import Index, Informer
-from phalanx.scheduling import accessors, pointers, quiet, quorum, waits
+from phalanx.scheduling import accessors, pointers, quorum, waits
 from phalanx.scheduling.membership import Membership
 
 JSON = dict[str, Any]
@@ -177,9 +177,9 @@ def test_a_derived_value_is_derived_again_only_once_its_group_or_one_of_its_pods
     assert members.derived(b, "names", names) == ["b-0"] and derived[-1] == "b", "what was kept of a group gone went with it"
 
 
-def test_facts_are_what_each_reader_derives_and_reads_follow_the_claims_store() -> None:
-    """The facts a cycle keeps are what `pointers`, `waits`, `quiet` and `quorum` derive from the same objects; the
-    claims' reads are derived again when the claims store is written, the facts are not."""
+def test_facts_are_what_each_reader_derives_and_the_devices_held_follow_the_claims_store() -> None:
+    """The facts a cycle keeps are what `pointers`, `waits` and `quorum` derive from the same objects; the devices held
+    below quorum are derived again when the claims store is written, the facts are not."""
     gpu = _versioned(api.claim("a-0-gpu", "gpu-0"), 7)
     pods = _pods(_job_pod("a-0", "a"), _job_pod("a-1", "a"), _versioned(api.pod("a-2", owner=api.owned_by(name="a", uid="a-uid")), 1))
     claims = Informer("claims", None, "/claims", None, lambda: None, keep=lambda obj: obj)  # type: ignore[arg-type]
@@ -193,14 +193,13 @@ def test_facts_are_what_each_reader_derives_and_reads_follow_the_claims_store() 
     assert [p["metadata"]["name"] for p in facts.live] == ["a-0", "a-1", "a-2"]
     assert facts.gated == pointers.gated_members(group, every) and [p["metadata"]["name"] for p in facts.gated] == ["a-0", "a-1"]
     assert facts.waits_in == waits.priority_class(group, every) == ""
-    assert facts.claims == quiet.claim_refs(group, every)
-    read = members.reads(group, claims.get, claims.written)
-    assert read.versions == quiet.claim_versions(facts.claims, claims.get) == ("7", None, None)
-    assert read.held == quorum.held_devices(group, every, claims.get) == 1
+    assert facts.claims == tuple(("ml", name) for p in every for name in accessors.claim_names(p) or ())
+    assert facts.claims and facts.claims[0] == ("ml", "a-0-gpu")
+    assert members.held(group, claims.get, claims.written) == quorum.held_devices(group, every, claims.get) == 1
 
-    claims.apply("MODIFIED", _versioned(gpu, 8))
+    claims.apply("DELETED", _versioned(gpu, 8))
     assert members.facts(group) is facts, "a claim written: the facts stand"
-    assert members.reads(group, claims.get, claims.written).versions == ("8", None, None)
+    assert members.held(group, claims.get, claims.written) == 0
 
 
 def test_the_changes_metric_counts_each_write_kept_and_not_a_write_only_its_version_moved() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 from phalanx.scheduling import memory
-from phalanx.scheduling.quiet import Quiet
 
 
 def test_the_summary_is_summed_again_once_a_record_is_written_and_only_then() -> None:
@@ -13,20 +12,20 @@ def test_the_summary_is_summed_again_once_a_record_is_written_and_only_then() ->
     a, b = remembered.of("a"), remembered.of("b")
     first = remembered.summary()
     assert (first.wake, first.due, first.backoffs, dict(first.quorum_at), first.quiet) == (math.inf, math.inf, (), {}, False)
-    a.quiet_at = ("the reads of a cycle",)
-    assert remembered.summary() is first, "a pass over a quiet group writes nothing the summary reads"
+    a.since = 7
+    assert remembered.summary() is first, "a memo's mark is nothing the summary reads"
 
     a.due = 50.0
     b.backoff = (20.0, 1.0)
     b.quorum_at = 3.0
     b.counts_at, b.counts_due = 5.0, True
-    a.quiet = Quiet((), None)  # type: ignore[arg-type]
+    a.quiet = object()  # type: ignore[assignment]
     now = remembered.summary()
     assert (now.wake, now.due, now.backoffs, dict(now.quorum_at), now.quiet) == (6.0, 50.0, (("b", 20.0),), {"b": 3.0}, True)
     remembered.of("a")
     assert remembered.summary() is now, "a record looked up is not written"
     b.backoff, b.counts_due = b.backoff, True
-    a.settled = ("the reads of a visit",)
+    a.settled = True
     assert remembered.summary() is now, "a field set to what it holds, or a memo no summary reads, is no write"
 
     remembered.keep_only({"a"})

@@ -1,6 +1,6 @@
-"""The loop's walk through its groups in queue order (`SchedulingLoop._walk`): the groups a walk passed over one after
-another are a run, which the next walk on the same reads passes over whole while their verdicts stand; a group
-visited, or backing off, between two runs is met on its own each time."""
+"""The loop's walk through its groups in queue order (`SchedulingLoop._walk`): a group whose last visit found it short
+or settled is passed over until a write marks it (`hints`), something it could use is freed, or something of its own
+falls due; a group backing off is skipped; every other group is visited. The informers are real, fed events by hand."""
 
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+import apiobjects as api
 from builders import cluster, gang
 from phalanx.kinds import KINDS
 from phalanx.kube.informers import ClusterView
-from phalanx.scheduling import inputs, metrics, shortfall
+from phalanx.scheduling import shortfall
 from phalanx.scheduling.loop import SchedulingLoop
 
 QUIET = ("a", "b", "c", "d")
-"""Known short, nothing they read changed: each visit would end where the last did."""
+"""Found short by their visit, which wrote nothing."""
+ORDER = ["a", "b", "running", "c", "backing-off", "d"]
 
 
 class _Kube:
@@ -28,120 +30,151 @@ class _Kube:
         self.api = client.ApiClient()
 
 
-def _pod_group(uid: str) -> dict[str, Any]:
-    return {"metadata": {"uid": uid, "namespace": "ml", "name": uid}, "spec": {}}
+def _job(name: str) -> list[dict[str, Any]]:
+    return api.owned_by(name=name, uid=f"{name}-job")
 
 
 class _Walks:
     def __init__(self) -> None:
         self.kube = _Kube()
-        self.loop = SchedulingLoop(self.kube, ClusterView(self.kube), KINDS)  # type: ignore[arg-type]
-        self.looked: list[str] = []
+        self.view = ClusterView(self.kube)  # type: ignore[arg-type]
+        self.loop = SchedulingLoop(self.kube, self.view, KINDS)  # type: ignore[arg-type]
         self.visited: list[str] = []
         self.snapshot = cluster()
         self.groups = {uid: gang(uid, 2)[0] for uid in QUIET}
-        for uid in (*QUIET, "visited", "backing-off"):
-            self.loop.memory.of(uid)
+        self.objects = {uid: api.pod_group(uid, uid=uid, owner=_job(uid)) for uid in ORDER}
+        for uid, obj in self.objects.items():
+            self.view.podgroups.apply("ADDED", obj)
+            self.view.pods.apply("ADDED", api.pod(f"{uid}-0", owner=_job(uid), gated=True))
+            self.view.claims.apply("ADDED", api.claim(f"{uid}-0-gpu"))
+        self.view.priorities.apply("ADDED", {"metadata": {"name": "high", "uid": "high-uid"}, "value": 100})
+        self.view.nodes.apply("ADDED", {"metadata": {"name": "worker-1", "uid": "w1"}})
+        self.loop.members.refresh(list(self.objects.values()))
         self.loop.memory.of("backing-off").backoff = (time.monotonic() + 600, 600.0)
-        for uid in QUIET:
-            self.short(uid)
-        self.loop._passed_over = self._passed_over  # type: ignore[method-assign]
         self.loop._reconcile = self._reconcile  # type: ignore[method-assign]
-        order = ["a", "b", "visited", "c", "backing-off", "d"]
-        self.loop._ordered = (("reads",), [(_pod_group(uid), []) for uid in order])
-
-    def short(self, uid: str) -> None:
-        key = shortfall.group_key(self.groups[uid], self.snapshot, 0)
-        self.loop.shortfalls.remember(uid, key, frozenset({"worker-1"}))
-
-    def _passed_over(self, pod_group: dict[str, Any], remembered: Any) -> bool:
-        uid = pod_group["metadata"]["uid"]
-        self.looked.append(uid)
-        if uid not in QUIET:
-            return False
-        self.loop.line.join(pod_group, self.groups[uid], 0)
-        return True
 
     async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
-        self.visited.append(pod_group["metadata"]["uid"])
+        """What the loop's visit does with the memos: cleared, the claims read named, set again when it finds nothing to
+        do (a quiet group found short on its key; the running gang calm)."""
+        uid = pod_group["metadata"]["uid"]
+        self.visited.append(uid)
+        remembered = self.loop.memory.of(uid)
+        remembered.quiet, remembered.settled = None, False
+        self.loop.hints.reads(uid, self.loop.members.facts(pod_group).claims)
+        if uid in QUIET:
+            key = shortfall.group_key(self.groups[uid], self.snapshot, 0)
+            self.loop.shortfalls.remember(uid, key, frozenset({"worker-1"}))
+            self.loop.line.join(pod_group, key.group, 0)
+            remembered.quiet, remembered.since = key, self.loop._seq
+        elif uid == "running":
+            remembered.settled, remembered.since = True, self.loop._seq
         return True
 
-    async def walk(self, reads: tuple[Any, ...] = ("reads",)) -> list[Any]:
-        self.looked.clear()
+    async def walk(self) -> list[str]:
+        """One cycle's walk; the groups it visited (the line is in `line`)."""
         self.visited.clear()
         self.loop.line.clear()
-        await self.loop._walk(reads)
-        return list(self.loop.line.ahead)
+        self.loop._seq = self.loop.hints.seq  # as the cycle begins
+        await self.loop._walk([(self.objects[uid], []) for uid in ORDER])
+        return list(self.visited)
+
+    @property
+    def line(self) -> list[str]:
+        return [a.pod_group["metadata"]["uid"] for a in self.loop.line.ahead]
+
+    def write(self, obj: dict[str, Any], store: str) -> None:
+        """The watch delivers a write to the object."""
+        written = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(time.monotonic_ns())}}
+        getattr(self.view, store).apply("MODIFIED", written)
 
 
 @pytest.fixture
 async def walks() -> AsyncIterator[_Walks]:
     made = _Walks()
+    assert await made.walk() == ["a", "b", "running", "c", "d"], "no memo yet: every group but the one backing off is visited"
     yield made
     await made.kube.api.close()
 
 
-def _runs() -> float:
-    return metrics.RUNS_TAKEN._value.get()
+async def test_groups_that_found_nothing_to_do_are_passed_over_and_keep_their_place_in_the_line(walks: _Walks) -> None:
+    assert await walks.walk() == [], "nothing written since: every visit would end where the last did"
+    assert walks.line == list(QUIET), "the quiet groups in queue order; the one backing off is not in it"
+    passed = [*walks.loop.line.ahead]
+    assert await walks.walk() == []
+    assert all(now is then for now, then in zip(walks.loop.line.ahead, passed, strict=True)), "each joins as the same Ahead"
 
 
-async def test_the_next_walk_on_the_same_reads_passes_over_each_run_whole_and_still_visits_the_rest(walks: _Walks) -> None:
-    first = await walks.walk()
-    assert [a.pod_group["metadata"]["uid"] for a in first] == list(QUIET)
-    assert walks.looked == ["a", "b", "visited", "c", "d"] and walks.visited == ["visited"]
-
-    runs = _runs()
-    second = await walks.walk()
-    assert walks.looked == ["visited"] and walks.visited == ["visited"], "no group of a run looked at; the visited one visited again"
-    assert _runs() == runs + 3, "a and b; c; d (the group backing off between them)"
-    assert all(now is then for now, then in zip(second, first, strict=True)), "the same line, each as the same Ahead"
-
-
-async def test_a_run_whose_verdict_was_made_again_is_met_group_by_group_and_new_reads_walk_afresh(walks: _Walks) -> None:
+@pytest.mark.parametrize(
+    ("what", "marks"),
+    [
+        ("a member written", ["b"]),
+        ("the PodGroup written", ["b"]),
+        ("a claim its members name written", ["b"]),
+        ("a claim no group names written", []),
+        ("a pod of no group written", []),
+        ("a PriorityClass written", ["a", "b", "running", "c", "d"]),
+        ("a node changed", ["running"]),
+        ("a node's heartbeat", []),
+    ],
+)
+async def test_each_write_marks_the_groups_whose_visit_it_could_change_and_only_those(walks: _Walks, what: str, marks: list[str]) -> None:
     await walks.walk()
-    walks.short("c")  # c planned again and found short: its run is met group by group, the others still whole
+    node = walks.view.nodes.get("", "worker-1")
+    assert node is not None
+    write = {
+        "a member written": lambda: walks.write(api.pod("b-0", owner=_job("b"), gated=True), "pods"),
+        "the PodGroup written": lambda: walks.write(walks.objects["b"], "podgroups"),
+        "a claim its members name written": lambda: walks.write(api.claim("b-0-gpu", "gpu-0"), "claims"),
+        "a claim no group names written": lambda: walks.view.claims.apply("ADDED", api.claim("stray-gpu")),
+        "a pod of no group written": lambda: walks.view.pods.apply("ADDED", api.pod("stray", owner=_job("stray"))),
+        "a PriorityClass written": lambda: walks.write({"metadata": {"name": "high", "uid": "high-uid"}, "value": 200}, "priorities"),
+        "a node changed": lambda: walks.write({**node, "metadata": {**node["metadata"], "labels": {"pool": "x"}}}, "nodes"),
+        "a node's heartbeat": lambda: walks.write(node, "nodes"),
+    }[what]
+    write()
+    assert await walks.walk() == marks
+    assert await walks.walk() == [], "visited once, passed over again"
+
+
+async def test_a_write_that_lands_while_the_visit_runs_is_not_lost(walks: _Walks) -> None:
+    """The visit read the cycle's objects; a write delivered meanwhile is newer than what it read, so the memo it sets
+    does not cover it, and the next cycle visits the group again."""
+    visit = walks._reconcile
+
+    async def written_meanwhile(pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+        if pod_group["metadata"]["uid"] == "c":
+            walks.write(api.claim("c-0-gpu", "gpu-1"), "claims")
+        return await visit(pod_group, pods)
+
+    walks.loop._reconcile = written_meanwhile  # type: ignore[method-assign]
+    walks.write(walks.objects["c"], "podgroups")
+    assert await walks.walk() == ["c"]
+    assert await walks.walk() == ["c"], "the claim written during that visit marks it again"
+    walks.loop._reconcile = visit  # type: ignore[method-assign]
+    assert await walks.walk() == ["c"]
+    assert await walks.walk() == []
+
+
+async def test_a_walk_cut_short_keeps_the_marks_of_the_groups_it_did_not_reach(walks: _Walks) -> None:
+    walks.write(walks.objects["d"], "podgroups")
+    walks.loop._deposed = True  # the Lease lost: the cycle touches no group
+    assert await walks.walk() == []
+    walks.loop._deposed = False
+    assert await walks.walk() == ["d"]
+
+
+async def test_something_freed_that_a_quiet_group_could_use_gets_it_visited(walks: _Walks) -> None:
     await walks.walk()
-    assert walks.looked == ["visited", "c"]
-    await walks.walk()
-    assert walks.looked == ["visited"], "c passed over again is a run again"
-
-    await walks.walk(reads=("written since",))
-    assert walks.looked == ["a", "b", "visited", "c", "d"]
-
-
-async def test_something_freed_that_one_of_a_run_could_use_breaks_that_run(walks: _Walks) -> None:
-    await walks.walk()
-    walks.loop.shortfalls.moves.append((walks.loop.shortfalls.epoch + 1, shortfall.PODS_GONE, "worker-1"))
-    walks.loop.shortfalls.epoch += 1
-    await walks.walk()
-    assert walks.looked == ["a", "b", "visited", "c", "d"], "every run could use worker-1"
-    walks.loop.shortfalls.moves.append((walks.loop.shortfalls.epoch + 1, shortfall.PODS_GONE, "worker-2"))
-    walks.loop.shortfalls.epoch += 1
-    await walks.walk()
-    assert walks.looked == ["visited"], "none of them can use worker-2"
+    short = walks.loop.shortfalls
+    short.epoch += 1
+    short.moves.append((short.epoch, shortfall.PODS_GONE, "worker-2"))
+    assert await walks.walk() == [], "none of them can use worker-2"
+    short.epoch += 1
+    short.moves.append((short.epoch, shortfall.PODS_GONE, "worker-1"))
+    assert await walks.walk() == list(QUIET), "every one could use worker-1"
 
 
-async def test_a_quiet_memo_is_never_newer_than_the_verdict_it_vouches_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A claim the group reads is written while the snapshot is built (in its worker thread): the group is still
-    found short on that snapshot, and the memo it leaves must carry what it read before the build, or it would vouch
-    for the new claim it was never planned with, and the group would be passed over until something else moved."""
-    kube = _Kube()
-    loop = SchedulingLoop(kube, ClusterView(kube), KINDS)  # type: ignore[arg-type]
-    snapshot, group = cluster(), gang("g", 2)[0]
-    claims = {"version": "1"}
-
-    async def built(for_group: Any = None) -> Any:
-        claims["version"] = "2"  # the watch delivers a write to one of its claims meanwhile
-        return snapshot
-
-    monkeypatch.setattr(loop, "_quiet_inputs", lambda pod_group: ("claims", claims["version"]))
-    monkeypatch.setattr(loop, "_priority", lambda pod_group: 0)
-    monkeypatch.setattr(loop.cache, "snapshot", built)
-    monkeypatch.setattr(inputs, "group", lambda *args, **kwargs: group)
-    loop.shortfalls.remember("g", shortfall.group_key(group, snapshot, 0), frozenset({"worker-1"}))
-    try:
-        assert await loop._attempt(_pod_group("g"), [], 2)
-        memo = loop.memory.of("g").quiet
-        assert memo is not None and memo.inputs == ("claims", "1"), memo
-    finally:
-        await kube.api.close()
+async def test_a_deadline_or_counts_due_gets_a_group_visited(walks: _Walks) -> None:
+    walks.loop.memory.of("running").due = time.monotonic()
+    walks.loop.memory.of("a").counts_due = True
+    assert await walks.walk() == ["a", "running"]

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -52,6 +52,7 @@ from phalanx.scheduling import (
     disruption,
     groupclaims,
     headhold,
+    hints,
     inputs,
     membership,
     memory,
@@ -60,7 +61,6 @@ from phalanx.scheduling import (
     phase,
     pointers,
     queue,
-    quiet,
     repair,
     shortfall,
     status,
@@ -100,8 +100,6 @@ class _Visit:
     facts: phase.Facts
     stands: phase.Phase
     """Where the group stands (`phase.classify`)."""
-    seen: Hashable | None
-    """A released gang's inputs as read before anything else (the settled memo's, never newer than the visit)."""
 
     @property
     def released(self) -> bool:
@@ -156,6 +154,11 @@ class SchedulingLoop:
         """PodGroup uid -> every pod of its owner, terminal and terminating ones included (losses are found among them),
         looked up in the pods informer's index; and what the cycle derives from each group, kept while it stands."""
         self._pods_of: Mapping[str, list[dict[str, Any]]] = self.members
+        self.hints = hints.Hints(view, hints.member_keys(owner))
+        """Which groups each write may concern: a group a visit found short or settled is passed over until one is
+        marked (`hints`)."""
+        self._seq = 0
+        """The last mark as this cycle read its groups and their pods: a memo a visit sets is as old as that."""
         self._members: Derived[Member] = Derived()
         """Each waiting pod's planner member, by version and claims: a cycle meets every waiting gang again."""
         self._preempted: dict[str, str] = {}
@@ -206,30 +209,16 @@ class SchedulingLoop:
         self._deposed = False
         """A release or reconcile this cycle found another replica's record: the cycle touches no other group."""
         self._passed = 0
-        """Waiting groups this cycle passed over (`quiet`), counted into the metric as the cycle ends."""
+        """Waiting groups this cycle passed over (`_passed_over`), counted into the metric as the cycle ends."""
         self._settled = 0
-        """Running gangs this cycle passed over (`_still_settled`), counted into the metric as the cycle ends."""
-        self._reads: tuple[Any, ...] = ()
-        """The stores a waiting group's visit reads (groups, pods of groups, claims, priority classes), by their
-        `written`, as this cycle began: a quiet memo last found true under the same is true still, unread."""
+        """Running gangs this cycle passed over (`_passed_over`), counted into the metric as the cycle ends."""
         self._met: (
             tuple[tuple[Any, ...], list[dict[str, Any]], list[membership.Facts], list[tuple[dict[str, Any], list[dict[str, Any]]]]] | None
         ) = None
         """(the groups' and their pods' `written`, the groups this loop schedules, their facts, each with its live
         members): read again only once a group or a member was written."""
-        self._waits: tuple[tuple[Any, ...], memory.Summary, dict[str, waits.Wait]] | None = None
-        """(the groups' and their pods' `written`, the memory summed, each priority class's waiting gangs and when
-        the oldest began to wait)."""
-        self._held: tuple[tuple[Any, ...], int] | None = None
-        """(what it read, the devices gangs below quorum hold): summed again only once one of those was written."""
-        self._ordered: tuple[tuple[Any, ...], list[tuple[dict[str, Any], list[dict[str, Any]]]]] | None = None
-        """(what it read, the groups with their live members in queue order): sorted again only once one was written."""
         self._pointed: tuple[Any, ...] | None = None
         """The groups' and their pods' `written` when every gated member was found pointed at."""
-        self._nominations: tuple[Any, dict[str, tuple[dict[str, Any], schema.Nomination]]] | None = None
-        """(the groups' `written`, each preempting group's nomination)."""
-        self._last_walk: quiet.Walk | None = None
-        """The last cycle's walk: the next on the same reads retraces it."""
         self._hold_line: tuple[list[queue.Ahead], shortfall.Standing, Any] | None = None
         """The line a settled head-of-line hold was last updated on, the verdicts of its gangs passed over, and the
         groups' `written` then (another replica's `status.hold` on any group is cleared on the next update)."""
@@ -259,8 +248,8 @@ class SchedulingLoop:
     async def cycle(self) -> None:
         self._members.sweep()
         self.releaser.forget(self.cache.pod_uids)
+        self._seq = self.hints.seq  # before anything is read: a memo is never newer than what its visit read
         reads = (self.view.podgroups.written, self.members.writes, self.view.claims.written, self.view.priorities.written)
-        self._reads = reads
         if self._met is None or self._met[0] != reads[:2]:
             podgroups = self.view.podgroups.items()
             self.members.refresh(podgroups)
@@ -294,14 +283,17 @@ class SchedulingLoop:
                 metrics.ERRORS.labels(stage="free").inc()
                 logger.exception("claims of members torn down not freed; the resourceclaim controller frees them, or the next cycle")
         self._preempted = {v.uid: self.preempting.cause(g) for g, n in nominated.values() for v in n.victims}
-        if self._held is None or self._held[0] != reads:
-            self._held = (reads, sum(self.members.reads(g, self.view.claims.get, reads[2]).held for g in scheduled))
-        metrics.INCOMPLETE_GROUP_DEVICES.set(self._held[1])
+        held = self.cache.of_view(
+            "held below quorum", reads, lambda: sum(self.members.held(g, self.view.claims.get, reads[2]) for g in scheduled)
+        )
+        metrics.INCOMPLETE_GROUP_DEVICES.set(held)
         remembered = self.memory.summary()
-        if self._waits is None or self._waits[0] != reads[:2] or self._waits[1] is not remembered:
-            waiting = [(g, f.waits_in) for g, f in zip(scheduled, facts, strict=True)]
-            self._waits = (reads[:2], remembered, waits.since(waiting, remembered.quorum_at))
-        waits.publish(waits.at(self._waits[2], time.monotonic()))  # every cycle: fresh on a quiet cluster
+        waiting = self.cache.of_view(
+            "waiting",
+            (*reads[:2], remembered),
+            lambda: waits.since([(g, f.waits_in) for g, f in zip(scheduled, facts, strict=True)], remembered.quorum_at),
+        )
+        waits.publish(waits.at(waiting, time.monotonic()))  # every cycle: fresh on a quiet cluster
         if self.leading() and self._pointed != reads[:2]:
             try:
                 await self.pointers.point((g, f.gated) for g, f in zip(scheduled, facts, strict=True))
@@ -319,11 +311,8 @@ class SchedulingLoop:
         self._deposed = False
         self._passed = 0
         self._settled = 0
-        if self._ordered is None or self._ordered[0] != reads:
-            position = {g["metadata"]["uid"]: i for i, g in enumerate(sorted(scheduled, key=self._order))}
-            self._ordered = (reads, sorted(groups, key=lambda gp: position[gp[0]["metadata"]["uid"]]))
         try:
-            await self._walk(reads)
+            await self._walk(self.cache.of_view("queue order", reads, lambda: self._in_order(scheduled, groups)))
         except asyncio.CancelledError:
             self.releases.cancel()  # each stops where its record says, resumed as after a crash
             raise
@@ -334,60 +323,26 @@ class SchedulingLoop:
         if not self._deposed:
             await self._hold_for_head()
 
-    async def _walk(self, reads: tuple[Any, ...]) -> None:
-        """Every group in queue order: skipped while backing off, passed over when quiet, else visited. On the same
-        reads as the last walk it retraces that one, and meets each run of groups passed over then as one
-        (`quiet.Run`): passed over whole while its verdicts stand, else group by group."""
-        last, self._last_walk = self._last_walk, None
-        steps: Sequence[quiet.Step] = last.steps if last is not None and last.reads == reads else self._ordered[1]  # type: ignore[index]
-        walked: list[quiet.Step] = []
-        run: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
-        joined: list[queue.Ahead] = []
+    def _in_order(
+        self, scheduled: list[dict[str, Any]], groups: list[tuple[dict[str, Any], list[dict[str, Any]]]]
+    ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        """The groups with their live members in queue order (`queue.order`)."""
+        position = {g["metadata"]["uid"]: i for i, g in enumerate(sorted(scheduled, key=self._order))}
+        return sorted(groups, key=lambda gp: position[gp[0]["metadata"]["uid"]])
 
-        def end_run() -> None:
-            standing = self.shortfalls.standing([a.memo for a in joined]) if run else None
-            if standing is not None:
-                walked.append(quiet.Run(tuple(run), tuple(joined), standing))
-            else:
-                walked.extend(run)
-            run.clear()
-            joined.clear()
-
-        for step in steps:
-            if isinstance(step, quiet.Run):
-                if self.shortfalls.stands(step.standing):
-                    end_run()
-                    self.line.extend(step.ahead)
-                    self._passed += len(step.ahead)
-                    walked.append(step)
-                    metrics.RUNS_TAKEN.inc()
+    async def _walk(self, ordered: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
+        """Every group in queue order: skipped while backing off, passed over while nothing marked it since a visit
+        found it short or settled (`_passed_over`), else visited."""
+        for pod_group, pods in ordered:
+            if not self.leading() or self._deposed:
+                return
+            remembered = self.memory.get(pod_group["metadata"]["uid"])
+            if remembered is not None:
+                if remembered.backoff is not None and remembered.backoff[0] > time.monotonic():
                     continue
-                groups: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]] = step.groups
-            else:
-                groups = (step,)
-            for pod_group, pods in groups:
-                if not self.leading() or self._deposed:
-                    return
-                remembered = self.memory.get(pod_group["metadata"]["uid"])
-                at = len(self.line.ahead)
-                if remembered is not None and remembered.backoff is not None and remembered.backoff[0] > time.monotonic():
-                    pass
-                elif remembered is not None and self._passed_over(pod_group, remembered):
-                    if len(self.line.ahead) == at + 1:
-                        run.append((pod_group, pods))
-                        joined.append(self.line.ahead[-1])
-                        continue
-                elif remembered is not None and self._still_settled(pod_group, remembered):
-                    self._settled += 1
-                else:
-                    end_run()
-                    walked.append((pod_group, pods))
-                    await self._guarded(pod_group, self._reconcile(pod_group, pods))
+                if self._passed_over(pod_group, remembered):
                     continue
-                end_run()
-                walked.append((pod_group, pods))
-        end_run()
-        self._last_walk = quiet.Walk(reads, tuple(walked))
+            await self._guarded(pod_group, self._reconcile(pod_group, pods))
 
     async def _guarded(self, pod_group: Mapping[str, Any], attempt: Coroutine[Any, Any, bool]) -> None:
         """One group's reconcile, or its release under way: an error is that group's alone (logged, counted, retried
@@ -447,56 +402,35 @@ class SchedulingLoop:
             metrics.HELD_DEVICES.labels(purpose=purpose).set(len(rules.covered))
 
     def _passed_over(self, pod_group: Mapping[str, Any], remembered: memory.GroupMemory) -> bool:
-        """A waiting group whose last visit found it short, with nothing it reads changed since and nothing it could
-        use freed (`quiet`): it keeps its place in the line unvisited, so a change costs the same however many wait."""
-        memo = remembered.quiet
-        if memo is None:
+        """A group whose last visit found nothing to do, passed over while nothing marked it since (`hints`), nothing
+        of its own is due, and (waiting) nothing it could use was freed or (running) no node changed: the visit would
+        end where that one did. A waiting group keeps its place in the line unvisited, so a change costs the same
+        however many wait."""
+        key, settled = remembered.quiet, remembered.settled
+        if key is None and not settled:
             return False
         uid = pod_group["metadata"]["uid"]
-        unread = remembered.quiet_at == self._reads  # found true since every store it reads was last written
-        if remembered.due is not None or remembered.counts_due or (not unread and memo.inputs != self._quiet_inputs(pod_group)):
-            remembered.quiet = None
+        if (
+            remembered.due is not None
+            or remembered.counts_due
+            or not self.hints.unmarked(uid, self.members.key(uid), remembered.since)
+            or (settled and not self.hints.nodes_unmarked(remembered.since))
+            or (key is not None and not self.shortfalls.still_short(uid, key))
+        ):
+            remembered.quiet, remembered.settled = None, False
             return False
-        if not self.shortfalls.still_short(uid, memo.key):
-            remembered.quiet = None
-            return False
-        remembered.quiet_at = self._reads
-        self.line.join(pod_group, memo.key.group, memo.key.priority, key=memo.key)
+        if key is None:
+            self._settled += 1
+            return True
+        self.line.join(pod_group, key.group, key.priority, key=key)
         self._passed += 1
         return True
-
-    def _still_settled(self, pod_group: Mapping[str, Any], remembered: memory.GroupMemory) -> bool:
-        """A released gang whose last visit found it running with nothing to do, with nothing that visit read
-        written since and no deadline of its own ahead: the visit would find the same and write nothing, so it is
-        passed over. A member lost, finished or written in any way, the PodGroup written, a node added or gone,
-        a claim of its members written: visited again."""
-        memo = remembered.settled
-        if memo is None:
-            return False
-        if remembered.due is not None or remembered.counts_due or memo != self._settled_inputs(pod_group):
-            remembered.settled = None
-            return False
-        return True
-
-    def _settled_inputs(self, pod_group: Mapping[str, Any]) -> Hashable | None:
-        """What a running gang's visit reads, by version: what a waiting one's does (the PodGroup, its members as this
-        cycle began, the claims they name, its priority), and the nodes (a member on a node gone is lost). None: not
-        all have one."""
-        seen = self._quiet_inputs(pod_group)
-        return None if seen is None else (seen, self.cache.nodes_written())
-
-    def _quiet_inputs(self, pod_group: Mapping[str, Any]) -> quiet.Inputs | None:
-        """`quiet.inputs`, from the group's members' version and the claims they name as kept (`membership`)."""
-        uid = pod_group["metadata"]["uid"]
-        if uid not in self.members:
-            return None
-        claims = self.members.reads(pod_group, self.view.claims.get, self.view.claims.written).versions
-        return quiet.fingerprint(pod_group, self.members.version(uid), claims, self._priority(pod_group))
 
     def _forget(self, live: set[str]) -> None:
         """What the loop remembers of PodGroups that are gone goes with them (when the groups have changed)."""
         self.memory.keep_only(live)
         self.shortfalls.keep_only(live)
+        self.hints.keep_only(live, self.members.keys_in_use())
 
     def _forget_due(self) -> None:
         """Each cycle: deadlines passed, and what is remembered of pods and claims that are gone."""
@@ -512,10 +446,11 @@ class SchedulingLoop:
 
     def _nominated(self, scheduled: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], schema.Nomination]]:
         """PodGroup uid -> (the group, its nomination), of every group preempting (read once per state of the groups)."""
-        if self._nominations is None or self._nominations[0] != self.view.podgroups.written:
-            found = {g["metadata"]["uid"]: (g, n) for g in scheduled if (n := accessors.nomination(g)) is not None}
-            self._nominations = (self.view.podgroups.written, found)
-        return self._nominations[1]
+        return self.cache.of_view(  # type: ignore[no-any-return]
+            "nominations",
+            (self.view.podgroups.written,),
+            lambda: {g["metadata"]["uid"]: (g, n) for g in scheduled if (n := accessors.nomination(g)) is not None},
+        )
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
         """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
@@ -557,6 +492,9 @@ class SchedulingLoop:
     async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         """Read where the group stands (`phase.classify`), write what every visit writes, then run the action of its
         phase (one table, `_ACTIONS`). False when an attempt was undone: the group then backs off before the next."""
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
+        remembered.quiet, remembered.settled = None, False  # set again only by a visit that finds nothing to do
+        self.hints.reads(pod_group["metadata"]["uid"], self.members.facts(pod_group).claims)
         visit = await self._read(pod_group, pods)
         if visit.stands is phase.Phase.RESUMING:
             return await self._resume(pod_group, visit.reservation, pods)  # type: ignore[arg-type]
@@ -573,9 +511,7 @@ class SchedulingLoop:
         gang = accessors.gang(pod_group)
         released = reservation is not None and reservation.state == "Released"
         lost: list[disruption.Loss] = []
-        seen = None
         if gang and released:
-            seen = self._settled_inputs(pod_group)  # before anything is read: the memo is never newer than the visit
             lost = disruption.losses(
                 reservation,  # type: ignore[arg-type]
                 self._pods_of.get(uid, []),
@@ -590,7 +526,7 @@ class SchedulingLoop:
             owner_state = phase.OwnerState.GONE if owner is None else self.owner.state(owner, reservation.released_at)  # type: ignore[union-attr]
         done = disruption.finished(pod_group, self._pods_of.get(uid, []), self.view.finished) if gang else 0
         facts = phase.read(pod_group, pods, self.view.claims.get, lost=bool(lost), owner=owner_state, done=done)
-        return _Visit(pod_group, pods, reservation, lost, owner_state, facts, phase.classify(facts), seen)
+        return _Visit(pod_group, pods, reservation, lost, owner_state, facts, phase.classify(facts))
 
     async def _each(self, visit: _Visit) -> bool:
         """Not a gang, or a gang scheduled whose record was dropped: each member released as it fits."""
@@ -623,7 +559,7 @@ class SchedulingLoop:
 
     async def _running(self, visit: _Visit) -> bool:
         """A scheduled gang, at minCount or below it (mode single): late members released, minCount raised since the
-        release honoured as a gang, and a calm gang's inputs remembered (`settled`)."""
+        release honoured as a gang, and a calm gang passed over until something marks it (`settled`)."""
         visit.pod_group, visit.reservation = await self.deadlines.unbind_late(visit.pod_group, visit.pods, visit.reservation)
         ended = await self._released(visit)
         if ended is not None:
@@ -635,14 +571,14 @@ class SchedulingLoop:
         wanted = await self._min_count_now(pod_group, visit.waiting, facts.min_count)
         await self._release_each(pod_group, visit.waiting, max(1, wanted - released_members - facts.done))
         remembered = self.memory.of(pod_group["metadata"]["uid"])
-        calm = (
+        if (
             visit.stands is phase.Phase.RUNNING
             and not visit.lost
             and not visit.waiting
             and remembered.due is None
             and not remembered.counts_due
-        )
-        remembered.settled = visit.seen if calm else None
+        ):
+            remembered.settled, remembered.since = True, self._seq
         return True
 
     async def _awaiting_bind(self, visit: _Visit) -> bool:
@@ -764,9 +700,6 @@ class SchedulingLoop:
         started = time.monotonic()
         steps = Steps(self._woken_for)
         steps.done("wait for the loop")
-        # what the group reads, taken before the snapshot (with no await between): a claim written while the snapshot
-        # is built is then newer than the memo, which never vouches for a verdict made without it
-        seen = self._quiet_inputs(pod_group) if quiet.memoizable(pod_group) else None
         snapshot = await self.cache.snapshot(pod_group)
         steps.done("snapshot")
         decided = time.monotonic()
@@ -775,9 +708,9 @@ class SchedulingLoop:
         key = shortfall.group_key(group, snapshot, self._priority(pod_group))
         if nomination is None and self.shortfalls.still_short(pod_group["metadata"]["uid"], key):
             self.line.join(pod_group, group, self._priority(pod_group))
-            if seen is not None:
+            if not pod_group["spec"].get("resourceClaims"):  # a group's own claims are made and checked on each visit
                 remembered = self.memory.of(pod_group["metadata"]["uid"])
-                remembered.quiet, remembered.quiet_at = quiet.Quiet(seen, key), self._reads
+                remembered.quiet, remembered.since = key, self._seq
             return True  # its status already says why; nothing it could use was freed
         # in a worker thread: a costly claim must not keep the webhooks and probes this event loop serves from answering
         result = await asyncio.to_thread(plan, snapshot, group, self.matcher)

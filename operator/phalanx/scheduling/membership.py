@@ -3,7 +3,7 @@
 A cycle meets every PodGroup. It used to find each group's members by walking
 every pod (`accessors.pods_by_group`), then walk each group's pods again for
 its live members, its waiting count, its gated members, the devices it holds
-below quorum and its quiet fingerprint. With 1,000 gangs of 3 waiting that was
+below quorum. With 1,000 gangs of 3 waiting that was
 about 0.1 ms a gang a cycle, so one pod bound anywhere cost 240 ms of CPU on
 100 nodes, 33 times what it cost with one gang waiting
 (`./task bench -- --scale 100 --workloads waiting`).
@@ -18,13 +18,13 @@ only when one moves, so a group nothing touched costs two lookups.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from phalanx.kube.informers import Informer
 from phalanx.owners.seam import OwnerKind
-from phalanx.scheduling import accessors, pointers, quiet, quorum, waits
+from phalanx.scheduling import accessors, hints, pointers, quorum, waits
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -44,7 +44,7 @@ class Facts:
     waits_in: str | None
     """The priority class it waits in (`waits.priority_class`); None when it does not wait."""
     claims: tuple[tuple[str, str], ...]
-    """Every claim its pods name (`quiet.claim_refs`)."""
+    """Every claim its pods name, (namespace, name), in order: what its visit reads of the claims (`hints.reads`)."""
 
 
 def facts(pod_group: Mapping[str, Any], pods: list[JSON]) -> Facts:
@@ -52,22 +52,8 @@ def facts(pod_group: Mapping[str, Any], pods: list[JSON]) -> Facts:
         live=sorted(filter(accessors.live, pods), key=lambda p: p["metadata"]["name"]),
         gated=pointers.gated_members(pod_group, pods),  # type: ignore[arg-type]
         waits_in=waits.priority_class(pod_group, pods),  # type: ignore[arg-type]
-        claims=quiet.claim_refs(pod_group, pods),
+        claims=tuple((p["metadata"]["namespace"], name) for p in pods for name in accessors.claim_names(p) or ()),
     )
-
-
-@dataclass(frozen=True)
-class Reads:
-    """What a cycle reads of the claims a group's pods name."""
-
-    versions: tuple[str | None, ...] | None
-    """Each one's resourceVersion (`quiet.claim_versions`), for the group's quiet fingerprint."""
-    held: int
-    """The devices it holds below quorum (`quorum.held_devices`)."""
-
-
-def reads(pod_group: Mapping[str, Any], pods: list[JSON], claims: tuple[tuple[str, str], ...], claim: ClaimLookup) -> Reads:
-    return Reads(quiet.claim_versions(claims, claim), quorum.held_devices(pod_group, pods, claim))
 
 
 class Membership(Mapping[str, list[JSON]]):
@@ -75,9 +61,7 @@ class Membership(Mapping[str, list[JSON]]):
 
     def __init__(self, pods: Informer, kind: OwnerKind) -> None:
         self._kind = kind
-        self._by_owner = pods.index(
-            f"members/{kind.kind}", lambda pod: [(pod["metadata"]["namespace"], uid) for uid in kind.member_uids(pod)]
-        )
+        self._by_owner = pods.index(f"members/{kind.kind}", hints.member_keys(kind))
         self._keys: dict[str, tuple[str, str]] = {}
         """PodGroup uid -> (namespace, owner uid) of the groups refreshed last."""
         self._owners: dict[str, tuple[str | None, str | None]] = {}
@@ -111,6 +95,13 @@ class Membership(Mapping[str, list[JSON]]):
         """The group's owner of this loop's kind, as read at the last `refresh` (None: another kind's group)."""
         known = self._owners.get(pod_group["metadata"]["uid"])
         return known[1] if known is not None else self._kind.owner_uid(pod_group)
+
+    def key(self, uid: str) -> tuple[str, str]:
+        """The group's members' key in the index, (namespace, owner uid), as of the last `refresh`."""
+        return self._keys[uid]
+
+    def keys_in_use(self) -> Iterable[tuple[str, str]]:
+        return self._keys.values()
 
     def __getitem__(self, uid: str) -> list[JSON]:
         return self._by_owner.get(self._keys[uid])
@@ -155,6 +146,7 @@ class Membership(Mapping[str, list[JSON]]):
     def facts(self, pod_group: Mapping[str, Any]) -> Facts:
         return self.derived(pod_group, "facts", facts)
 
-    def reads(self, pod_group: Mapping[str, Any], claim: ClaimLookup, claims_written: Hashable) -> Reads:
-        """`claims_written`: the claims store's version (`Informer.written`)."""
-        return self.derived(pod_group, "reads", lambda g, pods: reads(g, pods, self.facts(g).claims, claim), also=claims_written)
+    def held(self, pod_group: Mapping[str, Any], claim: ClaimLookup, claims_written: Hashable) -> int:
+        """The devices the group holds below quorum (`quorum.held_devices`); `claims_written`: the claims store's
+        version (`Informer.written`)."""
+        return self.derived(pod_group, "held", lambda g, pods: quorum.held_devices(g, pods, claim), also=claims_written)

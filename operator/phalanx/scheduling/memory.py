@@ -8,12 +8,12 @@ read it need not repeat while nothing it depends on changed.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from phalanx.api import schema
-from phalanx.scheduling.quiet import Quiet
+from phalanx.scheduling.shortfall import GroupKey
 
 
 @dataclass
@@ -45,14 +45,15 @@ class GroupMemory:
     first placement: its bind deadline counts from then (a restart gives it one deadline more, never less)."""
     ungated_told: frozenset[str] = frozenset()
     """Members of a group of its own admitted without the gate that a Warning already named."""
-    quiet: Quiet | None = None
-    """Its last visit found it short and wrote nothing: passed over while nothing it reads changes (`quiet`)."""
-    quiet_at: tuple[Any, ...] | None = None
-    """The stores that memo reads, by their `written`, as the cycle that last found it true began: while they stand,
-    it is true without reading it again."""
-    settled: Hashable | None = None
+    quiet: GroupKey | None = None
+    """Its last visit found it short and wrote nothing (its shortfall key): passed over while nothing marks it and
+    nothing it could use is freed (`SchedulingLoop._passed_over`)."""
+    settled: bool = False
     """A released gang whose last visit found it running with nothing to do (nothing lost, nothing waiting, no
-    deadline ahead): what that visit read, by version (`SchedulingLoop._settled_inputs`). Passed over while it stands."""
+    deadline ahead): passed over while nothing marks it and no node changes."""
+    since: int = 0
+    """The mark (`hints.Hints.seq`) as the cycle whose visit set `quiet` or `settled` read the group: a mark newer
+    than it is a write that visit did not see."""
 
     writes: ClassVar[int] = 0
     """Moves with every field set on any record to another value (but the memos no summary reads, set on each visit
@@ -66,7 +67,7 @@ class GroupMemory:
 
 
 _UNSET = object()
-_UNSUMMED = frozenset({"quiet_at", "settled"})
+_UNSUMMED = frozenset({"since", "settled"})
 
 
 @dataclass(frozen=True)

@@ -135,15 +135,11 @@ SHORT_REPLANNED = Counter(
 )
 PASSED_OVER = Counter(
     "phalanx_groups_passed_over_total",
-    "Visits to waiting groups a cycle skipped: known short, nothing they read changed, nothing they could use freed.",
-)
-RUNS_TAKEN = Counter(
-    "phalanx_quiet_runs_passed_total",
-    "Runs of waiting groups the last cycle passed over one after another, passed over whole: none of their verdicts moved.",
+    "Visits to waiting groups a cycle skipped: known short, no write marked them since, nothing they could use freed.",
 )
 SETTLED_PASSED = Counter(
     "phalanx_settled_gangs_passed_total",
-    "Visits to running gangs passed over: nothing their last visit read was written since, and it had nothing to do.",
+    "Visits to running gangs passed over: no write marked them since their last visit, which had nothing to do.",
 )
 CYCLES = Counter(
     "phalanx_scheduling_cycles_total",

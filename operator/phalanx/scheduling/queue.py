@@ -60,7 +60,7 @@ class Ahead:
     memo: str = ""
     """Its key in the loop's shortfall memo (empty: its uid): a group known short needs no plan to say so."""
     key: GroupKey | None = None
-    """Its shortfall key as last found short, for a group the cycle passed over (`quiet`): what it reads is unchanged
+    """Its shortfall key as last found short, for a group the cycle passed over (`hints`): what it reads is unchanged
     since, so the key stands and need not be derived again from the snapshot."""
 
     @property
@@ -73,9 +73,8 @@ class Line:
     """The groups ahead of the one being reconciled: those this cycle found waiting, in the order it met them."""
 
     ahead: list[Ahead] = field(default_factory=list)
-    _joined: set[str] | None = field(default_factory=set)
-    """The uids in `ahead` (None: not yet read from it): a cycle with a thousand groups waiting joins each in O(1),
-    not O(line)."""
+    _joined: set[str] = field(default_factory=set)
+    """The uids in `ahead`: a cycle with a thousand groups waiting joins each in O(1), not O(line)."""
     _last: list[Ahead] = field(default_factory=list)
     """The last cycle's line."""
     _before: dict[str, Ahead] | None = None
@@ -92,8 +91,6 @@ class Line:
         key: GroupKey | None = None,
     ) -> None:
         uid = pod_group["metadata"]["uid"]
-        if self._joined is None:
-            self._joined = {a.pod_group["metadata"]["uid"] for a in self.ahead}
         if uid in self._joined:
             return
         self._joined.add(uid)
@@ -109,11 +106,6 @@ class Line:
             and (before.priority, before.freed, before.memo) == (priority, freed, memo or uid)
         )
         self.ahead.append(before if same else Ahead(pod_group, group, priority, freed, memo or uid, key))  # type: ignore[arg-type]
-
-    def extend(self, ahead: Iterable[Ahead]) -> None:
-        """Groups the last cycle passed over one after another, joining as they did then (`quiet.Run`)."""
-        self.ahead.extend(ahead)
-        self._joined = None
 
     @staticmethod
     def room(snapshot: Snapshot, ahead: Ahead) -> Snapshot:
