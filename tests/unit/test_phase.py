@@ -126,6 +126,6 @@ def test_explain_names_the_phase_the_loop_acts_on() -> None:
 
 def test_every_phase_but_resuming_has_one_action_in_the_loops_table() -> None:
     """`_reconcile` is a dispatch on `classify`: a phase added without an action would fail here, not in a cluster."""
-    from phalanx.scheduling.loop import SchedulingLoop
+    from phalanx.scheduling.visit import Visits
 
-    assert set(SchedulingLoop._ACTIONS) == set(Phase) - {Phase.RESUMING}
+    assert set(Visits.ACTIONS) == set(Phase) - {Phase.RESUMING}

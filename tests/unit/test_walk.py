@@ -4,6 +4,7 @@ falls due; a group backing off is skipped; every other group is visited. The inf
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -51,7 +52,7 @@ class _Walks:
         self.view.nodes.apply("ADDED", {"metadata": {"name": "worker-1", "uid": "w1"}})
         self.loop.members.refresh(list(self.objects.values()))
         self.loop.memory.of("backing-off").backoff = (time.monotonic() + 600, 600.0)
-        self.loop._reconcile = self._reconcile  # type: ignore[method-assign]
+        self.loop.visit = self._reconcile  # type: ignore[method-assign]
 
     async def _reconcile(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         """What the loop's visit does with the memos: cleared, the claims read named, set again when it finds nothing to
@@ -65,16 +66,16 @@ class _Walks:
             key = shortfall.group_key(self.groups[uid], self.snapshot, 0)
             self.loop.shortfalls.remember(uid, key, frozenset({"worker-1"}))
             self.loop.line.join(pod_group, key.group, 0)
-            remembered.quiet, remembered.since = key, self.loop._seq
+            remembered.quiet, remembered.since = key, self.loop.cycle_state.seq
         elif uid == "running":
-            remembered.settled, remembered.since = True, self.loop._seq
+            remembered.settled, remembered.since = True, self.loop.cycle_state.seq
         return True
 
     async def walk(self) -> list[str]:
         """One cycle's walk; the groups it visited (the line is in `line`)."""
         self.visited.clear()
         self.loop.line.clear()
-        self.loop._seq = self.loop.hints.seq  # as the cycle begins
+        self.loop.cycle_state.seq = self.loop.hints.seq  # as the cycle begins
         await self.loop._walk([(self.objects[uid], []) for uid in ORDER])
         return list(self.visited)
 
@@ -146,20 +147,20 @@ async def test_a_write_that_lands_while_the_visit_runs_is_not_lost(walks: _Walks
             walks.write(api.claim("c-0-gpu", "gpu-1"), "claims")
         return await visit(pod_group, pods)
 
-    walks.loop._reconcile = written_meanwhile  # type: ignore[method-assign]
+    walks.loop.visit = written_meanwhile  # type: ignore[method-assign]
     walks.write(walks.objects["c"], "podgroups")
     assert await walks.walk() == ["c"]
     assert await walks.walk() == ["c"], "the claim written during that visit marks it again"
-    walks.loop._reconcile = visit  # type: ignore[method-assign]
+    walks.loop.visit = visit  # type: ignore[method-assign]
     assert await walks.walk() == ["c"]
     assert await walks.walk() == []
 
 
 async def test_a_walk_cut_short_keeps_the_marks_of_the_groups_it_did_not_reach(walks: _Walks) -> None:
     walks.write(walks.objects["d"], "podgroups")
-    walks.loop._deposed = True  # the Lease lost: the cycle touches no group
+    walks.loop.cycle_state.deposed = True  # the Lease lost: the cycle touches no group
     assert await walks.walk() == []
-    walks.loop._deposed = False
+    walks.loop.cycle_state.deposed = False
     assert await walks.walk() == ["d"]
 
 
@@ -178,3 +179,40 @@ async def test_a_deadline_or_counts_due_gets_a_group_visited(walks: _Walks) -> N
     walks.loop.memory.of("running").due = time.monotonic()
     walks.loop.memory.of("a").counts_due = True
     assert await walks.walk() == ["a", "running"]
+
+
+async def test_a_whole_cycle_runs_the_walk_and_passes_the_quiet_groups_over(walks: _Walks, caplog: pytest.LogCaptureFixture) -> None:
+    """The driver's cycle end to end on the same informers (nothing to repair, point or hold: no API call is needed)."""
+    walks.visited.clear()
+    await walks.loop.cycle()
+    assert walks.visited == [], "every group passed over (or backing off)"
+    assert [a.pod_group["metadata"]["uid"] for a in walks.loop.line.ahead] == list(QUIET)
+    assert "cycle failed" not in caplog.text
+    walks.write(walks.objects["c"], "podgroups")
+    await walks.loop.cycle()
+    assert walks.visited == ["c"]
+
+
+async def test_a_holder_whose_back_off_ends_after_the_walk_passed_it_is_still_held_for(walks: _Walks) -> None:
+    """The walk skips a group backing off; its back-off may end before the cycle's hold is updated (the walk and the
+    releases it drained took that long). The group is then in neither the line nor a back-off that has not ended,
+    yet no visit has tried it since its attempt failed: the hold is kept for it, or the devices it waited for go to
+    the first pod to ask (the head hold's liveness, `headhold`). Its next visit decides."""
+    seen: list[set[str]] = []
+
+    class _Hold:
+        settled = False
+
+        async def update(self, *args: Any) -> bool:
+            seen.append(set(args[-1]))
+            return False
+
+    walks.loop.headhold = _Hold()  # type: ignore[assignment]
+    walks.loop.memory.of("backing-off").backoff = (time.monotonic() + 0.05, 0.05)
+    assert "backing-off" not in await walks.walk(), "skipped while it backs off"
+    await asyncio.sleep(0.1)  # its back-off ends before the hold is updated
+    await walks.loop._hold_for_head()
+    assert seen == [{"backing-off"}], "its back-off over but no visit since: still backing off for the hold"
+    assert await walks.walk() == ["backing-off"], "the next walk visits it"
+    await walks.loop._hold_for_head()
+    assert seen[-1] == set(), "visited (its attempt did not fail): the hold follows the line again"

@@ -65,7 +65,7 @@ class Deadlines:
 
     async def _write_readiness(self, pod_group: Mapping[str, Any], record: schema.Readiness) -> None:
         await self.kube.merge_patch(
-            custom_path("podgroups", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], status=True),
+            custom_path("podgroups", accessors.namespace(pod_group), accessors.name(pod_group), status=True),
             {"status": {"readiness": record.wire()}},
         )
         self.memory.of(pod_group["metadata"]["uid"]).readiness = record
@@ -183,7 +183,7 @@ class Deadlines:
             )
             pod_group = await self.releaser.record(pod_group, reservation)
             crash_point("unbind.after-record")
-        names = ", ".join(sorted(p["metadata"]["name"] for p in late))
+        names = ", ".join(sorted(accessors.name(p) for p in late))
         nodes = ", ".join(sorted({p["metadata"]["annotations"][keys.PINNED_NODE] for p in late}))
         refused = next((c.get("message") for p in late if (c := conditions.find(p, "PodScheduled")) and c.get("message")), None)
         said = f" (kube-scheduler: {refused})" if refused else ""
@@ -196,5 +196,5 @@ class Deadlines:
         self.freeing.watch(late, self.view.claims.get)
         await teardown.evict_all(self.kube, late, reason=keys.NOT_BOUND, message=why, uncount=gone)
         await self.status.event(pod_group, "Warning", keys.NOT_BOUND, why)
-        logger.warning("%s/%s: %s", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], why)
+        logger.warning("%s/%s: %s", accessors.namespace(pod_group), accessors.name(pod_group), why)
         return pod_group, reservation

@@ -180,9 +180,10 @@ class HeadHold:
     ) -> bool:
         """Hold for the head of `line` (this cycle's, in queue order) what its plan needs, give back the rest. True when
         devices were given back (the caller plans every short group again). `snapshot` builds the cluster at
-        `revision`, called only when the head's hold is planned again; `backing_off`: the uids of the groups the
-        cycle passed over for their back-off. Devices given back are those the hold held (its record or its rules) and
-        holds no longer, whether or not the server serves the rules."""
+        `revision`, called only when the head's hold is planned again; `backing_off`: the uids of the groups whose
+        last attempt failed and that no visit has tried since (not in the line: passed over for their back-off).
+        Devices given back are those the hold held (its record or its rules) and holds no longer, whether or not the
+        server serves the rules."""
         if self.rules.served is None:
             await self.rules.load()
         built: list[Snapshot] = []

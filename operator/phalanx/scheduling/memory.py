@@ -47,7 +47,7 @@ class GroupMemory:
     """Members of a group of its own admitted without the gate that a Warning already named."""
     quiet: GroupKey | None = None
     """Its last visit found it short and wrote nothing (its shortfall key): passed over while nothing marks it and
-    nothing it could use is freed (`SchedulingLoop._passed_over`)."""
+    nothing it could use is freed (`loop.SchedulingLoop._passed_over`)."""
     settled: bool = False
     """A released gang whose last visit found it running with nothing to do (nothing lost, nothing waiting, no
     deadline ahead): passed over while nothing marks it and no node changes."""

@@ -33,23 +33,25 @@ class Status:
         self.memory = memory
         self.owner = owner
 
-    async def counters(self, pod_group: Mapping[str, Any], members: int, bound: int, late: int) -> None:
+    async def counters(self, pod_group: Mapping[str, Any], members: int, bound: int, late: int) -> dict[str, Any] | None:
         """status.members, .bound and .lateMembers (members behind the gate of a group already placed: a Job's
-        replacements, a labelled pod created after the release), written at most every COUNTS_EVERY."""
+        replacements, a labelled pod created after the release), written at most every COUNTS_EVERY. Returns the
+        PodGroup as written (None: nothing written), so the visit's later conditional writes (a release's record)
+        start from its version, not the watch's older copy, which would conflict and cost a read and a retry."""
         uid = pod_group["metadata"]["uid"]
         current = pod_group.get("status") or {}
         remembered = self.memory.of(uid)
         counts = {"members": members, "bound": bound, "lateMembers": late}
         if all(current.get(k, 0 if k == "lateMembers" else None) == v for k, v in counts.items()):
             remembered.counts_due = False
-            return
+            return None
         now = time.monotonic()
         if now - remembered.counts_at < COUNTS_EVERY:
             remembered.counts_due = True  # the loop wakes for it when due
-            return
+            return None
         remembered.counts_at = now
         remembered.counts_due = False
-        await self.kube.merge_patch(
+        return await self.kube.merge_patch(
             custom_path("podgroups", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], status=True), {"status": counts}
         )
 

@@ -174,12 +174,12 @@ async def evict_all(kube: Kube, pods: list[Mapping[str, Any]], *, reason: str, m
     standing = []
     for pod, result in zip(pods, done, strict=True):
         if isinstance(result, ApiError):
-            logger.warning("eviction of %s failed: %s", pod["metadata"]["name"], result)
-            standing.append(pod["metadata"]["name"])
+            logger.warning("eviction of %s failed: %s", accessors.name(pod), result)
+            standing.append(accessors.name(pod))
         elif isinstance(result, BaseException):
             raise result
         elif not result:
-            standing.append(pod["metadata"]["name"])
+            standing.append(accessors.name(pod))
     return standing
 
 
@@ -209,7 +209,7 @@ class Freeing:
         """Remember the allocated claims of `members`, a gang being torn down."""
         users: dict[tuple[str, str, str], set[str]] = {}
         for pod in members:
-            namespace = pod["metadata"]["namespace"]
+            namespace = accessors.namespace(pod)
             for name in claim_names(pod) or ():
                 obj = claim(namespace, name)
                 if obj is not None and allocated_ids(obj) is not None:
@@ -309,9 +309,9 @@ class TearDown:
             # judged on every pod of the Job, terminating ones included: a member evicted on an earlier pass runs out
             # its grace period on its devices, and the resourceclaim controller frees them once it is done
             every = {p["metadata"]["uid"]: p for p in members}
-            users = self.releaser.claim_users(pod_group["metadata"]["namespace"], reservation)
+            users = self.releaser.claim_users(accessors.namespace(pod_group), reservation)
             idle = [c for c in reservation.claims if not any(accessors.may_run(every.get(u["uid"])) for u in users.get(c.name, []))]
-            await self.releaser.deallocate_claims(pod_group["metadata"]["namespace"], idle)
+            await self.releaser.deallocate_claims(accessors.namespace(pod_group), idle)
             crash_point("teardown.after-deallocate")
         if standing:
             waits = f"{why}; waiting for the eviction of {', '.join(standing)}, refused for now and tried again"
