@@ -118,6 +118,23 @@ NOT_BOUND = "MemberNotBound"
 READY_TIMEOUT = "PodsReadyTimeout"
 """Kueue's word for a workload evicted because its pods were not Ready in time."""
 DOUBLE_ALLOCATED = "DeviceDoubleAllocated"
+BELOW_MIN_COUNT = "BelowMinCount"
+"""DisruptionTarget True in disruptionMode single: fewer than minCount members run (or finished)."""
+MIN_COUNT_RUNNING = "MinCountRunning"
+"""DisruptionTarget False again: minCount members run once more."""
+ROLLED_BACK = "ReservationRolledBack"
+"""An Event: a release undone whole (nothing of it kept), the group planned again after a back-off."""
+PODS_NOT_GATED = "PodsNotGated"
+GATES_LIFTED = "GatesLifted"
+"""PodsGated False: the gang's members carry no gate (not admitted through the webhook), or it was lifted."""
+
+# Events on the owner (a Job, a JobSet) and on a PodGroup of its own.
+GANG_NOT_ENFORCED = "GangNotEnforced"
+"""Members came without the scheduling gate: they are scheduled one by one, as no gang."""
+INVALID_GANG_SPEC = "InvalidGangSpec"
+WORKLOAD_CREATED = "WorkloadCreated"
+POD_GROUP_CREATED = "PodGroupCreated"
+MIN_COUNT_UPDATED = "MinCountUpdated"
 
 # Field managers, one per writer of PodGroup status, so server-side apply keeps each one's conditions.
 JOB_CONTROLLER = "phalanx-job-controller"

@@ -46,7 +46,7 @@ async def on_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, so
     try:
         source = source_of(owner)
     except GangSpecError as exc:
-        await memo.kube.event(owner, type_="Warning", reason="InvalidGangSpec", message=str(exc))
+        await memo.kube.event(owner, type_="Warning", reason=keys.INVALID_GANG_SPEC, message=str(exc))
         return
     if source is not None:
         await reconcile(memo.kube, source, logger)
@@ -83,7 +83,7 @@ async def reconcile(kube: Kube, source: objects.GangSource, logger: Any) -> None
             return
         workload, created = await kube.create_custom("workloads", source.namespace, objects.workload(source).wire())
     if created:
-        await kube.event(job_ref, type_="Normal", reason="WorkloadCreated", message=f"Created Workload {source.workload_name}")
+        await kube.event(job_ref, type_="Normal", reason=keys.WORKLOAD_CREATED, message=f"Created Workload {source.workload_name}")
     elif patch := objects.min_count_patch(source, workload, workload_kind=True):
         await kube.merge_patch(custom_path("workloads", source.namespace, source.workload_name), patch)
     pod_group, created = await kube.get(custom_path("podgroups", source.namespace, source.pod_group_name)), False
@@ -97,13 +97,13 @@ async def reconcile(kube: Kube, source: objects.GangSource, logger: Any) -> None
         await kube.event(
             job_ref,
             type_="Normal",
-            reason="PodGroupCreated",
+            reason=keys.POD_GROUP_CREATED,
             message=f"Created PodGroup {source.pod_group_name} ({_policy_text(source)})",
         )
     elif patch := objects.min_count_patch(source, pod_group, workload_kind=False):
         pod_group = await kube.merge_patch(custom_path("podgroups", source.namespace, source.pod_group_name), patch)
         await kube.event(
-            job_ref, type_="Normal", reason="MinCountUpdated", message=f"minCount of {source.pod_group_name} is now {source.min_count}"
+            job_ref, type_="Normal", reason=keys.MIN_COUNT_UPDATED, message=f"minCount of {source.pod_group_name} is now {source.min_count}"
         )
     await _report_gating(kube, job_ref, source, pod_group, logger)
 
@@ -142,7 +142,7 @@ async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.Ga
         await kube.event(
             job_ref,
             type_="Warning",
-            reason="GangNotEnforced",
+            reason=keys.GANG_NOT_ENFORCED,
             message=NOT_GATED_MESSAGE.format(kind=source.kind, gate=keys.SCHEDULING_GATE),
         )
 
@@ -153,12 +153,12 @@ def gating_condition(gated: bool, pod_group: dict[str, Any], kind: str = "Job") 
     generation = pod_group["metadata"].get("generation")
     if not gated:
         return conditions.condition(
-            keys.GATED, False, "PodsNotGated", NOT_GATED_MESSAGE.format(kind=kind, gate=keys.SCHEDULING_GATE), generation
+            keys.GATED, False, keys.PODS_NOT_GATED, NOT_GATED_MESSAGE.format(kind=kind, gate=keys.SCHEDULING_GATE), generation
         )
     scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED) or {}
     if scheduled.get("status") == "True" or scheduled.get("reason") == keys.RELEASED:
         message = f"the whole group was placed and {keys.SCHEDULING_GATE} lifted from its members; later members are released as they fit"
-        return conditions.condition(keys.GATED, False, "GatesLifted", message, generation)
+        return conditions.condition(keys.GATED, False, keys.GATES_LIFTED, message, generation)
     message = f"pods are held by {keys.SCHEDULING_GATE} until the group can be placed"
     return conditions.condition(keys.GATED, True, "Gated", message, generation)
 

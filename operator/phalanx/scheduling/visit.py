@@ -278,7 +278,7 @@ class Visits:
                     pod_group,
                     keys.DISRUPTION_TARGET,
                     False,
-                    "MinCountRunning",
+                    keys.MIN_COUNT_RUNNING,
                     f"{len(bound)} members run{finished} (minCount {min_count})",
                 )
             return
@@ -287,7 +287,7 @@ class Visits:
             message += f"; lost {', '.join(str(loss) for loss in lost)}"
         if said is None or said["status"] != "True":
             metrics.DISRUPTIONS.labels(mode="single", cause=_cause_label(lost[0].cause if lost else "other")).inc()
-        await self.status.condition(pod_group, keys.DISRUPTION_TARGET, True, "BelowMinCount", message, warn=True)
+        await self.status.condition(pod_group, keys.DISRUPTION_TARGET, True, keys.BELOW_MIN_COUNT, message, warn=True)
 
     async def _record_lost(self, pod_group: Mapping[str, Any], lost: list[disruption.Loss]) -> None:
         """`status.lost`: the losses with the cause first seen, written when they change, kept after a teardown."""
@@ -322,7 +322,7 @@ class Visits:
             "them again where the webhook runs"
         )
         logger.warning("%s/%s: %s", accessors.namespace(pod_group), accessors.name(pod_group), message)
-        await self.status.event(pod_group, "Warning", "GangNotEnforced", message)
+        await self.status.event(pod_group, "Warning", keys.GANG_NOT_ENFORCED, message)
         remembered.ungated_told = remembered.ungated_told | new
 
     ACTIONS: ClassVar[Mapping[phase.Phase, Callable[[Visits, Visit], Coroutine[Any, Any, bool]]]] = {
