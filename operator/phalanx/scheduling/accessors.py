@@ -42,6 +42,17 @@ def gated(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == keys.SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or [])
 
 
+def bound(pod: Mapping[str, Any]) -> bool:
+    """Bound to a node by kube-scheduler (`spec.nodeName`): pinned and released is not yet bound."""
+    return bool(pod["spec"].get("nodeName"))
+
+
+def started(pod: Mapping[str, Any] | None) -> bool:
+    """Bound, or past the gate (pinned and released, or never gated): a pod on its node or about to be, which a
+    snapshot counts there and a rollback never touches again."""
+    return pod is not None and (bound(pod) or not gated(pod))
+
+
 def may_run(pod: Mapping[str, Any] | None) -> bool:
     """Whether a pod's containers may be running or may yet start, so its devices must stay with it.
 
@@ -50,7 +61,7 @@ def may_run(pod: Mapping[str, Any] | None) -> bool:
     behind Phalanx's gate cannot start either: only Phalanx lifts it."""
     if pod is None or terminal(pod):
         return False
-    if pod["spec"].get("nodeName"):
+    if bound(pod):
         return True
     return not pod["metadata"].get("deletionTimestamp") and not gated(pod)
 

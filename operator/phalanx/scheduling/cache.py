@@ -30,11 +30,6 @@ from phalanx.scheduling.reserve import Releaser
 PLACED = "placed"
 
 
-def placed(pod: Mapping[str, Any]) -> bool:
-    """Bound, or past the gate (pinned and released, or never gated): a pod a snapshot may count on a node."""
-    return bool(pod["spec"].get("nodeName")) or not accessors.gated(pod)
-
-
 class ClaimsTally:
     """The claims store as the planner counts it, kept as the watch writes it: each claim's model, the devices held
     whole (counted, so a device two claims hold stays held while either does) and the shares held.
@@ -127,7 +122,7 @@ class ClusterCache:
         self.priority = priority
         self.pod_uids = view.pods.index("uid", lambda pod: [pod["metadata"]["uid"]])
         """Every pod by its uid (the loop's too: what it remembers of pods is kept only for those that exist)."""
-        self._placed = view.pods.index(PLACED, lambda pod: [PLACED] if placed(pod) else [])
+        self._placed = view.pods.index(PLACED, lambda pod: [PLACED] if accessors.started(pod) else [])
         """The pods a snapshot counts (bound, or past the gate): a build walks these and the releases' under way, not
         the thousands of members waiting behind the gate."""
         self._base: tuple[tuple[Any, ...], Snapshot] | None = None
@@ -159,7 +154,9 @@ class ClusterCache:
             podgroups, pins, policy = view.podgroups.items(), self.pins(), self.policy()
             every = view.pods.items() if self.of_view("planned", (view.podgroups.written,), lambda: inputs.any_planned(podgroups)) else []
             sources = [i.items() for i in (view.nodes, view.slices, view.classes, view.taint_rules)]
-            sources.insert(1, self._placed.get(PLACED) + [p for u in under_way.pods for p in self.pod_uids.get(u) if not placed(p)])
+            sources.insert(
+                1, self._placed.get(PLACED) + [p for u in under_way.pods for p in self.pod_uids.get(u) if not accessors.started(p)]
+            )
             sources.insert(3, view.claims.items() if every else [])  # the claims are modelled (`claims`); only read whole here
             built, capacity = await asyncio.to_thread(
                 self._build, sources, podgroups if every else [], every, pins, policy, under_way, self.claims.modelled(), self.nominating()

@@ -162,7 +162,7 @@ class Deadlines:
         unbound = {
             p["metadata"]["uid"]: p
             for p in pods
-            if not p["spec"].get("nodeName") and not accessors.gated(p) and keys.PINNED_NODE in (p["metadata"].get("annotations") or {})
+            if not accessors.bound(p) and not accessors.gated(p) and keys.PINNED_NODE in (p["metadata"].get("annotations") or {})
         }
         seen = {u: remembered.unbound.get(u, now) for u in unbound}
         if seen != remembered.unbound:

@@ -213,7 +213,7 @@ def _state(pod: Mapping[str, Any]) -> str:
         return phase
     if accessors.gated(pod):
         return "Gated"
-    if pod["spec"].get("nodeName"):
+    if accessors.bound(pod):
         return phase
     return "Released" if accessors.placed_on(pod) else phase
 
@@ -399,7 +399,7 @@ def explain(
     live = [p for p in every if accessors.live(p)]
     claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in objects.claims}
     priorities = {p["metadata"]["name"]: p for p in objects.priorities}
-    bound = [p for p in live if p["spec"].get("nodeName")]
+    bound = [p for p in live if accessors.bound(p)]
     reservation = accessors.reservation(pod_group)
     nomination = accessors.nomination(pod_group)
     scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)

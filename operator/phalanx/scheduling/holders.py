@@ -91,7 +91,7 @@ def of_node_resource(shortage: Shortage, pods: Iterable[JSON], unit: Callable[[J
     amounts: dict[str, int] = defaultdict(int)
     priorities: dict[str, int] = defaultdict(lambda: -(2**31))
     for pod in pods:
-        if not pod["spec"].get("nodeName") or accessors.terminal(pod) or pod["metadata"]["uid"] in mine:
+        if not accessors.bound(pod) or accessors.terminal(pod) or pod["metadata"]["uid"] in mine:
             continue
         amount = inputs.pod_requests(pod).get(shortage.resource, 0)
         if amount > 0:

@@ -134,7 +134,7 @@ def read(
         lost=lost,
         owner=owner,
         all_mode=accessors.disrupts_all(pod_group),
-        running=sum(1 for p in live if p["spec"].get("nodeName")) + done,
+        running=sum(1 for p in live if accessors.bound(p)) + done,
         done=done,
         min_count=accessors.min_count(pod_group),
         waiting=len(waiting),

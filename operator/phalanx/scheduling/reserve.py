@@ -49,7 +49,7 @@ from phalanx.planner import Fits, extended
 from phalanx.planner.allocator import Result
 from phalanx.planner.model import DeviceId, Toleration
 from phalanx.scheduling import accessors, deallocation, inflight, metrics
-from phalanx.scheduling.accessors import allocated_ids, claim_name, claim_names, dedicated_ids, gated, shares
+from phalanx.scheduling.accessors import allocated_ids, claim_name, claim_names, dedicated_ids, shares, started
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.inputs import extended_resources
 
@@ -190,11 +190,6 @@ def pinned_affinity(pod: Mapping[str, Any], node: str) -> dict[str, Any]:
     node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
     affinity["nodeAffinity"] = node_affinity
     return affinity
-
-
-def started(pod: Mapping[str, Any] | None) -> bool:
-    """Bound or released: a pod a rollback must never touch again."""
-    return pod is not None and (bool(pod["spec"].get("nodeName")) or not gated(pod))
 
 
 class Steps:

@@ -141,7 +141,7 @@ async def evict(kube: Kube, pod: Mapping[str, Any], *, reason: str, message: str
     mark = {"metadata": {"uid": meta["uid"]}, "status": {"conditions": [_condition(reason, message)]}}
     uncounted = uncount and await _uncount(kube, pod)
     try:
-        if not pod["spec"].get("nodeName"):
+        if not accessors.bound(pod):
             never_ran = {"phase": "Failed", "reason": reason, "message": message[:1024]}
             await kube.strategic_patch(
                 pod_path(meta["namespace"], meta["name"], "status"), {**mark, "status": {**mark["status"], **never_ran}}

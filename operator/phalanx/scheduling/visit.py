@@ -58,7 +58,7 @@ class Visit:
 
     @property
     def bound(self) -> list[dict[str, Any]]:
-        return [p for p in self.pods if p["spec"].get("nodeName")]
+        return [p for p in self.pods if accessors.bound(p)]
 
     @property
     def waiting(self) -> list[dict[str, Any]]:
