@@ -272,5 +272,5 @@ class Attempts:
             return False
         message = f"{what} undone, will plan again: {exc}"
         await self.status.scheduled(pod_group, False, keys.PENDING, message)
-        await self.status.event(pod_group, "Warning", keys.ROLLED_BACK, message)
+        await self.status.event(pod_group, "Warning", keys.RESERVATION_ROLLED_BACK, message)
         return False
