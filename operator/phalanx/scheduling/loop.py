@@ -38,6 +38,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import schema
@@ -73,6 +74,18 @@ from phalanx.scheduling.reserve import NotLeading, Releaser
 from phalanx.scheduling.visit import Visits
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Met:
+    """The groups this loop schedules, as a cycle meets them."""
+
+    scheduled: list[dict[str, Any]]
+    """Every PodGroup of an owner this loop schedules, not being deleted."""
+    facts: list[membership.Facts]
+    """Each one's members, as `membership` reads them."""
+    groups: list[tuple[dict[str, Any], list[dict[str, Any]]]]
+    """Each one with its live members."""
 
 
 class SchedulingLoop:
@@ -194,11 +207,6 @@ class SchedulingLoop:
             releaser=self.releaser,
         )
         """One group's visit: where it stands, and its phase's action."""
-        self._met: (
-            tuple[tuple[Any, ...], list[dict[str, Any]], list[membership.Facts], list[tuple[dict[str, Any], list[dict[str, Any]]]]] | None
-        ) = None
-        """(the groups' and their pods' `written`, the groups this loop schedules, their facts, each with its live
-        members): read again only once a group or a member was written."""
         self._pointed: tuple[Any, ...] | None = None
         """The groups' and their pods' `written` when every gated member was found pointed at."""
         self._hold_line: tuple[list[queue.Ahead], shortfall.Standing, Any] | None = None
@@ -232,14 +240,8 @@ class SchedulingLoop:
         self.releaser.forget(self.cache.pod_uids)
         self.cycle_state.begin(self.hints.seq)  # before anything is read: a memo is never newer than what its visit read
         reads = (self.view.podgroups.written, self.members.writes, self.view.claims.written, self.view.priorities.written)
-        if self._met is None or self._met[0] != reads[:2]:
-            podgroups = self.view.podgroups.items()
-            self.members.refresh(podgroups)
-            scheduled = [g for g in podgroups if self.members.owner_uid(g) and not g["metadata"].get("deletionTimestamp")]
-            known = [self.members.facts(g) for g in scheduled]
-            self._met = (reads[:2], scheduled, known, [(g, f.live) for g, f in zip(scheduled, known, strict=True)])
-            self._forget({g["metadata"]["uid"] for g in scheduled})
-        _, scheduled, facts, groups = self._met
+        met: Met = self.cache.of_view("groups met", reads[:2], self._meet)
+        scheduled, facts, groups = met.scheduled, met.facts, met.groups
         self._forget_due()
         nominated = self._nominated(scheduled)
         try:
@@ -405,6 +407,16 @@ class SchedulingLoop:
         self.line.join(pod_group, key.group, key.priority, key=key)
         self.cycle_state.passed += 1
         return True
+
+    def _meet(self) -> Met:
+        """The groups as the cycle meets them, read again only once a group or a member was written; what the loop
+        remembers of the groups gone goes with them then."""
+        podgroups = self.view.podgroups.items()
+        self.members.refresh(podgroups)
+        scheduled = [g for g in podgroups if self.members.owner_uid(g) and not g["metadata"].get("deletionTimestamp")]
+        facts = [self.members.facts(g) for g in scheduled]
+        self._forget({g["metadata"]["uid"] for g in scheduled})
+        return Met(scheduled, facts, [(g, f.live) for g, f in zip(scheduled, facts, strict=True)])
 
     def _forget(self, live: set[str]) -> None:
         """What the loop remembers of PodGroups that are gone goes with them (when the groups have changed)."""
