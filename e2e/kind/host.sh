@@ -36,7 +36,7 @@ up() {
     --host "$DOCKER_HOST" --pidfile "$RUN/docker.pid" \
     --data-root "$STATE/docker" --exec-root "$RUN/exec" \
     --add-runtime "phalanx-runc=$STATE/runc-nocap" --default-runtime phalanx-runc \
-    --storage-driver overlay2 --log-level warn \
+    --cgroup-parent /phalanx-kind --storage-driver overlay2 --log-level warn \
     >"$STATE/dockerd.log" 2>&1 </dev/null &
   for _ in $(seq 1 60); do
     docker info >/dev/null 2>&1 && { log "dockerd up: export DOCKER_HOST=$DOCKER_HOST"; return; }
@@ -66,6 +66,8 @@ down() {
     umount -l "$m" || true
   done
   if ip netns list | grep -qw "^$NETNS"; then ip netns delete "$NETNS"; fi
+  # the containers' cgroups (every hierarchy, deepest first) once their processes are gone
+  find /sys/fs/cgroup/*/phalanx-kind /sys/fs/cgroup/*/docker -depth -type d -exec rmdir {} + 2>/dev/null || true
   [[ -f "$STATE/created-lib-modules" ]] && rmdir /lib/modules 2>/dev/null || true
   rm -rf "$RUN" "$STATE"
   log "down: no dockerd, namespace $NETNS, $RUN or $STATE left"
