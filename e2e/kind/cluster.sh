@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The article's Kind cluster on this machine (no registry): host.sh's Docker engine, the images of images.sh, kind
+# from build-bins.sh, and the user's own config (KIND_CONFIG, e2e/kind/kind.yaml by default) with the local node
+# image instead of kindest/node.
+#   e2e/kind/cluster.sh up           build what is missing, create the cluster, wait until every node is Ready
+#   e2e/kind/cluster.sh down         delete the cluster and everything host.sh started
+#   e2e/kind/cluster.sh kubectl ...  kubectl against it (inside the namespace, where the API server is published
+#                                    on 127.0.0.1)
+#   e2e/kind/cluster.sh kubeconfig   the kubeconfig's path
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+config="${KIND_CONFIG:-$root/e2e/kind/kind.yaml}"
+name="$(awk '/^name:/ {print $2}' "$config")"
+STATE="${PHALANX_KIND_STATE:-/var/lib/phalanx-kind}"
+kubeconfig="$STATE/$name.kubeconfig"
+eval "$("$here/host.sh" env)"
+log() { echo "kind/cluster: $*" >&2; }
+bins() { "$here/build-bins.sh" | tail -1; }
+
+up() {
+  "$here/host.sh" up
+  local image b; image="$("$here/images.sh" | tail -1)"; b="$(bins)"
+  if "$b/kind" get clusters 2>/dev/null | grep -qx "$name"; then
+    log "cluster $name exists"
+  else
+    log "creating cluster $name from $config with $image"
+    "$b/kind" create cluster --config "$config" --image "$image" --kubeconfig "$kubeconfig" --wait 5m
+  fi
+  "$here/host.sh" exec "$b/kubectl" --kubeconfig "$kubeconfig" wait --for=condition=Ready nodes --all --timeout=300s
+  "$here/host.sh" exec "$b/kubectl" --kubeconfig "$kubeconfig" get nodes -o wide
+  log "up: $0 kubectl get pods -A   (KUBECONFIG=$kubeconfig, inside network namespace phalanx-kind)"
+}
+
+down() {
+  if docker info >/dev/null 2>&1; then
+    "$(bins)/kind" delete cluster --name "$name" || true
+  fi
+  "$here/host.sh" down
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  kubectl) shift; exec "$here/host.sh" exec "$(bins)/kubectl" --kubeconfig "$kubeconfig" "$@" ;;
+  kubeconfig) echo "$kubeconfig" ;;
+  *) echo "usage: $0 up|down|kubectl ARGS...|kubeconfig" >&2; exit 2 ;;
+esac
