@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What a Kind cluster needs on a machine with no image registry, built once from the Go module proxy into a cache
-# keyed by version, outside the repository: kind itself, kubeadm and kube-proxy (kubelet, kubectl, etcd and
-# containerd come from dev/phalanx_dev/localcluster/build-kube.sh, the project's own build, with real nodes on),
-# CoreDNS, crictl and a pause binary. The last line printed is the directory.
+# keyed by version, outside the repository: kind itself, kubeadm, kube-proxy, CoreDNS, crictl and a pause binary;
+# the control plane, kubelet, kubectl, etcd and containerd come from dev/phalanx_dev/localcluster/build-kube.sh,
+# the project's own build, with real nodes on. The last line printed is the directory (links to those too).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -16,10 +16,10 @@ export CGO_ENABLED=0 GOFLAGS=-mod=mod
 log() { echo "kind/build-bins: $*" >&2; }
 mkdir -p "$OUT"
 
-# kubelet, kubectl, etcd, containerd, containerd-shim-runc-v2, ctr: the project's build (cached, locked)
+# the control plane, kubelet, kubectl, etcd, containerd, containerd-shim-runc-v2, ctr: the project's build (cached, locked)
 kube_bin="$(PHALANX_REAL_NODES=1 "$root/dev/phalanx_dev/localcluster/build-kube.sh" | tail -1)"
 node_bin="$CACHE/bin/containerd-${CONTAINERD_VERSION:-v2.4.2}"
-for b in kubelet kubectl etcd; do ln -sf "$kube_bin/$b" "$OUT/$b"; done
+for b in kubelet kubectl etcd kube-apiserver kube-controller-manager kube-scheduler; do ln -sf "$kube_bin/$b" "$OUT/$b"; done
 for b in containerd containerd-shim-runc-v2 ctr; do ln -sf "$node_bin/$b" "$OUT/$b"; done
 
 # A module of our own requiring `module@version` whose tools.go imports the given packages, tidied once.
