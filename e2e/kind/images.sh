@@ -2,7 +2,7 @@
 # The images a Kind cluster runs on this machine, built here (no registry is reachable), into the Docker engine
 # of host.sh (DOCKER_HOST):
 #   phalanx.local/kind-rootfs:bookworm   Debian bookworm by debootstrap (cached as a tarball), imported
-#   phalanx.local/kind-base:bookworm     + systemd units, containerd 2, crictl, the entrypoint (e2e/kind/base)
+#   phalanx.local/kind-base:bookworm-*  + systemd units, containerd 2, crictl, the entrypoint (e2e/kind/base)
 #   registry.k8s.io/...                  kube-apiserver, kube-controller-manager, kube-scheduler, etcd, CoreDNS and
 #                                        pause from the static binaries of build-bins.sh; kube-proxy on the rootfs
 #                                        (it needs iptables); the names and tags kubeadm v1.37.2 asks for
@@ -17,7 +17,9 @@ CACHE="${PHALANX_CACHE:-$HOME/.cache/phalanx}"
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 NODE_IMAGE="${NODE_IMAGE:-phalanx.local/kind-node:$KUBE_VERSION}"
 ROOTFS_IMAGE=phalanx.local/kind-rootfs:bookworm
-BASE_IMAGE=phalanx.local/kind-base:bookworm
+# the base and the node are rebuilt when their files here change
+source_hash="$(cd "$here" && cat base/* cni/* images.sh | sha256sum | cut -c1-12)"
+BASE_IMAGE="phalanx.local/kind-base:bookworm-$source_hash"
 CNI_IMAGE=phalanx.local/kind-cni:v1
 export DOCKER_HOST="${DOCKER_HOST:-unix:///run/phalanx-kind/docker.sock}"
 log() { echo "kind/images: $*" >&2; }
@@ -98,7 +100,8 @@ fi
 images+=("$CNI_IMAGE")
 
 # 4. the node: a container of the base, filled, committed
-if have "$NODE_IMAGE" && [[ "${REBUILD_NODE:-0}" != 1 ]]; then echo "$NODE_IMAGE"; exit 0; fi
+built_from="$(docker image inspect -f '{{index .Config.Labels "dev.phalanx.kind.source"}}' "$NODE_IMAGE" 2>/dev/null || true)"
+if [[ "$built_from" == "$source_hash" ]]; then echo "$NODE_IMAGE"; exit 0; fi
 log "building $NODE_IMAGE"
 build_container="$(docker run -d --entrypoint sleep "$BASE_IMAGE" infinity)"
 in_node() { docker exec -i "$build_container" "$@"; }
@@ -113,6 +116,6 @@ for ref in "${images[@]}"; do
 done
 in_node ctr -n k8s.io images ls -q >&2
 in_node sh -c 'kill $(pidof containerd); while pidof containerd >/dev/null; do sleep 0.2; done; rm -f /var/log/containerd-build.log'
-docker commit --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' "$build_container" "$NODE_IMAGE" >/dev/null
+docker commit --change "LABEL dev.phalanx.kind.source=$source_hash" --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' "$build_container" "$NODE_IMAGE" >/dev/null
 log "built $NODE_IMAGE"
 echo "$NODE_IMAGE"
