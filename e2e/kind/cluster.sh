@@ -20,7 +20,7 @@ bins() { "$here/build-bins.sh" | tail -1; }
 
 up() {
   "$here/host.sh" up
-  local image b; image="$("$here/images.sh" | tail -1)"; b="$(bins)"
+  local image b; image="$(nice -n 19 ionice -c3 "$here/images.sh" | tail -1)"; b="$(bins)"
   if "$b/kind" get clusters 2>/dev/null | grep -qx "$name"; then
     log "cluster $name exists"
   else
