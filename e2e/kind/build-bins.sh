@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a Kind cluster needs on a machine with no image registry, built once from the Go module proxy into a cache
-# keyed by version, outside the repository: kind itself, kubeadm, kube-proxy, CoreDNS, crictl and a pause binary;
+# keyed by version, outside the repository: kind itself, kubeadm, kube-proxy, CoreDNS, crictl, helm and a pause binary;
 # the control plane, kubelet, kubectl, etcd and containerd come from dev/phalanx_dev/localcluster/build-kube.sh,
 # the project's own build, with real nodes on. The last line printed is the directory (links to those too).
 set -euo pipefail
@@ -10,6 +10,7 @@ KIND_VERSION="${KIND_VERSION:-v0.33.0}"
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.14.6}"
 CRICTL_VERSION="${CRICTL_VERSION:-v1.37.0}"
+HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 CACHE="${PHALANX_CACHE:-$HOME/.cache/phalanx}"
 OUT="$CACHE/bin/kind-$KIND_VERSION-kube-$KUBE_VERSION"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
@@ -82,5 +83,13 @@ if [[ ! -x "$OUT/coredns" ]]; then
   (cd "$CACHE/src/coredns-$COREDNS_VERSION" && go build -trimpath -ldflags "-s -w" -o "$OUT/coredns.tmp" github.com/coredns/coredns)
   mv "$OUT/coredns.tmp" "$OUT/coredns"
 fi
+if [[ ! -x "$OUT/helm" ]]; then
+  log "building helm $HELM_VERSION"
+  wrapper "$CACHE/src/helm-$HELM_VERSION" helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+  (cd "$CACHE/src/helm-$HELM_VERSION" && go build -trimpath -ldflags "-s -w" -o "$OUT/helm.tmp" helm.sh/helm/v3/cmd/helm)
+  mv "$OUT/helm.tmp" "$OUT/helm"
+fi
+# dra-example-driver's kubelet plugin (the project's build) for the driver's image; its chart is in the same module
+ln -sf "$CACHE/bin/dra-example-driver-${DRA_DRIVER_VERSION:-v0.4.0}/dra-example-kubeletplugin" "$OUT/dra-example-kubeletplugin"
 log "ready: $OUT"
 echo "$OUT"
