@@ -40,7 +40,8 @@ if kind get clusters | grep -qx "$name"; then
 fi
 if [[ "$local_kind" == 1 ]]; then
   kubeconfig="$(KIND_CONFIG="$config" "$root/e2e/kind/cluster.sh" kubeconfig)"
-  cleanup() { case "${KEEP:-}" in 1|true) echo "e2e/kind: cluster $name left running (e2e/kind/cluster.sh kubectl ...; KUBECONFIG=$kubeconfig inside namespace phalanx-kind)" ;; *) kind delete cluster --name "$name" ;; esac; }
+  # without KEEP, nothing is left: the cluster, and the Docker engine with its namespace (host.sh down)
+  cleanup() { case "${KEEP:-}" in 1|true) echo "e2e/kind: cluster $name left running (e2e/kind/cluster.sh kubectl ...; KUBECONFIG=$kubeconfig inside namespace phalanx-kind)" ;; *) KIND_CONFIG="$config" "$root/e2e/kind/cluster.sh" down ;; esac; }
   trap cleanup EXIT
   KIND_CONFIG="$config" "$root/e2e/kind/cluster.sh" up
 else
