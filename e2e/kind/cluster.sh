@@ -3,7 +3,11 @@
 # from build-bins.sh, and the user's own config (KIND_CONFIG, e2e/kind/kind.yaml by default) with the local node
 # image instead of kindest/node.
 #   e2e/kind/cluster.sh up           build what is missing, create the cluster, wait until every node is Ready
+#   e2e/kind/cluster.sh install      dra-example-driver by its chart (2 devices per worker) and the operator (two
+#                                    replicas, e2e/install's overlay), their images built here and `kind load`ed
 #   e2e/kind/cluster.sh down         delete the cluster and everything host.sh started
+#   e2e/kind/cluster.sh demo SCENARIO the article's scenarios on it (deadlock, gang, dra-preempt, preempt [--mode all],
+#                                    all, metrics), as `phalanx demo` prints them (python -m phalanx_dev.kind.demo)
 #   e2e/kind/cluster.sh kubectl ...  kubectl against it (inside the namespace, where the API server is published
 #                                    on 127.0.0.1)
 #   e2e/kind/cluster.sh kubeconfig   the kubeconfig's path
@@ -32,6 +36,25 @@ up() {
   log "up: $0 kubectl get pods -A   (KUBECONFIG=$kubeconfig, inside network namespace phalanx-kind)"
 }
 
+install() {
+  local b chart archive; b="$(bins)"
+  # the operator's, the ranks' busybox and the driver's image, before the chart waits for the driver's pods
+  for archive in $(nice -n 19 ionice -c3 "$root/.venv/bin/python" -m phalanx_dev.kind.images --driver-plugin "$b/dra-example-kubeletplugin"); do
+    "$b/kind" load image-archive "$archive" --name "$name"
+  done
+  # the chart as dra-example-driver's Go module holds it (version 0.0.0-dev, appVersion v0.4.0: the templates of the
+  # published chart 0.4.0)
+  chart="$(cd "$here" && GOFLAGS=-mod=mod go mod download -json sigs.k8s.io/dra-example-driver@v0.4.0 |
+    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')/deployments/helm/dra-example-driver"
+  in_ns_kubeconfig "$b/helm" upgrade --install dra-example-driver "$chart" -n dra-example-driver --create-namespace \
+    -f "$here/dra-example-driver-values.yaml" --wait
+  in_ns_kubeconfig "$b/kubectl" apply -f "$root/manifests/namespace.yaml"
+  in_ns_kubeconfig "$b/kubectl" apply -k "$root/e2e/install"
+  in_ns_kubeconfig "$b/kubectl" -n phalanx-system rollout status deployment/phalanx --timeout=180s
+}
+
+in_ns_kubeconfig() { KUBECONFIG="$kubeconfig" "$here/host.sh" exec "$@"; }
+
 down() {
   if docker info >/dev/null 2>&1; then
     "$(bins)/kind" delete cluster --name "$name" || true
@@ -41,8 +64,11 @@ down() {
 
 case "${1:-}" in
   up) up ;;
+  install) install ;;
   down) down ;;
   kubectl) shift; exec "$here/host.sh" exec "$(bins)/kubectl" --kubeconfig "$kubeconfig" "$@" ;;
   kubeconfig) echo "$kubeconfig" ;;
-  *) echo "usage: $0 up|down|kubectl ARGS...|kubeconfig" >&2; exit 2 ;;
+  demo) shift; cd "$root" && exec "$here/host.sh" exec "$root/.venv/bin/python" -m phalanx_dev.kind.demo \
+      --kubeconfig "$kubeconfig" --kubectl "$(bins)/kubectl" --workloads e2e/workloads "$@" ;;
+  *) echo "usage: $0 up|install|down|demo SCENARIO|kubectl ARGS...|kubeconfig" >&2; exit 2 ;;
 esac
