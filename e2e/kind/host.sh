@@ -4,6 +4,7 @@
 # under /var/lib/phalanx-kind and /run/phalanx-kind; `down` removes it all.
 #   e2e/kind/host.sh up       install docker.io if missing, start dockerd, wait for it
 #   e2e/kind/host.sh down     remove every container and network, stop dockerd, delete the namespace and state
+#   e2e/kind/host.sh check    fail, naming each, if anything of ours is left (down runs it last)
 #   e2e/kind/host.sh env      the line to eval: export DOCKER_HOST=...
 #   e2e/kind/host.sh exec CMD run CMD inside the namespace (kubectl reaches Kind's API server on its 127.0.0.1)
 set -euo pipefail
@@ -70,12 +71,30 @@ down() {
   find /sys/fs/cgroup/*/phalanx-kind /sys/fs/cgroup/*/docker -depth -type d -exec rmdir {} + 2>/dev/null || true
   [[ -f "$STATE/created-lib-modules" ]] && rmdir /lib/modules 2>/dev/null || true
   rm -rf "$RUN" "$STATE"
+  check
   log "down: no dockerd, namespace $NETNS, $RUN or $STATE left"
+}
+
+# What up makes, looked for after down: a process of dockerd's (the daemon, its containerd, a shim), the namespace,
+# a mount, a cgroup, a directory
+check() {
+  local left=() pid
+  for pid in $(pgrep -f "$RUN/|phalanx-runc|$STATE/" || true); do
+    [[ "$pid" == "$$" ]] || left+=("process $pid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null)")
+  done
+  ip netns list | grep -qw "^$NETNS" && left+=("network namespace $NETNS")
+  while read -r m; do left+=("mount $m"); done < <(awk -v run="$RUN" -v state="$STATE" 'index($2, run) == 1 || index($2, state) == 1 {print $2}' /proc/mounts)
+  for d in "$RUN" "$STATE" /sys/fs/cgroup/*/phalanx-kind; do [[ -e "$d" ]] && left+=("$d"); done
+  if [[ ${#left[@]} -gt 0 ]]; then
+    log "left behind:"; printf '  %s\n' "${left[@]}" >&2
+    return 1
+  fi
 }
 
 case "${1:-}" in
   up) up ;;
   down) down ;;
+  check) check && log "nothing left" ;;
   env) echo "export DOCKER_HOST=$DOCKER_HOST" ;;
   exec) shift; in_netns "$@" ;;
   *) echo "usage: $0 up|down|env|exec CMD..." >&2; exit 2 ;;
