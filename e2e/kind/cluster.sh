@@ -5,6 +5,7 @@
 #   e2e/kind/cluster.sh up           build what is missing, create the cluster, wait until every node is Ready
 #   e2e/kind/cluster.sh install      dra-example-driver by its chart (2 devices per worker) and the operator (two
 #                                    replicas, e2e/install's overlay), their images built here and `kind load`ed
+#   e2e/kind/cluster.sh install-driver the same without the operator (KIND_CONFIG=e2e/kind/kind-upstream-gang.yaml)
 #   e2e/kind/cluster.sh down         delete the cluster and everything host.sh started
 #   e2e/kind/cluster.sh demo SCENARIO the article's scenarios on it (deadlock, gang, dra-preempt, preempt [--mode all],
 #                                    all, metrics), as `phalanx demo` prints them (python -m phalanx_dev.kind.demo)
@@ -37,6 +38,16 @@ up() {
 }
 
 install() {
+  install_driver
+  local b; b="$(bins)"
+  in_ns_kubeconfig "$b/kubectl" apply -f "$root/manifests/namespace.yaml"
+  in_ns_kubeconfig "$b/kubectl" apply -k "$root/e2e/install"
+  in_ns_kubeconfig "$b/kubectl" -n phalanx-system rollout status deployment/phalanx --timeout=180s
+}
+
+# the images (the operator's too: loading it is cheap) and the driver's chart, without the operator: what the
+# comparison cluster (kind-upstream-gang.yaml, the in-tree feature) runs
+install_driver() {
   local b chart archive; b="$(bins)"
   # the operator's, the ranks' busybox and the driver's image, before the chart waits for the driver's pods
   for archive in $(nice -n 19 ionice -c3 "$root/.venv/bin/python" -m phalanx_dev.kind.images --driver-plugin "$b/dra-example-kubeletplugin"); do
@@ -48,9 +59,6 @@ install() {
     sed -n 's/.*"Dir": "\(.*\)".*/\1/p')/deployments/helm/dra-example-driver"
   in_ns_kubeconfig "$b/helm" upgrade --install dra-example-driver "$chart" -n dra-example-driver --create-namespace \
     -f "$here/dra-example-driver-values.yaml" --wait
-  in_ns_kubeconfig "$b/kubectl" apply -f "$root/manifests/namespace.yaml"
-  in_ns_kubeconfig "$b/kubectl" apply -k "$root/e2e/install"
-  in_ns_kubeconfig "$b/kubectl" -n phalanx-system rollout status deployment/phalanx --timeout=180s
 }
 
 in_ns_kubeconfig() { KUBECONFIG="$kubeconfig" "$here/host.sh" exec "$@"; }
@@ -65,10 +73,11 @@ down() {
 case "${1:-}" in
   up) up ;;
   install) install ;;
+  install-driver) install_driver ;;
   down) down ;;
   kubectl) shift; exec "$here/host.sh" exec "$(bins)/kubectl" --kubeconfig "$kubeconfig" "$@" ;;
   kubeconfig) echo "$kubeconfig" ;;
   demo) shift; cd "$root" && exec "$here/host.sh" exec "$root/.venv/bin/python" -m phalanx_dev.kind.demo \
       --kubeconfig "$kubeconfig" --kubectl "$(bins)/kubectl" --workloads e2e/workloads "$@" ;;
-  *) echo "usage: $0 up|install|down|demo SCENARIO|kubectl ARGS...|kubeconfig" >&2; exit 2 ;;
+  *) echo "usage: $0 up|install|install-driver|down|demo SCENARIO|kubectl ARGS...|kubeconfig" >&2; exit 2 ;;
 esac

@@ -1,10 +1,12 @@
 """`phalanx demo`'s scenarios on the Kind cluster of e2e/kind/cluster.sh, printing what they print on the local
 control plane: the same workloads, the same census (localcluster.demo), driven through kubectl with the Kind
 kubeconfig. The operator is the one `cluster.sh install` deployed (two replicas); its metrics are read through the
-API server's pod proxy. `all` tells the story without the in-tree feature's rows (those need a second cluster with
-the 1.37 gates). Run inside the Docker engine's network namespace, where the API server is published:
+API server's pod proxy. `all` tells the story without the in-tree feature's rows; `upstream` measures those on the
+comparison cluster (kind-upstream-gang.yaml: the 1.37 gates, the driver, no Phalanx). Run inside the Docker engine's
+network namespace, where the API server is published:
 
-    e2e/kind/cluster.sh demo gang          # ./task kind:demo -- gang
+    e2e/kind/cluster.sh demo gang                                          # ./task kind:demo -- gang
+    KIND_CONFIG=e2e/kind/kind-upstream-gang.yaml e2e/kind/cluster.sh demo upstream
 """
 
 from __future__ import annotations
@@ -44,6 +46,25 @@ def metrics(cluster: KindCluster, namespace: str = "phalanx-system", port: int =
     return "\n".join(out)
 
 
+@dataclass(frozen=True)
+class Running(KindCluster):
+    """A Kind cluster run_upstream may start and stop: it is up already (cluster.sh up), and cluster.sh down ends it."""
+
+    def up(self) -> None:
+        pass
+
+    def down(self) -> None:
+        pass
+
+
+def demo_upstream(cluster: KindCluster, workloads: Path) -> None:
+    """The in-tree feature's rows on the comparison cluster (kind-upstream-gang.yaml: the 1.37 gates, no Phalanx)."""
+    gang, dra = demo.run_upstream(Running(cluster.kubeconfig, cluster.binary), workloads)
+    demo.clean(cluster.kubectl, demo.NAMESPACE)
+    print()
+    print(demo.format_table([gang, dra]))
+
+
 def demo_all(cluster: KindCluster, workloads: Path) -> None:
     kubectl, ns = cluster.kubectl, demo.NAMESPACE
     rows = []
@@ -77,7 +98,7 @@ def demo_all(cluster: KindCluster, workloads: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", choices=["deadlock", "gang", "dra-preempt", "preempt", "all", "metrics"])
+    parser.add_argument("scenario", choices=["deadlock", "gang", "dra-preempt", "preempt", "all", "metrics", "upstream"])
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--kubectl", default="kubectl")
     parser.add_argument("--workloads", type=Path, default=Path("e2e/workloads"))
@@ -86,6 +107,8 @@ def main() -> None:
     cluster = KindCluster(args.kubeconfig, args.kubectl)
     if args.scenario == "all":
         demo_all(cluster, args.workloads)
+    elif args.scenario == "upstream":
+        demo_upstream(cluster, args.workloads)
     elif args.scenario == "metrics":
         print(metrics(cluster))
     else:
