@@ -53,8 +53,7 @@ install_driver() {
   for archive in $(nice -n 19 ionice -c3 "$root/.venv/bin/python" -m phalanx_dev.kind.images --driver-plugin "$b/dra-example-kubeletplugin"); do
     "$b/kind" load image-archive "$archive" --name "$name"
   done
-  # the chart as dra-example-driver's Go module holds it (version 0.0.0-dev, appVersion v0.4.0: the templates of the
-  # published chart 0.4.0)
+  # the chart's source as dra-example-driver's Go module v0.4.0 holds it (version 0.0.0-dev, appVersion v0.4.0)
   chart="$(cd "$here" && GOFLAGS=-mod=mod go mod download -json sigs.k8s.io/dra-example-driver@v0.4.0 |
     sed -n 's/.*"Dir": "\(.*\)".*/\1/p')/deployments/helm/dra-example-driver"
   in_ns_kubeconfig "$b/helm" upgrade --install dra-example-driver "$chart" -n dra-example-driver --create-namespace \
