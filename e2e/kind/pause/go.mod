@@ -1,0 +1,3 @@
+module phalanx.dev/kind/pause
+
+go 1.24
