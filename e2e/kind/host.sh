@@ -97,5 +97,5 @@ case "${1:-}" in
   check) check && log "nothing left" ;;
   env) echo "export DOCKER_HOST=$DOCKER_HOST" ;;
   exec) shift; in_netns "$@" ;;
-  *) echo "usage: $0 up|down|env|exec CMD..." >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|check|env|exec CMD..." >&2; exit 2 ;;
 esac
