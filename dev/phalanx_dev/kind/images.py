@@ -12,8 +12,10 @@ Go module proxy, on the same busybox tree, under the name and tag its chart asks
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -66,7 +68,10 @@ def main() -> None:
     parser.add_argument("--driver-plugin", type=Path, required=True, help="dra-example-kubeletplugin, as built here")
     parser.add_argument("--driver-image", default=DRIVER_IMAGE, help="the name the chart asks for")
     args = parser.parse_args()
-    for archive in archives(args.driver_plugin, args.driver_image):
+    # stdout is the archives, one a line (cluster.sh loads each word): what a build says goes to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        built = archives(args.driver_plugin, args.driver_image)
+    for archive in built:
         print(archive)
 
 
