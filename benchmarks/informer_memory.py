@@ -26,7 +26,7 @@ from pathlib import Path
 
 import phalanx.manager  # noqa: F401  (the operator's imports: most of its memory at rest)
 from phalanx.kube import trim
-from phalanx.scheduling import inputs, shortfall
+from phalanx.scheduling import inputs, shortfall, snapshots
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -89,11 +89,11 @@ def main() -> int:
         last = None  # the loop holds one snapshot, one capacity and what the builds derived (inputs.Reuse) at a time
         reuse = inputs.Reuse()
         started = time.process_time()
-        snapshot = inputs.build(nodes, pods, slices, [], [], reuse=reuse)
+        snapshot = snapshots.build(nodes, pods, slices, [], [], reuse=reuse)
         last = (snapshot, shortfall.capacity(snapshot), reuse)
         built = time.process_time() - started
         started = time.process_time()
-        snapshot = inputs.build(nodes, pods, slices, [], [], reuse=reuse)  # the next cycle's, nothing changed
+        snapshot = snapshots.build(nodes, pods, slices, [], [], reuse=reuse)  # the next cycle's, nothing changed
         last = (snapshot, shortfall.capacity(snapshot), reuse)
         rebuilt = time.process_time() - started
         now = rss_mib()

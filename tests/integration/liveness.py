@@ -16,7 +16,7 @@ says Plannable.
 
 What the loop would rightly hold it back for is held back here too, so a finding is a bug, not a race:
 - devices other groups hold or will hold: allocated claims (a terminating pod's until its claim is deallocated), the
-  devices a preemption freed for its preemptor (`inputs.nominated_elsewhere`), the head of the line's hold
+  devices a preemption freed for its preemptor (`snapshots.nominated_elsewhere`), the head of the line's hold
   (`status.hold`, `headhold.elsewhere`), devices under a DeviceTaintRule of Phalanx's that is not for this group (a rule
   outlives its record by a write), and those a reservation under way names (state Reserving);
 - a group ahead in queue order that could use the same room (`takes_room`): a gang waiting or preempting (with its
@@ -48,7 +48,7 @@ from phalanx.kinds import KINDS
 from phalanx.planner import DeviceMatcher, Fits, plan
 from phalanx.planner.model import DeviceId, Group, Snapshot
 from phalanx.planner.queue import takes_room
-from phalanx.scheduling import accessors, disruption, explanation, headhold, inputs, phase, podsready, queue
+from phalanx.scheduling import accessors, disruption, explanation, headhold, inputs, phase, podsready, queue, snapshots
 
 JSON = dict[str, Any]
 
@@ -236,7 +236,7 @@ def fitting(objects: Objects, now: datetime.datetime, matcher: DeviceMatcher | N
         loop learns from its own memory (rules, releases under way); a preempting gang's victims' devices free."""
         uid = entry.pod_group["metadata"]["uid"]
         if uid not in built:
-            base = inputs.snapshot(
+            base = snapshots.snapshot(
                 objects.nodes,
                 objects.pods,
                 objects.slices,

@@ -30,7 +30,7 @@ from phalanx.kube.client import Conflict, Kube, claim_path, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits, plan
 from phalanx.planner.model import Group
-from phalanx.scheduling import accessors, inputs, teardown
+from phalanx.scheduling import accessors, inputs, snapshots, teardown
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.reserve import NotLeading, ReleaseAborted, Releaser
 from phalanx_dev.localcluster import demo, operatorproc
@@ -624,7 +624,7 @@ async def _plan_by_hand(view: ClusterView, namespace: str, pods: list[dict[str, 
             break
         await asyncio.sleep(0.2)
     group = Group(namespace, "by-hand", 2, tuple(inputs.member(m, accessors.claim_names(m)) for m in members() or []))
-    snapshot = inputs.build(view.nodes.items(), view.pods.items(), view.slices.items(), view.claims.items(), view.classes.items())
+    snapshot = snapshots.build(view.nodes.items(), view.pods.items(), view.slices.items(), view.claims.items(), view.classes.items())
     result = plan(snapshot, group)
     assert isinstance(result, Fits), result
     return result

@@ -32,7 +32,7 @@ from worlds import World
 
 from phalanx.planner import Fits, Short, plan
 from phalanx.planner.model import Group
-from phalanx.scheduling import accessors, inputs, reserve
+from phalanx.scheduling import accessors, inputs, reserve, snapshots
 
 EXPLAINED = frozenset({"agree: fits", "agree: short", "upstream-greedy-per-pod", "upstream-aborts-pod"})
 
@@ -51,7 +51,7 @@ class Verdict:
 
 def phalanx_plan(world: World, pods: list[int], nodes: list[dict[str, Any]]) -> Fits | Short:
     claims = list(world.held) + [c for _, cs in world.pods for c in cs]
-    snapshot = inputs.build(nodes, [], world.slices, claims, world.classes)
+    snapshot = snapshots.build(nodes, [], world.slices, claims, world.classes)
     members = tuple(inputs.member(world.pods[i][0], accessors.claim_names(world.pods[i][0]) or ()) for i in pods)
     return plan(snapshot, Group("ml", "g", len(members), members))
 

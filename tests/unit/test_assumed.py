@@ -13,7 +13,7 @@ from apiobjects import pod_group
 from phalanx.api import keys
 from phalanx.planner import Fits, plan
 from phalanx.planner.queue import devices_of, with_plan
-from phalanx.scheduling import assumed, inputs
+from phalanx.scheduling import assumed, inputs, snapshots
 
 JSON = dict[str, Any]
 NODES = ("n1", "n2")
@@ -68,9 +68,9 @@ def _plan(snapshot: Any, gang: str, pods: list[JSON]) -> Fits:
 
 def test_a_release_under_way_is_counted_as_its_plan_says_and_the_next_plan_takes_other_devices() -> None:
     nodes, pods, slices, claims = _cluster(("a1", "a2", "b1", "b2"))
-    before = inputs.build(nodes, pods, slices, claims, CLASSES)
+    before = snapshots.build(nodes, pods, slices, claims, CLASSES)
     first = _plan(before, "a", pods)
-    under_way = inputs.build(nodes, pods, slices, claims, CLASSES, assumed=assumed.of(first))
+    under_way = snapshots.build(nodes, pods, slices, claims, CLASSES, assumed=assumed.of(first))
     expected = with_plan(before, first)
     assert under_way.held == expected.held == devices_of(first)
     assert {n.name: dict(n.requested) for n in under_way.nodes} == {n.name: dict(n.requested) for n in expected.nodes}
@@ -82,7 +82,7 @@ def test_a_release_under_way_is_counted_as_its_plan_says_and_the_next_plan_takes
 
 def test_a_release_the_watch_shows_is_counted_once() -> None:
     nodes, pods, slices, claims = _cluster(("a1", "a2"))
-    fits = _plan(inputs.build(nodes, pods, slices, claims, CLASSES), "a", pods)
+    fits = _plan(snapshots.build(nodes, pods, slices, claims, CLASSES), "a", pods)
     # the watch as the release leaves it: every claim allocated as planned, every member's gate lifted and pinned
     written = copy.deepcopy(claims)
     for obj in written:
@@ -93,11 +93,11 @@ def test_a_release_the_watch_shows_is_counted_once() -> None:
     for pod in released:
         pod["spec"]["schedulingGates"] = []
     pins = {m.uid: node for m, node in fits.placements}
-    shown = inputs.build(nodes, released, slices, written, CLASSES, pinned=pins)
+    shown = snapshots.build(nodes, released, slices, written, CLASSES, pinned=pins)
     assert shown.held == devices_of(fits)
-    assert inputs.build(nodes, released, slices, written, CLASSES, pinned=pins, assumed=assumed.of(fits)) == shown
+    assert snapshots.build(nodes, released, slices, written, CLASSES, pinned=pins, assumed=assumed.of(fits)) == shown
     # halfway: claims written, members still gated: the members from the assumption, the devices from the watch
-    halfway = inputs.build(nodes, pods, slices, written, CLASSES, assumed=assumed.of(fits))
+    halfway = snapshots.build(nodes, pods, slices, written, CLASSES, assumed=assumed.of(fits))
     assert halfway == shown
 
 
@@ -105,12 +105,12 @@ def test_a_share_under_way_consumes_capacity_until_its_claim_shows_it() -> None:
     shares = assumed.Assumption({}, {("ml", "c"): assumed.ClaimUse("c-uid", (), ((("gpu.example.com", "n1", "gpu-0"), {"memory": 4}),))})
     nodes, _, slices, _ = _cluster(())
     unwritten = _claim("c")
-    built = inputs.build(nodes, [], slices, [unwritten], CLASSES, assumed=shares)
+    built = snapshots.build(nodes, [], slices, [unwritten], CLASSES, assumed=shares)
     assert dict(built.shared[("gpu.example.com", "n1", "gpu-0")]) == {"memory": 4}
     assert not built.held
     another = copy.deepcopy(unwritten)
     another["metadata"]["uid"] = "recreated"
-    again = inputs.build(nodes, [], slices, [another], CLASSES, assumed=shares)
+    again = snapshots.build(nodes, [], slices, [another], CLASSES, assumed=shares)
     assert again.shared == built.shared, "a claim of that name made again is not the one the release writes: still counted"
     written = copy.deepcopy(unwritten)
     written["status"]["allocation"] = {
@@ -127,8 +127,8 @@ def test_a_share_under_way_consumes_capacity_until_its_claim_shows_it() -> None:
             ]
         }
     }
-    shown = inputs.build(nodes, [], slices, [written], CLASSES)
-    assert inputs.build(nodes, [], slices, [written], CLASSES, assumed=shares) == shown
+    shown = snapshots.build(nodes, [], slices, [written], CLASSES)
+    assert snapshots.build(nodes, [], slices, [written], CLASSES, assumed=shares) == shown
     assert dict(shown.shared[("gpu.example.com", "n1", "gpu-0")]) == {"memory": 4}
 
 
@@ -136,7 +136,7 @@ def _fits(uid: str) -> Fits:
     nodes, pods, slices, claims = _cluster(("a1",))
     for pod in pods:
         pod["metadata"]["uid"] = uid
-    return _plan(inputs.build(nodes, pods, slices, claims, CLASSES), "a", pods)
+    return _plan(snapshots.build(nodes, pods, slices, claims, CLASSES), "a", pods)
 
 
 def test_releases_run_at_most_concurrency_at_once_and_their_assumptions_go_when_they_end() -> None:

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 import planner_bench
 import preemption_bench
 import queue_cost
+import snapshot_bench
 
 
 def test_the_planner_benchmark_answers_every_case_as_expected(capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,3 +37,8 @@ def test_the_queue_cost_benchmark_runs_each_part_of_a_cycle_and_prints_its_table
     parts = ("order", "line", "held back", "hold", "positions", "cycle", "first cycle, every group planned")
     assert all(result[k] >= 0 for k in parts), result
     assert len(queue_cost.table(result)) == 5
+
+
+def test_the_snapshot_benchmark_keeps_a_snapshot_equal_to_one_from_scratch(capsys: pytest.CaptureFixture[str]) -> None:
+    assert snapshot_bench.main(["--nodes", "40", "--running", "20", "--gangs", "5"]) == 0, capsys.readouterr().out
+    assert "as expected" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """What a snapshot reuses from the builds before it: served again only for the same version of the same object in the
-same place, so a reused build equals a fresh one through every kind of change."""
+same place, so a reused build equals a fresh one through every kind of change (the nodes' and pods' own: in
+test_occupancy)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phalanx.scheduling import inputs
+from phalanx.scheduling import inputs, snapshots
 from phalanx.scheduling.cache import ClaimsTally
 from phalanx.scheduling.derived import Derived
 
@@ -48,8 +49,8 @@ def _slice(node: str, version: str = "1", devices: int = 2) -> JSON:
 
 def _both(reuse: inputs.Reuse, nodes: list[JSON], pods: list[JSON], slices: list[JSON], pinned: dict[str, str] | None = None) -> Any:
     """The reused build, checked against a fresh one of the same objects (deep copies: nothing shared with the cache)."""
-    reused = inputs.build(nodes, pods, slices, [], [], pinned=pinned, reuse=reuse)
-    fresh = inputs.build(copy.deepcopy(nodes), copy.deepcopy(pods), copy.deepcopy(slices), [], [], pinned=pinned)
+    reused = snapshots.build(nodes, pods, slices, [], [], pinned=pinned, reuse=reuse)
+    fresh = snapshots.build(copy.deepcopy(nodes), copy.deepcopy(pods), copy.deepcopy(slices), [], [], pinned=pinned)
     assert reused == fresh
     return reused
 
@@ -67,48 +68,6 @@ def test_a_view_is_served_only_for_the_same_uid_version_and_context() -> None:
     del unversioned["metadata"]["resourceVersion"]
     assert views.get(unversioned, "n1", lambda: "by hand") == "by hand", "an object made by hand is never served from the cache"
     assert views.derived == 5
-
-
-def test_what_a_build_did_not_use_is_forgotten() -> None:
-    reuse = inputs.Reuse()
-    nodes = [_node("n1")]
-    _both(reuse, nodes, [_pod("a", "1"), _pod("b", "1")], [])
-    assert len(reuse.pods) == 2
-    _both(reuse, nodes, [_pod("b", "1")], [])
-    assert len(reuse.pods) == 1, "a's view went with it"
-
-
-def test_a_reused_build_equals_a_fresh_one_through_changes() -> None:
-    reuse = inputs.Reuse()
-    nodes = [_node("n1"), _node("n2")]
-    slices = [_slice("n1"), _slice("n2")]
-    pods = [_pod("a", "1"), _pod("b", "1", node="n2")]
-    first = _both(reuse, nodes, pods, slices)
-    derived = reuse.pods.derived
-    again = _both(reuse, nodes, pods, slices)
-    assert reuse.pods.derived == derived, "nothing changed: every pod's view served again"
-    assert again.pods[0] is first.pods[0]
-    assert again.nodes[0] is first.nodes[0], "a node whose pods did not change is the same Node, not a copy"
-
-    pods = [_pod("a", "2", cpu="3"), _pod("b", "1", node="n2")]  # a new version asks for more
-    snapshot = _both(reuse, nodes, pods, slices)
-    assert snapshot.nodes[0].requested["cpu"] == 3000 and reuse.pods.derived == derived + 1
-    assert snapshot.nodes[1] is first.nodes[1] and snapshot.nodes[0] is not first.nodes[0]
-
-    gated = _pod("c", "1", node=None)  # released, not yet bound: placed by Phalanx's pin, then on another node
-    _both(reuse, nodes, [*pods, gated], slices, pinned={"c-uid": "n1"})
-    moved = _both(reuse, nodes, [*pods, gated], slices, pinned={"c-uid": "n2"})
-    assert [p.node for p in moved.pods if p.name == "c"] == ["n2"]
-
-    finished = _pod("a", "3", cpu="3")
-    finished["status"]["phase"] = "Succeeded"
-    snapshot = _both(reuse, nodes, [finished, pods[1], gated], slices, pinned={"c-uid": "n2"})
-    assert "cpu" not in snapshot.nodes[0].requested, "a terminal pod counts nowhere"
-
-    nodes = [_node("n1", "2", cpu="16"), _node("n2")]
-    slices = [_slice("n1", "2", devices=4), _slice("n2")]
-    snapshot = _both(reuse, nodes, [pods[1]], slices)
-    assert snapshot.nodes[0].allocatable["cpu"] == 16000 and len(snapshot.devices) == 6
 
 
 def test_a_waiting_members_view_follows_its_version_and_its_claims() -> None:
@@ -147,16 +106,16 @@ def test_what_the_slices_publish_is_served_whole_until_a_slice_or_a_taint_rule_c
     assert len(grown.devices) == 5 and reuse.slices.derived == derived + 1, "one slice changed: only its devices derived again"
     assert _both(reuse, nodes, pods, [slices[1]]).devices == tuple(d for d in first.devices if d.pool == "n2"), "a slice gone"
 
-    ruled = inputs.build(nodes, pods, slices, [], [], [_rule("1")], reuse=reuse)
+    ruled = snapshots.build(nodes, pods, slices, [], [], [_rule("1")], reuse=reuse)
     assert [d.taints for d in ruled.devices if d.name == "gpu-0" and d.pool == "n1"] != [()], "a rule taints its device"
-    assert inputs.build(nodes, pods, slices, [], [], [_rule("1")], reuse=reuse).devices is ruled.devices
-    assert inputs.build(nodes, pods, slices, [], [], reuse=reuse).devices == first.devices, "the rule gone: untainted again"
+    assert snapshots.build(nodes, pods, slices, [], [], [_rule("1")], reuse=reuse).devices is ruled.devices
+    assert snapshots.build(nodes, pods, slices, [], [], reuse=reuse).devices == first.devices, "the rule gone: untainted again"
 
     by_hand = _slice("n1")
     del by_hand["metadata"]["resourceVersion"]
     assert (
-        inputs.build(nodes, pods, [by_hand], [], [], reuse=reuse).devices
-        is not inputs.build(nodes, pods, [by_hand], [], [], reuse=reuse).devices
+        snapshots.build(nodes, pods, [by_hand], [], [], reuse=reuse).devices
+        is not snapshots.build(nodes, pods, [by_hand], [], [], reuse=reuse).devices
     )
 
 
@@ -178,19 +137,19 @@ def test_claims_are_modelled_again_only_once_written_and_a_build_on_the_tally_eq
     nodes, slices = [_node("n1")], [_slice("n1")]
     store = {("ml", "a"): _claim("a", "1", "gpu-0"), ("ml", "b"): _claim("b", "1", None)}
     tally.rebuild(store)
-    first = inputs.build(nodes, [], slices, [], [], claims_modelled=tally.modelled())
-    assert first == inputs.build(nodes, [], slices, list(store.values()), [])
+    first = snapshots.build(nodes, [], slices, [], [], claims_modelled=tally.modelled())
+    assert first == snapshots.build(nodes, [], slices, list(store.values()), [])
     assert tally.modelled() is tally.modelled() and tally.remodelled == 2, "nothing written: nothing modelled again"
 
     before, store[("ml", "b")] = store[("ml", "b")], _claim("b", "2", "gpu-1")  # b allocated
     tally.put(before, store[("ml", "b")])
-    written = inputs.build(nodes, [], slices, [], [], claims_modelled=tally.modelled())
-    assert written == inputs.build(copy.deepcopy(nodes), [], copy.deepcopy(slices), copy.deepcopy(list(store.values())), [])
+    written = snapshots.build(nodes, [], slices, [], [], claims_modelled=tally.modelled())
+    assert written == snapshots.build(copy.deepcopy(nodes), [], copy.deepcopy(slices), copy.deepcopy(list(store.values())), [])
     assert tally.remodelled == 3, "a's model kept, b's made anew"
     assert {d[2] for d in written.held} == {"gpu-0", "gpu-1"} and {d[2] for d in first.held} == {"gpu-0"}
 
     tally.put(store.pop(("ml", "a")), None)
-    assert {d[2] for d in inputs.build(nodes, [], slices, [], [], claims_modelled=tally.modelled()).held} == {"gpu-1"}
+    assert {d[2] for d in snapshots.build(nodes, [], slices, [], [], claims_modelled=tally.modelled()).held} == {"gpu-1"}
 
 
 _DEVICES = ("gpu-0", "gpu-1", "gpu-2")

@@ -9,7 +9,7 @@ from builders import GPU, GPU_CLASS, gpus, node
 from phalanx.planner import Fits, Short, plan
 from phalanx.planner import extended as extres
 from phalanx.planner.model import Claim, Container, DeviceRequest, Group, Member, Snapshot, frozen_map
-from phalanx.scheduling import inputs
+from phalanx.scheduling import inputs, snapshots
 from phalanx.scheduling.reserve import planned_devices, reservation_of
 
 RESOURCE = "example.com/gpu"
@@ -182,7 +182,7 @@ def test_planned_devices_count_as_held_until_kube_scheduler_allocates_the_pods_c
             "reservation": {"state": "Released", "planned": [{"pod": "p0", "uid": "uid-p0", "node": "n1", "devices": [f"{GPU}/n1/gpu-0"]}]}
         }
     }
-    assert inputs.awaiting_kube_scheduler([group], [pod], []) == {(GPU, "n1", "gpu-0")}
+    assert snapshots.awaiting_kube_scheduler([group], [pod], []) == {(GPU, "n1", "gpu-0")}
     special = {
         "metadata": {
             "name": "p0-extended-resources-x",
@@ -195,9 +195,9 @@ def test_planned_devices_count_as_held_until_kube_scheduler_allocates_the_pods_c
             "allocation": {"devices": {"results": [{"request": "container-0-request-0", "driver": GPU, "pool": "n1", "device": "gpu-1"}]}}
         },
     }
-    assert inputs.awaiting_kube_scheduler([group], [pod], [special]) == frozenset(), "its own claim is counted from now on"
-    assert inputs.awaiting_kube_scheduler([group], [], []) == frozenset(), "a pod gone holds nothing"
-    snap = inputs.build([], [pod], [], [special], [], awaiting=frozenset({(GPU, "n1", "gpu-0")}))
+    assert snapshots.awaiting_kube_scheduler([group], [pod], [special]) == frozenset(), "its own claim is counted from now on"
+    assert snapshots.awaiting_kube_scheduler([group], [], []) == frozenset(), "a pod gone holds nothing"
+    snap = snapshots.build([], [pod], [], [special], [], awaiting=frozenset({(GPU, "n1", "gpu-0")}))
     assert snap.held == {(GPU, "n1", "gpu-0"), (GPU, "n1", "gpu-1")}
 
 

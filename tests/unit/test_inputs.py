@@ -5,7 +5,7 @@ from __future__ import annotations
 from builders import HOSTNAME
 from phalanx.api import keys
 from phalanx.planner.model import EMPTY, HostPort, Pod, PodTerm, Requirement, Spread, frozen_map, shared_map
-from phalanx.scheduling import accessors, inputs
+from phalanx.scheduling import accessors, inputs, snapshots
 
 LABELS = {"app": "train", "job": "j1"}
 
@@ -102,7 +102,7 @@ def test_the_snapshot_records_every_placed_non_terminal_pod() -> None:
         _pod("forged", None, pinned="n1"),
     ]
     recorded = [{"status": {"reservation": {"placements": [{"name": "released", "uid": "u-released", "node": "n1"}]}}}]
-    snapshot = inputs.build(nodes, pods, [], [], [], pinned=accessors.pins(recorded))
+    snapshot = snapshots.build(nodes, pods, [], [], [], pinned=accessors.pins(recorded))
     assert [(p.name, p.node, p.terminating) for p in snapshot.pods] == [
         ("bound", "n1", False),
         ("leaving", "n1", True),

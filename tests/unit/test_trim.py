@@ -11,7 +11,7 @@ from phalanx.jobsets.objects import JOBSET_UID_LABEL
 from phalanx.kinds import KINDS
 from phalanx.kube import trim
 from phalanx.kube.informers import unread_change
-from phalanx.scheduling import accessors, disruption, inputs, podsready, repair, victims
+from phalanx.scheduling import accessors, disruption, inputs, podsready, repair, snapshots, victims
 from test_inputs import POD
 
 FULL_POD = copy.deepcopy(POD)
@@ -155,7 +155,7 @@ def test_trimmed_objects_make_the_same_planner_snapshot_and_members() -> None:
     pods = [KWOK_RUNNING, NOT_READY, MEMBER]
     trimmed = [trim.pod(copy.deepcopy(p)) for p in pods]
     nodes, trimmed_nodes = [NODE], [trim.node(copy.deepcopy(NODE))]
-    assert inputs.build(trimmed_nodes, trimmed, [], [], []) == inputs.build(nodes, pods, [], [], [])
+    assert snapshots.build(trimmed_nodes, trimmed, [], [], []) == snapshots.build(nodes, pods, [], [], [])
     assert inputs.group({"metadata": {"namespace": "ml", "name": "g"}, "spec": {}}, trimmed[2:], 1) == inputs.group(
         {"metadata": {"namespace": "ml", "name": "g"}, "spec": {}}, pods[2:], 1
     )

@@ -11,7 +11,7 @@ goes on planning the next group in the line.
 A plan made meanwhile sees each release under way as done, as kube-scheduler's
 assume cache does: its members on their nodes, its claims' devices taken (a
 share consuming its capacity), the devices planned for its extended resources
-held. The snapshot builder applies that (`inputs.build`) without counting
+held. The snapshot builder applies that (`snapshots.build`) without counting
 anything twice: a claim the watch already shows allocated is counted from the
 watch, and a member is counted from its assumption only while still gated
 (released, it is counted from its pin). A release ends only once the watch

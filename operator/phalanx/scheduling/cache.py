@@ -3,9 +3,10 @@ group's visit reads (pins, preemption policy, preempting groups, node names).
 
 A snapshot is built once per state of the view, of this process's pins and of
 the releases under way (`revision`), however many groups and members are
-planned on it; each build reuses what the builds before it derived from every
-object of an unchanged version (`inputs.Reuse`), and is what `shortfalls`
-compares capacity on. A release decided is counted in the next snapshot at
+planned on it; each build applies only the node and pod writes since the one
+before (`occupancy`: only the nodes they touched are made again), serves what
+the slices publish again while none was written (`inputs.Reuse`), and is what
+`shortfalls` compares capacity on. A release decided is counted in the next snapshot at
 once (`assumed`), so the next gang is planned as if it had gone.
 
 Everything derived from a whole store is derived again only once that store was
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -23,11 +25,10 @@ from typing import Any
 
 from phalanx.kube.informers import ClusterView, Key, key_of
 from phalanx.planner.model import Claim, DeviceId, Snapshot, frozen_map
-from phalanx.scheduling import accessors, assumed, inputs, shortfall
+from phalanx.scheduling import accessors, assumed, inputs, shortfall, snapshots
 from phalanx.scheduling.headhold import HeadHold
+from phalanx.scheduling.occupancy import Marks, Occupancy, Writes
 from phalanx.scheduling.reserve import Releaser
-
-PLACED = "placed"
 
 
 class ClaimsTally:
@@ -122,13 +123,20 @@ class ClusterCache:
         self.priority = priority
         self.pod_uids = view.pods.index("uid", lambda pod: [pod["metadata"]["uid"]])
         """Every pod by its uid (the loop's too: what it remembers of pods is kept only for those that exist)."""
-        self._placed = view.pods.index(PLACED, lambda pod: [PLACED] if accessors.started(pod) else [])
-        """The pods a snapshot counts (bound, or past the gate): a build walks these and the releases' under way, not
-        the thousands of members waiting behind the gate."""
         self._base: tuple[tuple[Any, ...], Snapshot] | None = None
         """(view revision and pins, snapshot): built once per state of the view, not once per group or member."""
         self._reuse = inputs.Reuse()
-        """What each build derived from each pod, node, slice and claim, reused by the next for the same version."""
+        """What the slices published, served again while no slice was written."""
+        self.occupancy = Occupancy()
+        """What each node holds, kept as the watch writes it (`occupancy`)."""
+        self._nodes = view.nodes.listen(f"occupancy {id(self)}", Marks)  # this cache's own: it takes what it applied
+        self._pods = view.pods.listen(f"occupancy {id(self)}", Marks)
+        """The nodes and pods written since a build last applied them to `occupancy`."""
+        self._building = asyncio.Lock()
+        """One build at a time: a second caller takes the first one's snapshot."""
+        self._occupied = threading.Lock()
+        """What builds keep (the occupancy, the slices' and the capacity's reuse) is touched by one thread at a time: a
+        build whose caller was cancelled runs on in its thread, and the next waits for it."""
         self._capacity = shortfall.Kept()
         """What shortfall capacity derived from the snapshots before (free devices, each node's shape)."""
         self.claims = view.claims.listen("planner claims", ClaimsTally)
@@ -143,64 +151,86 @@ class ClusterCache:
         """This cycle's cluster; devices a preemption freed for another group, or held for the head of the line,
         count as held for any but that group.
 
-        Built in a worker thread, from lists of the view's objects taken here (the informers replace an object,
-        never change it): even reusing every pod's view, a build walks every placed pod (0.4 CPU seconds at
-        100,000), which the event loop's webhooks, probes and watches must not wait for.
-        """
-        view = self.view
-        key = self.revision()
-        if self._base is None or self._base[0] != key:
-            under_way = self.releases.assumed()
-            podgroups, pins, policy = view.podgroups.items(), self.pins(), self.policy()
-            every = view.pods.items() if self.of_view("planned", (view.podgroups.written,), lambda: inputs.any_planned(podgroups)) else []
-            sources = [i.items() for i in (view.nodes, view.slices, view.classes, view.taint_rules)]
-            sources.insert(
-                1, self._placed.get(PLACED) + [p for u in under_way.pods for p in self.pod_uids.get(u) if not accessors.started(p)]
-            )
-            sources.insert(3, view.claims.items() if every else [])  # the claims are modelled (`claims`); only read whole here
-            built, capacity = await asyncio.to_thread(
-                self._build, sources, podgroups if every else [], every, pins, policy, under_way, self.claims.modelled(), self.nominating()
-            )
-            self._base = (key, built)
-            self.shortfalls.observe(capacity)
-        return self.headhold.elsewhere(inputs.nominated_elsewhere(self._base[1], self.nominating(), for_group), for_group, self.priority)
+        Put together in a worker thread, one build at a time: the nodes and pods written since the last build are
+        applied to the `Occupancy` there, and only the nodes they touched are made again; the rest is taken from
+        lists of the view's objects read here (the informers replace an object, never change it), so the event
+        loop's webhooks, probes and watches never wait for a build."""
+        async with self._building:
+            key = self.revision()
+            if self._base is None or self._base[0] != key:
+                self._base = (key, await self._build())
+        return self.headhold.elsewhere(snapshots.nominated_elsewhere(self._base[1], self.nominating(), for_group), for_group, self.priority)
 
-    def _build(
+    async def _build(self) -> Snapshot:
+        view = self.view
+        under_way = self.releases.assumed()
+        podgroups, pins, policy = view.podgroups.items(), self.pins(), self.policy()
+        planned = self.of_view("planned", (view.podgroups.written,), lambda: snapshots.any_planned(podgroups))
+        every = view.pods.items() if planned else []
+        members = [p for u in under_way.pods for p in self.pod_uids.get(u) if not accessors.started(p)]
+        nodes, pods = self._nodes.take(), self._pods.take()
+        sources = (view.slices.items(), view.claims.items() if every else [], view.classes.items(), view.taint_rules.items())
+        written = (view.slices.written, view.taint_rules.written)
+        claims, nominating = self.claims.modelled(), self.nominating()  # here: the watch writes to the tally on this loop
+        built, capacity = await asyncio.to_thread(
+            self._compose,
+            nodes,
+            pods,
+            sources,
+            written,
+            podgroups if every else [],
+            every,
+            pins,
+            policy,
+            under_way,
+            members,
+            claims,
+            nominating,
+        )
+        self._nodes.taken(nodes)  # applied: the next build starts from these
+        self._pods.taken(pods)
+        self.shortfalls.observe(capacity)
+        return built
+
+    def _compose(
         self,
-        sources: list[list[dict[str, Any]]],
+        nodes: Writes,
+        pods: Writes,
+        sources: tuple[list[dict[str, Any]], ...],
+        written: tuple[Any, ...],
         podgroups: list[dict[str, Any]],
         every: list[dict[str, Any]],
         pins: dict[str, str],
         policy: tuple[Any, ...],
         under_way: assumed.Assumption,
+        members: list[dict[str, Any]],
         claims: inputs.Modelled,
         nominating: list[dict[str, Any]],
     ) -> tuple[Snapshot, shortfall.Capacity | Callable[[], shortfall.Capacity]]:
-        """`podgroups`, `every` pod and the claims' objects: read only when some reservation planned devices for
-        extended resources (else empty: `awaiting_kube_scheduler` has nothing to find); `claims`: as the planner
-        counts them (`ClaimsTally`); `nominating`: the groups preempting, whose victims' devices are not capacity a
-        short group could use."""
+        """In the worker thread. `podgroups`, `every` pod and the claims' objects: read only when some reservation
+        planned devices for extended resources (else empty: `awaiting_kube_scheduler` has nothing to find);
+        `members`: the gated members of the releases under way; `claims`: as the planner counts them (`ClaimsTally`);
+        `nominating`: the groups preempting, whose victims' devices are not capacity a short group could use."""
         started = time.thread_time()
-        nodes, pods, slices, claim_objects, classes, rules = sources
-        awaiting = inputs.awaiting_kube_scheduler(podgroups, every, claim_objects)
-        built = inputs.build(
-            nodes,
-            pods,
-            slices,
-            claim_objects,
-            classes,
-            rules,
-            pinned=pins,
-            awaiting=awaiting,
-            reuse=self._reuse,
-            assumed=under_way,
-            claims_modelled=claims,
-        )
-        capacity: shortfall.Capacity | Callable[[], shortfall.Capacity] = functools.partial(
-            shortfall.capacity, inputs.nominated_elsewhere(built, nominating, None), policy, self._capacity
-        )
-        if self.shortfalls.short:
-            capacity = capacity()  # here, off the event loop; else only if a group is found short on this snapshot
+        slices, claim_objects, classes, rules = sources
+        with self._occupied:
+            held = self.occupancy.assemble(self.occupancy.apply(nodes, pods), pins, under_way.pods, members)
+            built = snapshots.compose(
+                held,
+                slices,
+                claims,
+                classes,
+                rules,
+                awaiting=snapshots.awaiting_kube_scheduler(podgroups, every, claim_objects),
+                assumed=under_way,
+                reuse=self._reuse,
+                written=written,
+            )
+            capacity: shortfall.Capacity | Callable[[], shortfall.Capacity] = functools.partial(
+                shortfall.capacity, snapshots.nominated_elsewhere(built, nominating, None), policy, self._capacity
+            )
+            if self.shortfalls.short:
+                capacity = capacity()  # here, off the event loop; else only if a group is found short on this snapshot
         self.built_cpu += time.thread_time() - started  # this worker's CPU counts against the cycle's budget too
         return built, capacity
 

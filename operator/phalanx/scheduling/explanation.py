@@ -25,7 +25,7 @@ from phalanx.planner.devices import SelectorFailed
 from phalanx.planner.model import Device, Group, Snapshot
 from phalanx.planner.placement import Shortage
 from phalanx.planner.taints import tolerates
-from phalanx.scheduling import accessors, conditions, disruption, headhold, holders, inputs, phase, queue, quorum, victims
+from phalanx.scheduling import accessors, conditions, disruption, headhold, holders, inputs, phase, queue, quorum, snapshots, victims
 
 JSON = dict[str, Any]
 
@@ -439,7 +439,7 @@ def explain(
             owner = next((j for j in objects.owners if j["metadata"]["uid"] == kind.owner_uid(pod_group)), None)
             job_pods = kind.pods_owed(owner, pod_group, len(live), now) if torn else None
         else:
-            snapshot = inputs.snapshot(
+            snapshot = snapshots.snapshot(
                 objects.nodes,
                 objects.pods,
                 objects.slices,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -40,7 +40,6 @@ from phalanx.planner.model import (
     PodTerm,
     Requirement,
     Selector,
-    Snapshot,
     Spread,
     Taint,
     Toleration,
@@ -52,17 +51,10 @@ from phalanx.scheduling.accessors import (
     allocated_ids,
     claim_names,
     dedicated_ids,
-    gated,
-    nominated_devices,
-    nomination,
     pinned_node,
-    pins,
-    placed_on,
     shares,
-    terminal,
     topology_key,
 )
-from phalanx.scheduling.assumed import NOTHING, Assumption
 from phalanx.scheduling.derived import Derived
 
 Requests = tuple[tuple[str, int], ...]
@@ -118,41 +110,14 @@ def modelled(views: Iterable[ClaimView]) -> Modelled:
 
 @dataclass
 class Reuse:
-    """What `build` may take from the builds before it, each value by its object's version (`derived`): a pod's
-    requests and its view where it is placed, a node without its requests, a slice's devices, a claim."""
+    """What `published` may take from the builds before it: each slice's devices by the slice's version (`derived`),
+    and what all the slices publish while none changed."""
 
-    pods: Derived[tuple[Requests, Pod]] = field(default_factory=Derived)
-    nodes: Derived[Node] = field(default_factory=Derived)
     slices: Derived[tuple[Device, ...]] = field(default_factory=Derived)
-    requests: dict[Requests, Requests] = field(default_factory=dict)
-    """Each distinct set of requests once: most pods ask alike, and 100,000 copies would cost 16 MiB."""
-    requested: dict[str, tuple[Node, tuple[tuple[str, int], ...], Node]] = field(default_factory=dict)
-    """Node name -> (the node without its requests, the requests, the node with them) as the last build made it: a
-    node whose pods did not change is the same `Node`, not a copy (at 5,000 nodes, copying each took half a build)."""
-    _requested: dict[str, tuple[Node, tuple[tuple[str, int], ...], Node]] = field(default_factory=dict)
     published: tuple[Any, Published] | None = None
-    """What the slices publish, by every slice's and DeviceTaintRule's (uid, resourceVersion), in order: slices
-    change rarely, and at 5,000 slices grouping them into pools (three walks a build) took a quarter of every build."""
-
-    def shared(self, requests: Requests) -> Requests:
-        return self.requests.setdefault(requests, requests)
-
-    def node(self, obj: Mapping[str, Any], requested: Mapping[str, int] | None) -> Node:
-        """The planner's node of `obj` with `requested`, the one the last build made if neither changed."""
-        base = self.nodes.get(obj, None, lambda: node(obj, {}))
-        asked = tuple(requested.items()) if requested else ()
-        last = self.requested.get(base.name)
-        made = last[2] if last is not None and last[0] is base and last[1] == asked else replace(base, requested=frozen_map(requested))
-        self._requested[base.name] = (base, asked, made)
-        return made
-
-    def sweep(self) -> None:
-        """End a build. The slices' devices are swept by `published`, only when it derived them again."""
-        for derived in (self.pods, self.nodes):
-            derived.sweep()
-        self.requested, self._requested = self._requested, {}
-        if len(self.requests) > 4 * len(self.pods) + 1024:  # sets no pod asks for any more
-            self.requests.clear()
+    """What the slices publish, by every slice's and DeviceTaintRule's (uid, resourceVersion), in order (or the
+    stores' `written`, where the caller has them): slices change rarely, and at 5,000 slices grouping them into
+    pools (three walks a build) took a quarter of every build."""
 
 
 def containers(pod: Mapping[str, Any]) -> tuple[Container, ...]:
@@ -168,36 +133,6 @@ def containers(pod: Mapping[str, Any]) -> tuple[Container, ...]:
         )
 
     return tuple(of(c, True) for c in spec.get("initContainers") or []) + tuple(of(c, False) for c in spec.get("containers") or [])
-
-
-def any_planned(podgroups: Iterable[Mapping[str, Any]]) -> bool:
-    """Some reservation planned devices for a member's extended resources (`awaiting_kube_scheduler` has work)."""
-    return any(((g.get("status") or {}).get("reservation") or {}).get("planned") for g in podgroups)
-
-
-def awaiting_kube_scheduler(
-    podgroups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]]
-) -> frozenset[DeviceId]:
-    """Devices a reservation planned for a member's extended resources while kube-scheduler has not yet allocated
-    that member's own claim: held for Phalanx's next plans, so it gives them to no other gang in that window.
-    Only Phalanx heeds this; a pod kube-scheduler places alone may still take them (the bind deadline covers it)."""
-    planned = [p for g in podgroups for p in (((g.get("status") or {}).get("reservation") or {}).get("planned") or ())]
-    if not planned:
-        return frozenset()  # no reservation planned any: the pods and claims need no walk
-    live = {p["metadata"]["uid"] for p in pods if not terminal(p) and not p["metadata"].get("deletionTimestamp")}
-    served = {
-        ref["uid"]
-        for c in claims
-        if (c["metadata"].get("annotations") or {}).get(keys.EXTENDED_RESOURCE_CLAIM) == "true" and allocated_ids(c) is not None
-        for ref in c["metadata"].get("ownerReferences") or []
-        if ref.get("controller")
-    }
-    return frozenset(
-        tuple(d.split("/", 2))  # type: ignore[misc]
-        for entry in planned
-        if entry.get("uid") in live and entry["uid"] not in served
-        for d in entry.get("devices") or ()
-    )
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Counter[str]:
@@ -391,11 +326,17 @@ def counters(
     return out
 
 
-def published(slices: Iterable[Mapping[str, Any]], taint_rules: Iterable[Mapping[str, Any]] = (), reuse: Reuse | None = None) -> Published:
-    """What the slices offer, served whole from `reuse` while no slice and no rule changed."""
+def published(
+    slices: Iterable[Mapping[str, Any]], taint_rules: Iterable[Mapping[str, Any]] = (), reuse: Reuse | None = None, written: Any = None
+) -> Published:
+    """What the slices offer, served whole from `reuse` while no slice and no rule changed: by `written` (the stores'
+    `written`, which the loop's cache has), else by every object's version."""
     slices, taint_rules = list(slices), list(taint_rules)
-    versions, rule_versions = _versions(slices), _versions(taint_rules)
-    key = None if versions is None or rule_versions is None else (versions, rule_versions)
+    if written is not None:
+        key: Any = ("written", written)
+    else:
+        versions, rule_versions = _versions(slices), _versions(taint_rules)
+        key = None if versions is None or rule_versions is None else (versions, rule_versions)
     if reuse is not None and key is not None and reuse.published is not None and reuse.published[0] == key:
         return reuse.published[1]
     pools = _pools(slices)
@@ -599,106 +540,6 @@ def member(pod: Mapping[str, Any], claims: tuple[str, ...]) -> Member:
         host_ports=host_ports(pod),
         containers=containers(pod),
     )
-
-
-def build(
-    nodes: Iterable[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
-    slices: Iterable[Mapping[str, Any]],
-    claims: Iterable[Mapping[str, Any]],
-    classes: Iterable[Mapping[str, Any]],
-    taint_rules: Iterable[Mapping[str, Any]] = (),
-    pinned: Mapping[str, str] | None = None,
-    awaiting: frozenset[DeviceId] = frozenset(),
-    reuse: Reuse | None = None,
-    assumed: Assumption = NOTHING,
-    claims_modelled: Modelled | None = None,
-) -> Snapshot:
-    """`awaiting`: devices planned for extended resources that kube-scheduler has yet to allocate, counted as held.
-    `reuse`: what the builds before this one derived (the loop keeps one; None derives everything).
-    `claims_modelled`: `claims` as already modelled (the loop's `cache.ClaimsTally` keeps them as the watch writes
-    them); None: modelled now.
-    `assumed`: the releases under way (`scheduling/assumed.py`), counted as done: a member still gated on its
-    planned node, a claim the watch does not show allocated yet as holding what its release writes."""
-    kept = Reuse() if reuse is None else reuse
-    requested: dict[str, dict[str, int]] = {}
-    placed: list[Pod] = []
-    for pod in pods:
-        where = placed_on(pod, pinned)
-        if where is None and gated(pod):
-            where = assumed.pods.get(pod["metadata"]["uid"])
-        if where is None or terminal(pod):
-            continue
-        requests, view = kept.pods.get(
-            pod, where, lambda pod=pod, where=where: (kept.shared(tuple(pod_requests(pod).items())), existing(pod, where))
-        )
-        placed.append(view)
-        total = requested.get(where)
-        if total is None:
-            total = requested[where] = {"pods": 0}
-        for name, value in requests:
-            total[name] = total.get(name, 0) + value
-        total["pods"] += 1
-    classes = list(classes)
-    offered = published(slices, taint_rules, kept)
-    counted = modelled(claim_view(c) for c in claims) if claims_modelled is None else claims_modelled
-    held = set(counted.whole)
-    held_shares = list(counted.shares)
-    for key, use in assumed.claims.items():
-        written = counted.models.get(key)
-        if written is None or written.uid != use.uid or written.allocated is None:
-            held.update(use.whole)
-            held_shares.extend(use.shares)
-    shared: dict[DeviceId, dict[str, Decimal]] = {}
-    for device, consumed in held_shares:
-        total_shared = shared.setdefault(device, {})
-        for name, value in consumed.items():
-            total_shared[name] = total_shared.get(name, Decimal(0)) + value
-    built = Snapshot(
-        nodes=tuple(kept.node(n, requested.get(n["metadata"]["name"])) for n in nodes),
-        devices=offered.devices,
-        classes=frozen_map({c["metadata"]["name"]: device_class(c) for c in classes}),
-        claims=counted.models,
-        held=frozenset(held) | awaiting | assumed.planned,
-        pods=tuple(placed),
-        shared=frozen_map({d: frozen_map(c) for d, c in shared.items()}),
-        counters=offered.counters,
-        extended=frozen_map(extended_resources(classes)),
-        incomplete=offered.incomplete,
-    )
-    kept.sweep()
-    return built
-
-
-def snapshot(
-    nodes: Iterable[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
-    slices: Iterable[Mapping[str, Any]],
-    claims: Iterable[Mapping[str, Any]],
-    classes: Iterable[Mapping[str, Any]],
-    podgroups: Iterable[Mapping[str, Any]],
-    for_group: Mapping[str, Any] | None = None,
-    taint_rules: Iterable[Mapping[str, Any]] = (),
-    pinned: Mapping[str, str] | None = None,
-) -> Snapshot:
-    """The cluster as `for_group` is planned on: devices a preemption freed for another group count as held.
-
-    `pinned` is every pin Phalanx made (default: those the PodGroups' reservations record)."""
-    podgroups, pods, claims = list(podgroups), list(pods), list(claims)
-    awaiting = awaiting_kube_scheduler(podgroups, pods, claims)
-    built = build(nodes, pods, slices, claims, classes, taint_rules, pins(podgroups) if pinned is None else pinned, awaiting)
-    return nominated_elsewhere(built, podgroups, for_group)
-
-
-def nominated_elsewhere(built: Snapshot, podgroups: Iterable[Mapping[str, Any]], for_group: Mapping[str, Any] | None) -> Snapshot:
-    """`built` with the devices a preemption freed for another group than `for_group` counted as held."""
-    others = {
-        d
-        for g in podgroups
-        if (nominated := nomination(g)) is not None and (for_group is None or g["metadata"]["uid"] != for_group["metadata"]["uid"])
-        for d in nominated_devices(nominated)
-    }
-    return replace(built, held=built.held | others) if others else built
 
 
 def group(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], quorum: int, derived: Derived[Member] | None = None) -> Group:
