@@ -26,6 +26,8 @@ class Catalog:
     """Node name -> its node-local devices, as published."""
     local_ids: Mapping[str, tuple[DeviceId, ...]]
     """Node name -> the ids of `local`, in the same order (a free count reads them, not the devices)."""
+    nodes_of: Mapping[DeviceId, tuple[str, ...]]
+    """Device id -> the node of each node-local device published with it (once per device in `local_ids`)."""
     network: tuple[Device, ...]
     """Devices not local to one node (a node selector, or every node)."""
     consuming: tuple[Device, ...]
@@ -49,16 +51,19 @@ def of(devices: tuple[Device, ...]) -> Catalog:
 
 def _index(devices: tuple[Device, ...]) -> Catalog:
     local: dict[str, list[Device]] = {}
+    nodes_of: dict[DeviceId, tuple[str, ...]] = {}
     network: list[Device] = []
     for device in devices:
         if device.node_name is not None:
             local.setdefault(device.node_name, []).append(device)
+            nodes_of[device.id] = (*nodes_of.get(device.id, ()), device.node_name)
         else:
             network.append(device)
     return Catalog(
         by_id={d.id: d for d in devices},
         local={n: tuple(found) for n, found in local.items()},
         local_ids={n: tuple(d.id for d in found) for n, found in local.items()},
+        nodes_of=nodes_of,
         network=tuple(network),
         consuming=tuple(d for d in devices if d.consumes),
     )

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx.planner import catalog
+from phalanx.planner import catalog, order
 from phalanx.planner import extended as extres
 from phalanx.planner import nodes as nodefilter
 from phalanx.planner import pods as podrules
@@ -162,6 +162,7 @@ class _Planner:
         pod on (AllocationError). That node then counts as not fitting the pod in that plan; if no plan fits, these are
         the verdict, naming the claim field."""
         self._local, self._local_ids, self._network = devices.local, devices.local_ids, devices.network
+        self._catalog = devices
         self._reach: dict[str, list[Device]] = {}
         self._member_needs: dict[tuple[str, tuple[str, ...]], Counter[str]] = {}
         self._extended_claims: dict[tuple[str, tuple[str, ...]], Claim | None] = {}
@@ -370,7 +371,7 @@ class _Planner:
                     break
 
     def domains(self) -> list[list[Node]]:
-        nodes = sorted(self.snapshot.nodes, key=self._busy_first)
+        nodes = order.busy_first(self.snapshot.nodes, self.snapshot.held, self._catalog)
         key = self.group.topology_key
         if key is None:
             return [nodes]
@@ -379,13 +380,6 @@ class _Planner:
             if key in node.labels:
                 grouped.setdefault(node.labels[key], []).append(node)
         return [grouped[v] for v in sorted(grouped, key=lambda v: (-len(grouped[v]), v))]
-
-    def _busy_first(self, node: Node) -> tuple[bool, int, int, str]:
-        """Packing order: the fullest nodes that still have a free device, then nodes with none."""
-        ids = self._local_ids.get(node.name, ())
-        free_devices = len(ids) - sum(map(self.snapshot.held.__contains__, ids))
-        free_cpu = node.allocatable.get("cpu", 0) - node.requested.get("cpu", 0)
-        return (bool(ids) and free_devices == 0, free_devices, free_cpu, node.name)
 
 
 def _shape(member: Member) -> tuple[Any, ...]:
