@@ -1,14 +1,11 @@
-"""From API objects (the view's dicts) to the planner's immutable snapshot: the translation into its model.
+"""From API objects (the view's dicts) to the planner's model: nodes, pods, devices, claims and members, one object
+at a time (`snapshots` puts a snapshot together from them, `occupancy` keeps each node's).
 
 What one object says (a pod's claims, a claim's devices) is read with
-`accessors`; here those reads become nodes, devices, claims and members.
-
-This is the edge where Kubernetes' shapes meet the core's dataclasses; the
-translation follows what kube-scheduler counts: requests of every
-non-terminal pod bound to a node (plus those Phalanx pinned, as its
-reservations record, and released but the scheduler has not bound yet), only the newest complete generation of a
-ResourceSlice pool, and every device some claim holds. The same pods are what
-pod affinity, topology spreading and host ports are judged against.
+`accessors`; here those reads become the planner's dataclasses. This is the
+edge where Kubernetes' shapes meet the core's: a pod's effective requests as
+the scheduler computes them, only the newest complete generation of a
+ResourceSlice pool, each claim's requests and the fields it cannot model.
 """
 
 from __future__ import annotations

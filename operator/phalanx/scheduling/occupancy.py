@@ -137,6 +137,8 @@ class Occupancy:
                 made, known = inputs.node(obj, {}), before.get(name)
                 self.bases[name] = known if known == made else made
             touched.add(name)
+        if len(self._requests) > 4 * len(self.placed) + 1024:  # sets no pod asks for any more; the pods keep their own
+            self._requests.clear()
         return touched
 
     def _pod(self, key: Key, obj: dict[str, Any] | None, touched: set[str]) -> None:
