@@ -50,9 +50,12 @@ install() {
 # the images (the operator's too: loading it is cheap) and the driver's chart, without the operator: what the
 # comparison cluster (kind-upstream-gang.yaml, the in-tree feature) runs
 install_driver() {
-  local b chart archive; b="$(bins)"
-  # the operator's, the ranks' busybox and the driver's image, before the chart waits for the driver's pods
-  for archive in $(nice -n 19 ionice -c3 "$root/.venv/bin/python" -m phalanx_dev.kind.images --driver-plugin "$b/dra-example-kubeletplugin"); do
+  local b chart archives archive; b="$(bins)"
+  # the operator's, the ranks' busybox and the driver's image, before the chart waits for the driver's pods (built
+  # first: a failure in a `for` list's command substitution would not stop the script, and the chart would wait for
+  # pods whose image is missing)
+  archives="$(nice -n 19 ionice -c3 "$root/.venv/bin/python" -m phalanx_dev.kind.images --driver-plugin "$b/dra-example-kubeletplugin")"
+  for archive in $archives; do
     "$b/kind" load image-archive "$archive" --name "$name"
   done
   # the chart's source as dra-example-driver's Go module v0.4.0 holds it (version 0.0.0-dev, appVersion v0.4.0)

@@ -2,7 +2,7 @@
 # A Docker engine for Kind on this machine: Debian's docker.io, its dockerd in a network namespace of its own
 # (its bridges and iptables rules stay there), with runc-nocap as the default runtime. Everything it owns lives
 # under /var/lib/phalanx-kind and /run/phalanx-kind; `down` removes it all.
-#   e2e/kind/host.sh up       install docker.io if missing, start dockerd, wait for it
+#   e2e/kind/host.sh up       install docker.io, jq and busybox-static if missing, start dockerd, wait for it
 #   e2e/kind/host.sh down     remove every container and network, stop dockerd, delete the namespace and state
 #   e2e/kind/host.sh check    fail, naming each, if anything of ours is left (down runs it last)
 #   e2e/kind/host.sh env      the line to eval: export DOCKER_HOST=...
@@ -20,9 +20,10 @@ in_netns() { nsenter --net="/var/run/netns/$NETNS" "$@"; }
 
 up() {
   [[ $EUID -eq 0 ]] || { log "needs root (dockerd, network namespaces)"; exit 1; }
-  if ! command -v dockerd >/dev/null || ! command -v jq >/dev/null; then
-    log "installing docker.io and jq from Debian"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io jq >&2
+  # busybox-static: the ranks' and the driver's images are made from its /bin/busybox (dev/phalanx_dev/kind/images.py)
+  if ! command -v dockerd >/dev/null || ! command -v jq >/dev/null || [[ ! -x /bin/busybox ]]; then
+    log "installing docker.io, jq and busybox-static from Debian"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io jq busybox-static >&2
   fi
   if docker info >/dev/null 2>&1; then log "dockerd already up ($DOCKER_HOST)"; return; fi
   mkdir -p "$STATE" "$RUN"
