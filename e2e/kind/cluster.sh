@@ -34,6 +34,15 @@ up() {
     log "creating cluster $name from $config with $image"
     "$b/kind" create cluster --config "$config" --image "$image" --kubeconfig "$kubeconfig" --wait 5m
   fi
+  # every node of the config registered first: `wait --all` waits only for those that did (a kubelet that died, as on
+  # "too many open files", leaves its node out and the cluster short of workers)
+  local want have=0; want="$(grep -c '^- role:' "$config")"
+  for _ in $(seq 1 60); do
+    have="$("$here/host.sh" exec "$b/kubectl" --kubeconfig "$kubeconfig" get nodes --no-headers 2>/dev/null | wc -l)"
+    (( have >= want )) && break
+    sleep 5
+  done
+  (( have >= want )) || { log "only $have of the $want nodes of $config registered in 5 min"; exit 1; }
   "$here/host.sh" exec "$b/kubectl" --kubeconfig "$kubeconfig" wait --for=condition=Ready nodes --all --timeout=300s
   "$here/host.sh" exec "$b/kubectl" --kubeconfig "$kubeconfig" get nodes -o wide
   log "up: $0 kubectl get pods -A   (KUBECONFIG=$kubeconfig, inside network namespace phalanx-kind)"

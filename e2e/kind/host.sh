@@ -25,8 +25,9 @@ up() {
     log "installing docker.io, jq and busybox-static from Debian"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io jq busybox-static >&2
   fi
-  if docker info >/dev/null 2>&1; then log "dockerd already up ($DOCKER_HOST)"; return; fi
   mkdir -p "$STATE" "$RUN"
+  raise_inotify
+  if docker info >/dev/null 2>&1; then log "dockerd already up ($DOCKER_HOST)"; return; fi
   # kind mounts /lib/modules into every node; Docker would create it on the host: make it ours, removed by down
   if [[ ! -e /lib/modules ]]; then mkdir -p /lib/modules && touch "$STATE/created-lib-modules"; fi
   ip netns list | grep -qw "^$NETNS" || ip netns add "$NETNS"
@@ -45,6 +46,19 @@ up() {
     sleep 1
   done
   log "dockerd did not answer within 60s; its log:"; tail -20 "$STATE/dockerd.log" >&2; exit 1
+}
+
+# Every Kind node's kubelet and containerd take inotify instances of the host's root user; two clusters (the demo's
+# comparison) pass the kernel's default of 128 and a worker's kubelet dies on "too many open files", its node never
+# registered. Kind's known issues ask for 512; down puts the value it found back.
+INOTIFY=/proc/sys/fs/inotify/max_user_instances
+raise_inotify() {
+  local before; before="$(cat "$INOTIFY")"
+  if (( before < 512 )); then
+    [[ -f "$STATE/inotify-instances-before" ]] || echo "$before" >"$STATE/inotify-instances-before"
+    echo 512 >"$INOTIFY"
+    log "fs.inotify.max_user_instances $before -> 512 (put back by down)"
+  fi
 }
 
 down() {
@@ -71,6 +85,7 @@ down() {
   # the containers' cgroups (every hierarchy, deepest first) once their processes are gone
   find /sys/fs/cgroup/*/phalanx-kind /sys/fs/cgroup/*/docker -depth -type d -exec rmdir {} + 2>/dev/null || true
   [[ -f "$STATE/created-lib-modules" ]] && rmdir /lib/modules 2>/dev/null || true
+  if [[ -f "$STATE/inotify-instances-before" ]]; then cat "$STATE/inotify-instances-before" >"$INOTIFY"; fi
   rm -rf "$RUN" "$STATE"
   check
   log "down: no dockerd, namespace $NETNS, $RUN or $STATE left"
