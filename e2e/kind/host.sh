@@ -2,7 +2,7 @@
 # A Docker engine for Kind on this machine: Debian's docker.io, its dockerd in a network namespace of its own
 # (its bridges and iptables rules stay there), with runc-nocap as the default runtime. Everything it owns lives
 # under /var/lib/phalanx-kind and /run/phalanx-kind; `down` removes it all.
-#   e2e/kind/host.sh up       install docker.io if missing, start dockerd, wait for it
+#   e2e/kind/host.sh up       install docker.io, jq and busybox-static if missing, start dockerd, wait for it
 #   e2e/kind/host.sh down     remove every container and network, stop dockerd, delete the namespace and state
 #   e2e/kind/host.sh check    fail, naming each, if anything of ours is left (down runs it last)
 #   e2e/kind/host.sh env      the line to eval: export DOCKER_HOST=...
@@ -20,12 +20,14 @@ in_netns() { nsenter --net="/var/run/netns/$NETNS" "$@"; }
 
 up() {
   [[ $EUID -eq 0 ]] || { log "needs root (dockerd, network namespaces)"; exit 1; }
-  if ! command -v dockerd >/dev/null || ! command -v jq >/dev/null; then
-    log "installing docker.io and jq from Debian"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io jq >&2
+  # busybox-static: the ranks' and the driver's images are made from its /bin/busybox (dev/phalanx_dev/kind/images.py)
+  if ! command -v dockerd >/dev/null || ! command -v jq >/dev/null || [[ ! -x /bin/busybox ]]; then
+    log "installing docker.io, jq and busybox-static from Debian"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io jq busybox-static >&2
   fi
-  if docker info >/dev/null 2>&1; then log "dockerd already up ($DOCKER_HOST)"; return; fi
   mkdir -p "$STATE" "$RUN"
+  raise_inotify
+  if docker info >/dev/null 2>&1; then log "dockerd already up ($DOCKER_HOST)"; return; fi
   # kind mounts /lib/modules into every node; Docker would create it on the host: make it ours, removed by down
   if [[ ! -e /lib/modules ]]; then mkdir -p /lib/modules && touch "$STATE/created-lib-modules"; fi
   ip netns list | grep -qw "^$NETNS" || ip netns add "$NETNS"
@@ -44,6 +46,19 @@ up() {
     sleep 1
   done
   log "dockerd did not answer within 60s; its log:"; tail -20 "$STATE/dockerd.log" >&2; exit 1
+}
+
+# Every Kind node's kubelet and containerd take inotify instances of the host's root user; two clusters (the demo's
+# comparison) pass the kernel's default of 128 and a worker's kubelet dies on "too many open files", its node never
+# registered. Kind's known issues ask for 512; down puts the value it found back.
+INOTIFY=/proc/sys/fs/inotify/max_user_instances
+raise_inotify() {
+  local before; before="$(cat "$INOTIFY")"
+  if (( before < 512 )); then
+    [[ -f "$STATE/inotify-instances-before" ]] || echo "$before" >"$STATE/inotify-instances-before"
+    echo 512 >"$INOTIFY"
+    log "fs.inotify.max_user_instances $before -> 512 (put back by down)"
+  fi
 }
 
 down() {
@@ -70,6 +85,7 @@ down() {
   # the containers' cgroups (every hierarchy, deepest first) once their processes are gone
   find /sys/fs/cgroup/*/phalanx-kind /sys/fs/cgroup/*/docker -depth -type d -exec rmdir {} + 2>/dev/null || true
   [[ -f "$STATE/created-lib-modules" ]] && rmdir /lib/modules 2>/dev/null || true
+  if [[ -f "$STATE/inotify-instances-before" ]]; then cat "$STATE/inotify-instances-before" >"$INOTIFY"; fi
   rm -rf "$RUN" "$STATE"
   check
   log "down: no dockerd, namespace $NETNS, $RUN or $STATE left"

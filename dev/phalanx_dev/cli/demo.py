@@ -1,24 +1,38 @@
-"""`phalanx demo`: the article's scenarios on the local cluster, and what each shows."""
+"""`phalanx demo`: the article's scenarios and what each shows, on the local cluster or on Kind (`--backend kind`, the
+cluster of e2e/kind/cluster.sh). One runner tells every scenario; a backend is the cluster it runs on."""
 
 from __future__ import annotations
 
 import argparse
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
+from phalanx.cli import metrics as metrics_cli
 from phalanx.cli.common import DEFAULT_REPO, NotUp, add_name, say, task_hint
 from phalanx_dev.cli.cluster import not_up_message, start_cluster, stop_cluster
+from phalanx_dev.kind.cluster import KindCluster, ReplicaMetrics
 from phalanx_dev.localcluster import ClusterSpec, LocalCluster, demo, operatorproc
+
+BACKENDS = ("local", "kind")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    run_demo = commands.add_parser("demo", help="run the article's scenarios on the local cluster and print what it shows")
+    run_demo = commands.add_parser("demo", help="run the article's scenarios on the local cluster (or Kind) and print what it shows")
     run_demo.add_argument(
         "scenario",
-        choices=["deadlock", "gang", "dra-preempt", "preempt", "all"],
+        choices=["deadlock", "gang", "dra-preempt", "preempt", "all", "metrics"],
         help="deadlock: no gang policy; gang: gang.minCount 4; dra-preempt: an urgent gang preempts one holding GPUs; "
-        "preempt: the same on a node-local extended resource (--mode); all: the whole story and its table",
+        "preempt: the same on a node-local extended resource (--mode); all: the whole story and its table; "
+        "metrics: the operator's phalanx_ metrics (each replica's on Kind)",
     )
     add_name(run_demo)
+    run_demo.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="local: the local control plane (default); kind: the Kind cluster of e2e/kind/cluster.sh (BACKEND=kind ./task ...)",
+    )
     run_demo.add_argument("--workloads", type=Path, default=Path("e2e/workloads"), help="the article's manifests (default e2e/workloads)")
     run_demo.add_argument(
         "--mode", choices=["single", "all"], default="single", help="preempt: the research gang's disruptionMode (default single)"
@@ -46,33 +60,145 @@ def keep_flag(value: str) -> bool:
     raise SystemExit(f"phalanx: KEEP={value!r} is not understood: use KEEP=1 (or true) to keep the cluster, or leave it unset")
 
 
+class Local:
+    """The local control plane of `phalanx cluster up`, its operator a process beside it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.cluster = LocalCluster(ClusterSpec(name=name))
+        self.kubectl = self.cluster.kubectl
+
+    def exists(self) -> bool:
+        return self.cluster.exists()
+
+    def operator_running(self) -> bool:
+        return operatorproc.background(self.cluster) is not None
+
+    def hint(self, command: str) -> str:
+        return task_hint(command, self.name)
+
+    def not_up(self) -> str:
+        return not_up_message(self.name)
+
+    def operator_down(self) -> str:
+        return f"the operator of cluster {self.name} is not running: {self.hint('up')} starts it ({self.hint('logs')} says why it stopped)"
+
+    def start(self, repo: Path, keep: bool) -> bool:
+        return start_cluster(self.cluster, operator=True, repo=repo, export=keep)
+
+    def stop(self) -> None:
+        stop_cluster(self.cluster)
+
+    def left_running(self) -> str:
+        return f"cluster {self.name} left running; `export KUBECONFIG={self.cluster.kubeconfig}`, {self.hint('down')} stops it"
+
+    comparison_label = "on the same control plane (1.37 with its gates, a second local cluster, no Phalanx)"
+
+    def comparison(self) -> LocalCluster:
+        return LocalCluster(ClusterSpec(name=f"{self.name}-upstream", upstream_gang=True))
+
+    def metrics(self, select: Callable[[str], list[str]]) -> str | None:
+        state = operatorproc.background(self.cluster)
+        if state is None:
+            return None
+        with urllib.request.urlopen(f"http://127.0.0.1:{state['metrics_port']}/metrics", timeout=10) as response:
+            return "\n".join(select(response.read().decode()))
+
+
+class Kind:
+    """The Kind cluster of e2e/kind/cluster.sh (kind.yaml), the operator its Deployment's two replicas."""
+
+    def __init__(self, name: str, repo: Path) -> None:
+        self.repo = repo
+        self.cluster = KindCluster.of(repo)
+        if name != self.cluster.name:
+            raise SystemExit(
+                f"phalanx: the Kind cluster is {self.cluster.name}, named by {self.cluster.config}; --name {name} (CLUSTER=) is the local backend's"
+            )
+        self.name = name
+        self.kubectl = self.cluster.kubectl
+
+    def exists(self) -> bool:
+        return self.cluster.answers()
+
+    def operator_running(self) -> bool:
+        return self.cluster.operator_running()
+
+    def hint(self, command: str) -> str:
+        return f"`BACKEND=kind ./task {command}`"
+
+    def not_up(self) -> str:
+        return f"Kind cluster {self.name} is not up: start it with {self.hint('up')}"
+
+    def operator_down(self) -> str:
+        return (
+            f"the operator of Kind cluster {self.name} has no replica available: {self.hint('up')} installs it "
+            "(`e2e/kind/cluster.sh kubectl -n phalanx-system get pods` says why)"
+        )
+
+    def start(self, repo: Path, keep: bool) -> bool:
+        started = not self.cluster.answers()
+        if started or not self.cluster.operator_running():
+            self.cluster.up()
+        else:
+            say(f"Kind cluster {self.name} is already up, the operator rolled out; left as it is")
+        return started
+
+    def stop(self) -> None:
+        self.cluster.down()
+
+    def left_running(self) -> str:
+        return f"Kind cluster {self.name} left running; `e2e/kind/cluster.sh kubectl ...` reaches it, {self.hint('down')} stops it"
+
+    comparison_label = "on Kind (1.37 with its gates, a second Kind cluster: kind-upstream-gang.yaml, no Phalanx)"
+
+    def comparison(self) -> KindCluster:
+        return KindCluster.of(self.repo, "kind-upstream-gang.yaml", operator=False)
+
+    def metrics(self, select: Callable[[str], list[str]]) -> str | None:
+        return replica_blocks(self.cluster.metrics(), select)
+
+
+def replica_blocks(replicas: list[ReplicaMetrics], select: Callable[[str], list[str]]) -> str:
+    """One block per operator replica, headed by its pod's name (and the proxy's error where it gave nothing)."""
+    out = []
+    for replica in replicas:
+        out.append(f"# {replica.pod}" + (f": {replica.error}" if replica.error else ""))
+        out.extend(select(replica.exposition))
+    return "\n".join(out)
+
+
+def backend_for(args: argparse.Namespace) -> Local | Kind:
+    return Kind(args.name, args.repo) if args.backend == "kind" else Local(args.name)
+
+
 def run(args: argparse.Namespace) -> int:
     keep = keep_flag(args.keep)
-    cluster = LocalCluster(ClusterSpec(name=args.name))
+    backend = backend_for(args)
     started = False
     if args.start:
-        started = start_cluster(cluster, operator=True, repo=args.repo, export=keep)
-    elif not cluster.exists():
-        raise NotUp(not_up_message(args.name))
-    if args.scenario != "deadlock" and operatorproc.background(cluster) is None:
-        raise NotUp(
-            f"the operator of cluster {args.name} is not running: {task_hint('up', args.name)} starts it "
-            f"({task_hint('logs', args.name)} says why it stopped)"
-        )
+        started = backend.start(args.repo, keep)
+    elif not backend.exists():
+        raise NotUp(backend.not_up())
+    if args.scenario != "deadlock" and not backend.operator_running():
+        raise NotUp(backend.operator_down())
     try:
-        if args.scenario == "all":
-            return _demo_all(cluster, args)
-        _demo_one(cluster, args)
+        if args.scenario == "metrics":
+            print(backend.metrics(metrics_cli.lines) or "")
+        elif args.scenario == "all":
+            _demo_all(backend, args)
+        else:
+            _demo_one(backend.kubectl, args)
         return 0
     finally:
         if started and not keep:
-            stop_cluster(cluster)
+            backend.stop()
         elif args.start:
-            say(f"cluster {args.name} left running; `export KUBECONFIG={cluster.kubeconfig}`, {task_hint('down', args.name)} stops it")
+            say(backend.left_running())
 
 
-def _demo_one(cluster: LocalCluster, args: argparse.Namespace) -> None:
-    kubectl, workloads, ns = cluster.kubectl, args.workloads, demo.NAMESPACE
+def _demo_one(kubectl: demo.Kubectl, args: argparse.Namespace) -> None:
+    workloads, ns = args.workloads, demo.NAMESPACE
     kubectl("apply", "-f", str(workloads / "namespace.yaml"))
     demo.clean(kubectl, ns)
     if args.scenario == "deadlock":
@@ -104,8 +230,8 @@ def _demo_one(cluster: LocalCluster, args: argparse.Namespace) -> None:
     print(summary)
 
 
-def _demo_all(cluster: LocalCluster, args: argparse.Namespace) -> int:
-    kubectl, workloads, ns = cluster.kubectl, args.workloads, demo.NAMESPACE
+def _demo_all(backend: Local | Kind, args: argparse.Namespace) -> None:
+    kubectl, workloads, ns = backend.kubectl, args.workloads, demo.NAMESPACE
     rows = []
     kubectl("apply", "-f", str(workloads / "namespace.yaml"))
 
@@ -124,8 +250,8 @@ def _demo_all(cluster: LocalCluster, args: argparse.Namespace) -> int:
     print(demo.show(kubectl, events=8))
     upstream = None
     if not args.no_upstream:
-        print("\n=== the in-tree feature on the same control plane (1.37 with its gates, a second local cluster, no Phalanx)")
-        upstream = demo.run_upstream(LocalCluster(ClusterSpec(name=f"{cluster.spec.name}-upstream", upstream_gang=True)), workloads)
+        print(f"\n=== the in-tree feature {backend.comparison_label}", flush=True)
+        upstream = demo.run_upstream(backend.comparison(), workloads)
         rows.insert(1, upstream[0])
         demo.clean(kubectl, ns)
     step("3. DRA preemption: urgent gang (priority 10000) vs research gang train-a (100) holding 4 GPUs")
@@ -141,10 +267,9 @@ def _demo_all(cluster: LocalCluster, args: argparse.Namespace) -> int:
         print(demo.show(kubectl, events=8))
     demo.clean(kubectl, ns)
     demo.set_accelerators(kubectl, None)
-    state = operatorproc.background(cluster)
-    if state:
+    summary = backend.metrics(lambda exposition: demo.metric_samples(exposition).splitlines())
+    if summary is not None:
         print("\n=== 5. the operator's metrics")
-        print(demo.metrics_summary(state["metrics_port"]))
+        print(summary)
     print()
     print(demo.format_table(rows))
-    return 0

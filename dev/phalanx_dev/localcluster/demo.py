@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -318,11 +317,9 @@ def run_upstream(cluster: Any, workloads: Path, namespace: str = NAMESPACE) -> t
         cluster.down()
 
 
-def metrics_summary(port: int, prefixes: Sequence[str] = METRIC_PREFIXES) -> str:
-    """The operator's own counters for what the demo just did (the samples, without HELP and TYPE lines)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return "\n".join(line for line in text.splitlines() if line.startswith(tuple(prefixes)) and not line.endswith(" 0.0"))
+def metric_samples(exposition: str, prefixes: Sequence[str] = METRIC_PREFIXES) -> str:
+    """The samples of an exposition whose names start with one of `prefixes`, without those still at zero."""
+    return "\n".join(line for line in exposition.splitlines() if line.startswith(tuple(prefixes)) and not line.endswith(" 0.0"))
 
 
 def format_table(rows: Sequence[tuple[str, ...]]) -> str:
