@@ -39,6 +39,8 @@ class Marks:
 
     def __init__(self) -> None:
         self._pending: dict[Key, dict[str, Any] | None] = {}
+        self._created: set[Key] = set()
+        """Keys created since a build took them: a node deleted and made again moved to the end of the store's order."""
         self._store: dict[Key, dict[str, Any]] = {}
         """The informer's store as the last list made it (the informer writes into it until the next list)."""
         self._relisted = 0
@@ -47,11 +49,17 @@ class Marks:
 
     def put(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
         obj = after if after is not None else before
-        if obj is not None:
-            self._pending[key_of(obj)] = after
+        if obj is None:
+            return
+        key = key_of(obj)
+        if before is None and after is not None:  # created (again, if deleted since): the store put it last
+            self._pending.pop(key, None)
+            self._created.add(key)
+        self._pending[key] = after
 
     def rebuild(self, store: dict[Key, dict[str, Any]]) -> None:
         self._store, self._pending = store, dict(store)
+        self._created.clear()  # the list's order is the store's
         self._relisted += 1
 
     def take(self) -> Writes:
@@ -59,13 +67,14 @@ class Marks:
         the whole store, in its order, which is the snapshot's."""
         if self._relisted != self._applied_relist:
             return Writes(dict(self._store), self._relisted)
-        return Writes(dict(self._pending))
+        return Writes(dict(self._pending), created=frozenset(self._created))
 
     def taken(self, writes: Writes) -> None:
         """`writes` applied: each is no longer pending unless written again since."""
         for key in list(self._pending) if writes.relisted is not None else writes.objects:
             if key in self._pending and self._pending[key] is writes.objects.get(key):
                 del self._pending[key]
+                self._created.discard(key)
         if writes.relisted is not None:
             self._applied_relist = writes.relisted
 
@@ -76,6 +85,9 @@ class Writes:
     """Key -> the object as written, None when deleted."""
     relisted: int | None = None
     """Set when a list replaced the store: `objects` is all of it, and what is not in it is gone."""
+    created: frozenset[Key] = frozenset()
+    """Keys among `objects` created since (maybe deleted before): in the store's order they come last, in the
+    order of `objects`."""
 
     @staticmethod
     def of(objs: Iterable[dict[str, Any]]) -> Writes:
@@ -131,10 +143,11 @@ class Occupancy:
             before = self.bases
         for key, obj in nodes.objects.items():
             name = key[1]
-            if obj is None:
+            known = before.get(name)
+            if obj is None or key in nodes.created:  # gone, or made again: its place in the order is the store's last
                 self.bases.pop(name, None)
-            else:
-                made, known = inputs.node(obj, {}), before.get(name)
+            if obj is not None:
+                made = inputs.node(obj, {})
                 self.bases[name] = known if known == made else made
             touched.add(name)
         if len(self._requests) > 4 * len(self.placed) + 1024:  # sets no pod asks for any more; the pods keep their own
