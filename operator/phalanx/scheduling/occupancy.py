@@ -145,7 +145,8 @@ class Occupancy:
             name = key[1]
             known = before.get(name)
             if obj is None or key in nodes.created:  # gone, or made again: its place in the order is the store's last
-                self.bases.pop(name, None)
+                moved = self.bases.pop(name, None) is not None and obj is not None
+                self.reordered |= moved  # made again alike, its Node is the same, but not its place
             if obj is not None:
                 made = inputs.node(obj, {})
                 self.bases[name] = known if known == made else made
