@@ -27,6 +27,7 @@ from pathlib import Path
 import phalanx.manager  # noqa: F401  (the operator's imports: most of its memory at rest)
 from phalanx.kube import trim
 from phalanx.scheduling import inputs, shortfall, snapshots
+from phalanx.scheduling.occupancy import Occupancy, Writes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -70,7 +71,7 @@ def main() -> int:
     ]
     with_nodes = rss_mib()
     print(f"imports: {base:.0f} MiB; {args.nodes:,} nodes and their slices: +{with_nodes - base:.0f} MiB")
-    print("| pods | RSS | of it, the pods | per pod | snapshot build | rebuilt, reusing each object's view |")
+    print("| pods | RSS | of it, the pods | per pod | snapshot build | rebuilt, nothing written |")
     print("|---|---|---|---|---|---|")
     pods: list[dict] = []
     last = None
@@ -86,15 +87,17 @@ def main() -> int:
             )
             for i in range(len(pods), level)
         ]
-        last = None  # the loop holds one snapshot, one capacity and what the builds derived (inputs.Reuse) at a time
-        reuse = inputs.Reuse()
+        last = None  # the loop holds one snapshot, one capacity, its occupancy and what the slices published at a time
+        occupancy, reuse = Occupancy(), inputs.Reuse()
         started = time.process_time()
-        snapshot = snapshots.build(nodes, pods, slices, [], [], reuse=reuse)
-        last = (snapshot, shortfall.capacity(snapshot), reuse)
+        held = occupancy.assemble(occupancy.apply(Writes.of(nodes), Writes.of(pods)), {}, {}, [])
+        snapshot = snapshots.compose(held, slices, inputs.modelled([]), [], reuse=reuse)
+        last = (snapshot, shortfall.capacity(snapshot), occupancy, reuse)
         built = time.process_time() - started
         started = time.process_time()
-        snapshot = snapshots.build(nodes, pods, slices, [], [], reuse=reuse)  # the next cycle's, nothing changed
-        last = (snapshot, shortfall.capacity(snapshot), reuse)
+        held = occupancy.assemble(occupancy.apply(Writes({}), Writes({})), {}, {}, [])  # the next cycle's, nothing written
+        snapshot = snapshots.compose(held, slices, inputs.modelled([]), [], reuse=reuse)
+        last = (snapshot, shortfall.capacity(snapshot), occupancy, reuse)
         rebuilt = time.process_time() - started
         now = rss_mib()
         print(
