@@ -30,6 +30,8 @@ from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
 from phalanx.kube.readiness import Readiness
 from phalanx.kube.webhookserver import WebhookServer
+from phalanx.leaderworkersets import controller as lws_controller
+from phalanx.leaderworkersets import webhooks as lws_webhooks
 from phalanx.owners import webhook_config
 from phalanx.podgroups import webhooks as pod_group_webhooks
 from phalanx.scheduling.loop import SchedulingLoop
@@ -38,6 +40,8 @@ __all__ = [
     "controller",
     "jobset_controller",
     "jobset_webhooks",
+    "lws_controller",
+    "lws_webhooks",
     "memorylimit",
     "pod_group_webhooks",
     "webhooks",
@@ -189,7 +193,9 @@ async def _lead(memo: kopf.Memo, logger: Any) -> None:
 
     async def resync() -> None:
         jobs = await controller.resync(memo.kube, logger)
-        logger.info(f"leading: {jobs} gang Job(s), {await jobset_controller.resync(memo.kube, logger)} gang JobSet(s) reconciled")
+        jobsets = await jobset_controller.resync(memo.kube, logger)
+        lwss = await lws_controller.resync(memo.kube, logger)
+        logger.info(f"leading: {jobs} gang Job(s), {jobsets} gang JobSet(s), {lwss} gang LeaderWorkerSet(s) reconciled")
 
     await asyncio.gather(loop.run(), resync())
 

@@ -11,6 +11,7 @@ from phalanx.jobsets.objects import JOBSET_UID_LABEL
 from phalanx.kinds import KINDS
 from phalanx.kube import trim
 from phalanx.kube.informers import unread_change
+from phalanx.leaderworkersets import admission as lws_admission
 from phalanx.scheduling import accessors, disruption, inputs, podsready, repair, snapshots, victims
 from test_inputs import POD
 
@@ -284,7 +285,10 @@ def test_every_workload_kind_whose_pods_may_be_members_keeps_them_whole() -> Non
     bare = copy.deepcopy(KWOK_RUNNING)  # a PodGroup's member: a pod of no controller, released, with the label
     bare["metadata"]["labels"][keys.POD_GROUP_LABEL] = "train"
     bare["metadata"].pop("ownerReferences", None)
-    members = {"Job": member, "JobSet": member, "PodGroup": bare}
+    lws = copy.deepcopy(KWOK_RUNNING)  # a LeaderWorkerSet's member: a pod a StatefulSet controls, with LWS's labels
+    lws["metadata"]["labels"].update({lws_admission.NAME_LABEL: "serve", lws_admission.GROUP_INDEX_LABEL: "0"})
+    lws["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "s", "uid": "s-uid", "controller": True}]
+    members = {"Job": member, "JobSet": member, "LeaderWorkerSet": lws, "PodGroup": bare}
     assert {k.kind for k in KINDS.kinds} == set(members), "a new kind: give this test a member of it"
     for adapter in KINDS.kinds:
         pod = members[adapter.kind]

@@ -22,8 +22,8 @@ from phalanx.podgroups import webhook_rules as pod_group_rules
 
 def test_local_endpoint_is_a_url_per_handler() -> None:
     configs = webhook_config.configurations(webhook_config.Endpoint(url="https://127.0.0.1:9443"), b"CA", "phalanx-system", HOOKS)
-    (mutating, pods, jobsets, labelled) = configs["MutatingWebhookConfiguration"]["webhooks"]
-    (validating, validating_jobsets, validating_groups) = configs["ValidatingWebhookConfiguration"]["webhooks"]
+    (mutating, pods, jobsets, lwss, lws_pods, labelled) = configs["MutatingWebhookConfiguration"]["webhooks"]
+    (validating, validating_jobsets, validating_lwss, validating_groups) = configs["ValidatingWebhookConfiguration"]["webhooks"]
     assert validating_groups["clientConfig"]["url"] == "https://127.0.0.1:9443/podgroup-validate"
     assert validating_groups["rules"] == [
         {
@@ -40,6 +40,11 @@ def test_local_endpoint_is_a_url_per_handler() -> None:
     assert validating["clientConfig"]["url"] == "https://127.0.0.1:9443/job-gang-validate"
     assert jobsets["clientConfig"]["url"] == "https://127.0.0.1:9443/jobset-gang-mutate"
     assert validating_jobsets["clientConfig"]["url"] == "https://127.0.0.1:9443/jobset-gang-validate"
+    assert lwss["clientConfig"]["url"] == "https://127.0.0.1:9443/lws-gang-mutate"
+    assert validating_lwss["clientConfig"]["url"] == "https://127.0.0.1:9443/lws-gang-validate"
+    assert lws_pods["clientConfig"]["url"] == "https://127.0.0.1:9443/lws-gang-member"
+    assert lwss["rules"] == validating_lwss["rules"]
+    assert lwss["rules"][0]["apiGroups"] == ["leaderworkerset.x-k8s.io"] and lwss["rules"][0]["resources"] == ["leaderworkersets"]
     assert (
         jobsets["rules"]
         == validating_jobsets["rules"]
@@ -65,14 +70,17 @@ def test_in_cluster_endpoint_is_a_service() -> None:
 
 def test_blast_radius_is_gang_jobs_outside_system_namespaces() -> None:
     configs = webhook_config.configurations(webhook_config.Endpoint(url="https://x"), b"CA", "phalanx-system", HOOKS)
-    (_, pods, _, labelled) = configs["MutatingWebhookConfiguration"]["webhooks"]
+    (_, pods, _, _, lws_pods, labelled) = configs["MutatingWebhookConfiguration"]["webhooks"]
     assert (
         pods["rules"]
         == labelled["rules"]
+        == lws_pods["rules"]
         == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"], "scope": "Namespaced"}]
     )
     # only pods that carry the pod-group label reach it, and those fail closed (ungated, they would run alone)
     assert labelled["objectSelector"] == {"matchExpressions": [{"key": keys.POD_GROUP_LABEL, "operator": "Exists"}]}
+    # and only pods of a LeaderWorkerSet reach the LWS kind's (whether their LWS asks for a gang is read there)
+    assert lws_pods["objectSelector"] == {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
     assert "matchConditions" not in labelled and labelled["failurePolicy"] == "Fail"
     assert labelled.get("reinvocationPolicy", "Never") == "Never", "a gated Job pod seen again would look like two gangs"
     assert pods["matchConditions"] == [{"name": "group-claims", "expression": job_rules.POD_MATCH_CONDITION}]
@@ -304,6 +312,10 @@ def test_in_cluster_the_operator_patches_only_the_ca_bundle() -> None:
         {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
         {"op": "test", "path": "/webhooks/2/name", "value": "jobsets-mutate.scheduling.phalanx.dev"},
         {"op": "add", "path": "/webhooks/2/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
-        {"op": "test", "path": "/webhooks/3/name", "value": "pods-group-member.scheduling.phalanx.dev"},
+        {"op": "test", "path": "/webhooks/3/name", "value": "leaderworkersets-mutate.scheduling.phalanx.dev"},
         {"op": "add", "path": "/webhooks/3/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
+        {"op": "test", "path": "/webhooks/4/name", "value": "pods-lws-member.scheduling.phalanx.dev"},
+        {"op": "add", "path": "/webhooks/4/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
+        {"op": "test", "path": "/webhooks/5/name", "value": "pods-group-member.scheduling.phalanx.dev"},
+        {"op": "add", "path": "/webhooks/5/clientConfig/caBundle", "value": base64.b64encode(b"CA").decode()},
     ]

