@@ -203,8 +203,8 @@ build_jobset() {
 }
 
 # LeaderWorkerSet's the same way: its main package is cmd/ (v0.9.0 is the newest
-# release the proxy serves whole); its CRD and webhook configurations are read
-# from the same module.
+# release the proxy serves whole: v0.10.0's source archive is refused); its
+# CRDs and webhook configurations are read from the same module.
 build_lws() {
   [[ "${PHALANX_LWS:-0}" == 1 ]] || return 0
   [[ -x "$LWS_BIN/lws-controller" && -f "$LWS_BIN/webhooks.yaml" ]] && return
@@ -213,7 +213,9 @@ build_lws() {
   wrapper_module "$dir" lws sigs.k8s.io/lws "$LWS_VERSION" sigs.k8s.io/lws/cmd
   (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$LWS_BIN/lws-controller.tmp" sigs.k8s.io/lws/cmd)
   local src; src="$(cd "$dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/lws)"
-  cp "$src/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" "$LWS_BIN/crd.yaml"
+  # its controller also runs DisaggregatedSets, whose watch fails without their CRD
+  cat "$src/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" \
+    "$src/config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml" >"$LWS_BIN/crd.yaml"
   cp "$src/config/webhook/manifests.yaml" "$LWS_BIN/webhooks.yaml.tmp"
   chmod u+w "$LWS_BIN/crd.yaml" "$LWS_BIN/webhooks.yaml.tmp"
   mv "$LWS_BIN/lws-controller.tmp" "$LWS_BIN/lws-controller"

@@ -133,6 +133,17 @@ def _check(lws: JSON, old: JSON | None, previous: GangIntent | None, intent: Gan
                 "give both templates the same priorityClassName",
             )
         )
+    startup = ((lws.get("spec") or {}).get("startupPolicy")) or "LeaderCreated"
+    if startup == "LeaderReady" and intent.policy == "gang":
+        errors.append(
+            FieldError(
+                "spec.startupPolicy",
+                startup,
+                "LWS's controller makes a replica's workers only once its leader is Ready, but a gang's leader is "
+                "placed only once its workers exist: each replica would wait for ever",
+                "use LeaderCreated (the default) or remove the startupPolicy",
+            )
+        )
     pods = size(lws)
     if intent.min_count is not None and intent.policy == "gang" and intent.min_count > pods:
         errors.append(
