@@ -126,12 +126,12 @@ def test_two_replicas_on_room_for_one_one_runs_whole_the_other_waits_holding_not
     assert all(g["metadata"]["ownerReferences"][0]["kind"] == "LeaderWorkerSet" for g in groups.values())
     assert len({g["spec"]["workloadRef"]["workloadName"] for g in groups.values()}) == 2, "a Workload per replica"
 
-    def one_whole() -> int | None:
+    def one_whole() -> list[int] | None:
         pods = _pods(cluster, namespace, "serve")
         whole = [i for i in (0, 1) if len(_bound(_replica(pods, i))) == 3]
-        return whole[0] if len(_live(pods)) == 6 and len(whole) == 1 else None
+        return whole if len(_live(pods)) == 6 and len(whole) == 1 else None
 
-    running = wait_for(one_whole, "one replica bound whole, the other's 3 pods made", timeout=120)
+    (running,) = wait_for(one_whole, "one replica bound whole, the other's 3 pods made", timeout=120)
     waiting = 1 - running
     for _ in range(10):  # it stays so: the waiting replica is not placed in part
         pods = _pods(cluster, namespace, "serve")
@@ -157,7 +157,9 @@ def test_a_member_lost_takes_its_replica_down_and_it_comes_back_whole_while_the_
     teardown, and LWS's RecreateGroupOnPodRestart beside it) and its new pods are placed whole again; replica 1's
     pods are the same pods throughout."""
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
-    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(lws_body("serve", 2, 3, {keys.DISRUPTION_MODE: "all"})))
+    cluster.kubectl(
+        "-n", namespace, "apply", "-f", "-", stdin=json.dumps(lws_body("serve", 2, 3, {keys.POLICY: "gang", keys.DISRUPTION_MODE: "all"}))
+    )
     first = wait_for(lambda: len(b := _bound(_pods(cluster, namespace, "serve"))) == 6 and b, "both replicas bound whole", timeout=120)
     groups = _pod_groups(cluster, namespace, "serve")
     assert {i: g["spec"]["schedulingPolicy"]["gang"]["minCount"] for i, g in groups.items()} == {"0": 3, "1": 3}, "the replica's size"
@@ -200,12 +202,12 @@ def test_a_scale_up_adds_replicas_that_each_wait_whole(cluster: Cluster, operato
     cluster.kubectl("-n", namespace, "patch", "lws", "serve", "--type=merge", "-p", json.dumps({"spec": {"replicas": 3}}))
     wait_for(lambda: len(_pod_groups(cluster, namespace, "serve")) == 3, "a PodGroup for each new replica")
 
-    def settled() -> int | None:
+    def settled() -> list[int] | None:
         pods = _pods(cluster, namespace, "serve")
         whole = [i for i in (1, 2) if len(_bound(_replica(pods, i))) == 3]
-        return whole[0] if len(_live(pods)) == 9 and len(whole) == 1 else None
+        return whole if len(_live(pods)) == 9 and len(whole) == 1 else None
 
-    placed = wait_for(settled, "one new replica bound whole, the other's pods made", timeout=120)
+    (placed,) = wait_for(settled, "one new replica bound whole, the other's pods made", timeout=120)
     rest = _replica(_pods(cluster, namespace, "serve"), 3 - placed)
     assert len(rest) == 3 and all(_gated(p) for p in rest) and not _bound(rest)
     assert not _allocated_claims(cluster, namespace, rest)
