@@ -225,3 +225,33 @@ def test_a_gang_lws_that_cannot_be_honoured_is_refused_naming_the_field(cluster:
     body["spec"]["startupPolicy"] = "LeaderReady"
     leader_ready = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(body), check=False)
     assert leader_ready.returncode != 0 and "spec.startupPolicy" in leader_ready.stderr, leader_ready.stderr
+
+
+def test_a_rolling_update_replaces_one_replica_at_a_time_each_placed_whole(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """Both replicas fill the 6 GPUs; a new template rolls them (LWS's defaults: one replica unavailable at a time,
+    no surge). Each replaced replica's pods go before its replacement is placed (there is no room for both), and the
+    replacement is placed whole: at no look is a replica's new revision bound in part, and every pod ends on the new
+    revision, placed by Phalanx."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(lws_body("serve", 2, 3, {keys.POLICY: "gang"})))
+    first = wait_for(lambda: len(b := _bound(_pods(cluster, namespace, "serve"))) == 6 and b, "both replicas bound whole", timeout=120)
+    old = {p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/template-revision-hash"] for p in first}
+    assert len(old) == 1
+    patch = {"spec": {"leaderWorkerTemplate": {"workerTemplate": {"metadata": {"labels": {"revision": "2"}}}}}}
+    cluster.kubectl("-n", namespace, "patch", "lws", "serve", "--type=merge", "-p", json.dumps(patch))
+    deadline = time.monotonic() + 240
+    looks = 0
+    while True:
+        pods = _pods(cluster, namespace, "serve")
+        for i in (0, 1):
+            new = [p for p in _live(_replica(pods, i)) if p["metadata"]["labels"].get("revision") == "2"]
+            assert len(_bound(new)) in (0, 3), f"replica {i}'s new revision placed in part: {len(_bound(new))} of 3 bound"
+        looks += 1
+        done = [p for p in _bound(pods) if p["metadata"]["labels"].get("revision") == "2"]
+        if len(done) == 6 and len(_live(pods)) == 6:
+            break
+        assert time.monotonic() < deadline, f"the rollout did not end: {len(done)} of 6 new pods bound"
+        time.sleep(0.3)
+    assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in done), "placed by Phalanx"
+    assert not {p["metadata"]["uid"] for p in first} & {p["metadata"]["uid"] for p in done}, "every pod was replaced"
+    assert looks > 3, "the rollout was watched"

@@ -42,6 +42,21 @@ def replicas(lws: JSON) -> int:
     return 1 if value is None else int(value)
 
 
+def surge(lws: JSON) -> int:
+    """The replicas a rolling update may add above `replicas` (`rollingUpdateConfiguration.maxSurge`: a number, or a
+    percentage of the replicas rounded up; never more than the replicas, as LWS's controller caps it)."""
+    config = (((lws.get("spec") or {}).get("rolloutStrategy") or {}).get("rollingUpdateConfiguration")) or {}
+    value, count = config.get("maxSurge") or 0, replicas(lws)
+    if isinstance(value, str) and value.endswith("%"):
+        value = -(-count * int(value[:-1]) // 100)
+    return min(int(value), count)
+
+
+def groups(lws: JSON) -> int:
+    """The replicas that may run at once, each a group of its own: `replicas`, and those a rolling update surges."""
+    return replicas(lws) + surge(lws)
+
+
 def _templates(lws: JSON) -> list[tuple[str, JSON]]:
     """The pod templates, each with its path: the leader's (optional: the worker's is used when absent) and the workers'."""
     lwt = (lws.get("spec") or {}).get("leaderWorkerTemplate") or {}

@@ -41,8 +41,8 @@ class ReplicaSource(GangSource):
 
 
 def from_lws(lws: dict[str, Any]) -> list[GangSource] | None:
-    """One source per replica; None for an LWS that does not ask for gang scheduling. Raises GangSpecError on bad
-    annotations."""
+    """One source per replica, the ones a rolling update may surge included (their pods are gated as any other's);
+    None for an LWS that does not ask for gang scheduling. Raises GangSpecError on bad annotations."""
     meta = lws["metadata"]
     intent = from_annotations(meta.get("annotations"))
     if intent is None:
@@ -64,5 +64,5 @@ def from_lws(lws: dict[str, Any]) -> list[GangSource] | None:
             hold_after=annotations.get(keys.HOLD_AFTER),
             replica=i,
         )
-        for i in range(admission.replicas(lws))
+        for i in range(admission.groups(lws))
     ]

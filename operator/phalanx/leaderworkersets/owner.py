@@ -66,7 +66,7 @@ class LeaderWorkerSets(Controlling):
         if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != self.lws_uid(pod_group):
             return None
         replica = (pod_group["metadata"].get("labels") or {}).get(admission.GROUP_INDEX_LABEL, "")
-        if not replica.isdigit() or int(replica) >= admission.replicas(owner):
+        if not replica.isdigit() or int(replica) >= admission.groups(owner):
             return None
         return owner
 
