@@ -135,7 +135,7 @@ def cluster() -> Iterator[Cluster]:
     if external:
         yield Cluster(Path(external), os.environ.get("KUBECTL", "kubectl"), None)
         return
-    local = LocalCluster(ClusterSpec(name=cluster_name(), driver="dra-example-driver", jobset=True))
+    local = LocalCluster(ClusterSpec(name=cluster_name(), driver="dra-example-driver", jobset=True, lws=True))
     try:
         local.up()
         handle = Cluster(local.kubeconfig, str(build_binaries() / "kubectl"), local)
