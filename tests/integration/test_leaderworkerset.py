@@ -121,10 +121,6 @@ def test_two_replicas_on_room_for_one_one_runs_whole_the_other_waits_holding_not
     )
 
     cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(lws_body("serve", 2, 3, {keys.MIN_COUNT: "3"})))
-    groups = wait_for(lambda: len(g := _pod_groups(cluster, namespace, "serve")) == 2 and g, "a PodGroup per replica")
-    assert {i: g["spec"]["schedulingPolicy"]["gang"]["minCount"] for i, g in groups.items()} == {"0": 3, "1": 3}
-    assert all(g["metadata"]["ownerReferences"][0]["kind"] == "LeaderWorkerSet" for g in groups.values())
-    assert len({g["spec"]["workloadRef"]["workloadName"] for g in groups.values()}) == 2, "a Workload per replica"
 
     def one_whole() -> list[int] | None:
         pods = _pods(cluster, namespace, "serve")
@@ -141,6 +137,10 @@ def test_two_replicas_on_room_for_one_one_runs_whole_the_other_waits_holding_not
         assert not _bound(rest), "no member of the waiting replica is bound"
         assert not _allocated_claims(cluster, namespace, rest), "the waiting replica holds no device"
         time.sleep(0.5)
+    groups = _pod_groups(cluster, namespace, "serve")
+    assert {i: g["spec"]["schedulingPolicy"]["gang"]["minCount"] for i, g in groups.items()} == {"0": 3, "1": 3}, "a gang per replica"
+    assert all(g["metadata"]["ownerReferences"][0]["kind"] == "LeaderWorkerSet" for g in groups.values())
+    assert len({g["spec"]["workloadRef"]["workloadName"] for g in groups.values()}) == 2, "a Workload per replica"
     pinned = _bound(_replica(_pods(cluster, namespace, "serve"), running))
     assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in pinned), "Phalanx placed each"
     explained = cluster.explain("serve", namespace)
@@ -161,8 +161,6 @@ def test_a_member_lost_takes_its_replica_down_and_it_comes_back_whole_while_the_
         "-n", namespace, "apply", "-f", "-", stdin=json.dumps(lws_body("serve", 2, 3, {keys.POLICY: "gang", keys.DISRUPTION_MODE: "all"}))
     )
     first = wait_for(lambda: len(b := _bound(_pods(cluster, namespace, "serve"))) == 6 and b, "both replicas bound whole", timeout=120)
-    groups = _pod_groups(cluster, namespace, "serve")
-    assert {i: g["spec"]["schedulingPolicy"]["gang"]["minCount"] for i, g in groups.items()} == {"0": 3, "1": 3}, "the replica's size"
     zero, one = ({p["metadata"]["uid"] for p in _replica(first, i)} for i in (0, 1))
     victim = next(p for p in _replica(first, 0) if p["metadata"]["labels"].get(admission.WORKER_INDEX_LABEL) == "1")
     _evict(cluster, namespace, victim["metadata"]["name"])
@@ -175,6 +173,8 @@ def test_a_member_lost_takes_its_replica_down_and_it_comes_back_whole_while_the_
 
     again = wait_for(back_whole, "replica 0's every pod replaced and bound whole again", timeout=180)
     assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in again), "placed by Phalanx"
+    groups = _pod_groups(cluster, namespace, "serve")
+    assert {i: g["spec"]["schedulingPolicy"]["gang"]["minCount"] for i, g in groups.items()} == {"0": 3, "1": 3}, "the replica's size"
     down = groups["0"]["metadata"]["name"]
     reasons = [
         e["reason"]
