@@ -30,6 +30,7 @@ import yaml
 from kubernetes_asyncio import client, config
 
 from phalanx_dev.localcluster import dradriver, fakegpu, jobset, lws, processes, realnodes
+from phalanx_dev.localcluster.sidecontroller import Exited, SideController
 
 KUBE_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.6.16"
@@ -382,34 +383,23 @@ class LocalCluster:
 
     def start_jobset(self) -> None:
         """JobSet's CRD, its controller, then its webhooks once it serves them (their failurePolicy is Fail)."""
-        release = jobset_release()
-        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(release / "crd.yaml"))
-        self._wait_established(f"jobsets.{jobset.API_GROUP}")
-        for attempt in range(1, PORT_ATTEMPTS + 1):
-            jobset.stop(self.kubeconfig)
-            # its ports are chosen free, then bound a moment later: another process may take one in between
-            _, hooks = jobset.start(release, self.cluster_dir, self.kubeconfig, tuple(processes.free_ports(2)))
-            try:
-                jobset.wait_ready(self.cluster_dir, self.kubeconfig)
-                break
-            except jobset.Exited as exc:
-                if attempt == PORT_ATTEMPTS:
-                    raise
-                _log(f"{exc}; starting it again ({attempt + 1} of {PORT_ATTEMPTS})")
-        self.kubectl("apply", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(doc) for doc in hooks))
+        self._start_beside(jobset.CONTROLLER, jobset_release(), f"jobsets.{jobset.API_GROUP}")
 
     def start_lws(self) -> None:
         """LeaderWorkerSet's CRDs, its controller, then its webhooks once it serves them (their failurePolicy is Fail)."""
-        release = lws_release()
+        self._start_beside(lws.CONTROLLER, lws_release(), f"leaderworkersets.{lws.API_GROUP}")
+
+    def _start_beside(self, controller: SideController, release: Path, crd: str) -> None:
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(release / "crd.yaml"))
-        self._wait_established(f"leaderworkersets.{lws.API_GROUP}")
+        self._wait_established(crd)
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            lws.stop(self.kubeconfig)
-            _, hooks = lws.start(release, self.cluster_dir, self.kubeconfig, tuple(processes.free_ports(2)))
+            controller.stop(self.kubeconfig)
+            # its ports are chosen free, then bound a moment later: another process may take one in between
+            _, hooks = controller.start(release, self.cluster_dir, self.kubeconfig, tuple(processes.free_ports(2)))
             try:
-                lws.wait_ready(self.cluster_dir, self.kubeconfig)
+                controller.wait_ready(self.cluster_dir, self.kubeconfig)
                 break
-            except lws.Exited as exc:
+            except Exited as exc:
                 if attempt == PORT_ATTEMPTS:
                     raise
                 _log(f"{exc}; starting it again ({attempt + 1} of {PORT_ATTEMPTS})")

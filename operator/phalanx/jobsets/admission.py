@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from phalanx.api import keys
-from phalanx.api.intent import ANNOTATION_PATHS, FieldError, GangIntent, GangSpecError, Mode, from_annotations, validate, validate_update
+from phalanx.api.intent import FieldError, GangIntent, GangSpecError, Mode, from_annotations
 from phalanx.api.naming import template_name
 from phalanx.jobs import admission as job_admission  # a replicated Job's template is a Job's: its rules
 from phalanx.owners import admission as owner_admission
@@ -145,20 +145,9 @@ def _refuse_unknown_keys(jobset: dict[str, Any], old: dict[str, Any] | None) -> 
 
 
 def _check(jobset: dict[str, Any], old: dict[str, Any] | None, previous: GangIntent | None, intent: GangIntent | None) -> None:
-    if old is not None:
-        validate_update(previous, intent)
-    if intent is None:
+    errors = owner_admission.owner_errors(jobset, old, previous, intent, "JobSet")
+    if errors is None:
         return
-    errors = owner_admission.unknown_key_errors(jobset, old)
-    if intent.resource_claims:
-        errors.append(
-            FieldError(
-                ANNOTATION_PATHS["resource_claims"],
-                [c.name for c in intent.resource_claims],
-                "claims shared by the group are not supported on a JobSet yet",
-                "give each pod a claim of its own (a resourceClaimTemplateName in its template), or remove it",
-            )
-        )
     for i, rjob in enumerate(replicated_jobs(jobset)):
         own = sorted(
             k for k in ((rjob.get("template") or {}).get("metadata") or {}).get("annotations") or {} if k.startswith(keys.ANNOTATION_PREFIX)
@@ -185,32 +174,19 @@ def _check(jobset: dict[str, Any], old: dict[str, Any] | None, previous: GangInt
                 "use AnyOrder (the default) or remove the startupPolicy",
             )
         )
-    names = {_pod_spec(r).get("priorityClassName") for r in replicated_jobs(jobset)}
-    if len(names) > 1:
-        errors.append(
-            FieldError(
-                "spec.replicatedJobs[*].template.spec.template.spec.priorityClassName",
-                sorted(n or "" for n in names),
-                "the gang has one priority, but its replicated Jobs name different priority classes",
-                "give every replicated Job's pod template the same priorityClassName",
-            )
-        )
-    total = size(jobset)
-    if intent.min_count is not None and intent.policy == "gang" and intent.min_count > total.parallelism:
-        errors.append(
-            FieldError(
-                ANNOTATION_PATHS["min_count"],
-                intent.min_count,
-                f"must not be greater than the pods the JobSet runs at once ({total.parallelism}: replicas x parallelism, "
-                "summed over spec.replicatedJobs)",
-                f"lower it to at most {total.parallelism}, or raise a replicated Job's replicas or parallelism",
-            )
-        )
-    # the JobSet's size was checked above; the other rules are a Job's
-    sized = intent.policy == "gang" and intent.min_count is not None and intent.min_count >= 1
-    try:
-        validate(replace(intent, min_count=None) if sized else intent, None)
-    except GangSpecError as exc:
-        errors += exc.errors
+    one = owner_admission.one_priority(
+        {_pod_spec(r).get("priorityClassName") for r in replicated_jobs(jobset)},
+        "spec.replicatedJobs[*].template.spec.template.spec.priorityClassName",
+        "its replicated Jobs",
+        "give every replicated Job's pod template the same priorityClassName",
+    )
+    errors += [one] if one else []
+    total = size(jobset).parallelism
+    errors += owner_admission.sized_by_owner(
+        intent,
+        total,
+        f"the pods the JobSet runs at once ({total}: replicas x parallelism, summed over spec.replicatedJobs)",
+        "raise a replicated Job's replicas or parallelism",
+    )
     if errors:
         raise GangSpecError(errors)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from phalanx.api import keys
-from phalanx.api.intent import ANNOTATION_PATHS, FieldError, GangIntent, GangSpecError, Mode, from_annotations, validate, validate_update
+from phalanx.api.intent import FieldError, GangIntent, GangSpecError, Mode, from_annotations
 from phalanx.owners import admission as owner_admission
 from phalanx.owners.admission import Mutation
 
@@ -121,33 +121,19 @@ def _refuse_unknown_keys(lws: JSON, old: JSON | None) -> None:
 
 
 def _check(lws: JSON, old: JSON | None, previous: GangIntent | None, intent: GangIntent | None) -> None:
-    if old is not None:
-        validate_update(previous, intent)
-    if intent is None:
+    errors = owner_admission.owner_errors(lws, old, previous, intent, "LeaderWorkerSet")
+    if errors is None:
         return
-    errors = owner_admission.unknown_key_errors(lws, old)
-    if intent.resource_claims:
-        errors.append(
-            FieldError(
-                ANNOTATION_PATHS["resource_claims"],
-                [c.name for c in intent.resource_claims],
-                "claims shared by the group are not supported on a LeaderWorkerSet yet",
-                "give each pod a claim of its own (a resourceClaimTemplateName in its template), or remove it",
-            )
-        )
     for path, template in _templates(lws):
         if (two := owner_admission.two_groups({"template": template}, KIND, "template")) is not None:
             errors.append(replace(two, path=f"{path}.{two.path.removeprefix('template.')}"))
-    names = {(t.get("spec") or {}).get("priorityClassName") for _, t in _templates(lws)}
-    if len(names) > 1:
-        errors.append(
-            FieldError(
-                "spec.leaderWorkerTemplate.*.spec.priorityClassName",
-                sorted(n or "" for n in names),
-                "the gang has one priority, but the leader's and the workers' templates name different priority classes",
-                "give both templates the same priorityClassName",
-            )
-        )
+    one = owner_admission.one_priority(
+        {(t.get("spec") or {}).get("priorityClassName") for _, t in _templates(lws)},
+        "spec.leaderWorkerTemplate.*.spec.priorityClassName",
+        "the leader's and the workers' templates",
+        "give both templates the same priorityClassName",
+    )
+    errors += [one] if one else []
     startup = ((lws.get("spec") or {}).get("startupPolicy")) or "LeaderCreated"
     if startup == "LeaderReady" and intent.policy == "gang":
         errors.append(
@@ -160,20 +146,11 @@ def _check(lws: JSON, old: JSON | None, previous: GangIntent | None, intent: Gan
             )
         )
     pods = size(lws)
-    if intent.min_count is not None and intent.policy == "gang" and intent.min_count > pods:
-        errors.append(
-            FieldError(
-                ANNOTATION_PATHS["min_count"],
-                intent.min_count,
-                f"must not be greater than the pods of one replica ({pods}: spec.leaderWorkerTemplate.size, the leader "
-                "and its workers); each replica is a gang of its own",
-                f"lower it to at most {pods}, or raise spec.leaderWorkerTemplate.size",
-            )
-        )
-    sized = intent.policy == "gang" and intent.min_count is not None and intent.min_count >= 1
-    try:
-        validate(replace(intent, min_count=None) if sized else intent, None)
-    except GangSpecError as exc:
-        errors += exc.errors
+    errors += owner_admission.sized_by_owner(
+        intent,
+        pods,
+        f"the pods of one replica ({pods}: spec.leaderWorkerTemplate.size, the leader and its workers); each replica is a gang of its own",
+        "raise spec.leaderWorkerTemplate.size",
+    )
     if errors:
         raise GangSpecError(errors)

@@ -40,15 +40,11 @@ class LeaderWorkerSets(Controlling):
     api_version = admission.API_VERSION
     plural = "leaderworkersets"
 
-    def lws_uid(self, pod_group: Mapping[str, Any]) -> str | None:
-        """The uid of the LWS that controls the group (Controlling's `owner_uid`: the object's controller)."""
-        return super().owner_uid(pod_group)
-
     def owner_uid(self, obj: Mapping[str, Any]) -> str | None:
         """The replica's key for a group the LWS controls; None for anything else (a pod is controlled by a StatefulSet)."""
         labels = obj["metadata"].get("labels") or {}
         name, replica = labels.get(keys.JOB_NAME_LABEL), labels.get(admission.GROUP_INDEX_LABEL)
-        if name is None or replica is None or self.lws_uid(obj) is None:
+        if name is None or replica is None or self.controller_uid(obj) is None:
             return None
         return member_key(name, replica)
 
@@ -61,24 +57,11 @@ class LeaderWorkerSets(Controlling):
 
     async def read(self, kube: Kube, pod_group: Mapping[str, Any]) -> JSON | None:
         """The LWS, while it lives and still runs the group's replica (a replica scaled away reads as gone)."""
-        name = self.name(pod_group)
-        owner = await kube.get(f"{self.list_path(pod_group['metadata']['namespace'])}/{name}") if name else None
-        if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != self.lws_uid(pod_group):
-            return None
+        owner = await super().read(kube, pod_group)
         replica = (pod_group["metadata"].get("labels") or {}).get(admission.GROUP_INDEX_LABEL, "")
-        if not replica.isdigit() or int(replica) >= admission.groups(owner):
+        if owner is None or not replica.isdigit() or int(replica) >= admission.groups(owner):
             return None
         return owner
-
-    def ref(self, pod_group: Mapping[str, Any]) -> JSON | None:
-        name, uid = self.name(pod_group), self.lws_uid(pod_group)
-        if not (name and uid):
-            return None
-        return {
-            "apiVersion": self.api_version,
-            "kind": self.kind,
-            "metadata": {"name": name, "namespace": pod_group["metadata"]["namespace"], "uid": uid},
-        }
 
     def state(self, owner: Mapping[str, Any], released_at: str | None) -> OwnerState:
         """No suspend, no end: an LWS's replicas run until it is scaled down or deleted (`read` says gone)."""

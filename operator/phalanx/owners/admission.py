@@ -3,11 +3,21 @@ a pod is in one group only."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from phalanx.api import keys
-from phalanx.api.intent import FieldError, GangSpecError, hold_after, ready_deadline, unknown_keys
+from phalanx.api.intent import (
+    ANNOTATION_PATHS,
+    FieldError,
+    GangIntent,
+    GangSpecError,
+    hold_after,
+    ready_deadline,
+    unknown_keys,
+    validate,
+    validate_update,
+)
 
 
 @dataclass(frozen=True)
@@ -47,3 +57,53 @@ def two_groups(owner: dict[str, Any], kind: str, template_path: str = "spec.temp
         f"drop the {kind}'s gang annotations to gang its pods in PodGroup {name} (with other owners' pods), "
         f"or drop the label to gang the {kind} alone",
     )
+
+
+def one_priority(names: set[str | None], path: str, what: str, fix: str) -> FieldError | None:
+    """A gang has one priority: the pod templates of an owner of several (`path`) must name one class."""
+    if len(names) <= 1:
+        return None
+    return FieldError(path, sorted(n or "" for n in names), f"the gang has one priority, but {what} name different priority classes", fix)
+
+
+def sized_by_owner(intent: GangIntent, pods: int, counted: str, fix: str) -> list[FieldError]:
+    """The rules of a gang an owner sizes (a JobSet's pods, a LeaderWorkerSet replica's): minCount at most `pods`
+    (`counted` says what they are, `fix` how to have more), and every other rule a Job's."""
+    errors = []
+    if intent.min_count is not None and intent.policy == "gang" and intent.min_count > pods:
+        errors.append(
+            FieldError(
+                ANNOTATION_PATHS["min_count"],
+                intent.min_count,
+                f"must not be greater than {counted}",
+                f"lower it to at most {pods}, or {fix}",
+            )
+        )
+    sized = intent.policy == "gang" and intent.min_count is not None and intent.min_count >= 1
+    try:
+        validate(replace(intent, min_count=None) if sized else intent, None)
+    except GangSpecError as exc:
+        errors += exc.errors
+    return errors
+
+
+def owner_errors(
+    owner: dict[str, Any], old: dict[str, Any] | None, previous: GangIntent | None, intent: GangIntent | None, kind: str
+) -> list[FieldError] | None:
+    """What every kind sized by its owner refuses first: a change the update rules forbid (raised), keys it does not
+    read, and group claims, which only a Job's gang has; None when it asks for no gang now (nothing more to check)."""
+    if old is not None:
+        validate_update(previous, intent)
+    if intent is None:
+        return None
+    errors = unknown_key_errors(owner, old)
+    if intent.resource_claims:
+        errors.append(
+            FieldError(
+                ANNOTATION_PATHS["resource_claims"],
+                [c.name for c in intent.resource_claims],
+                f"claims shared by the group are not supported on a {kind} yet",
+                "give each pod a claim of its own (a resourceClaimTemplateName in its template), or remove it",
+            )
+        )
+    return errors

@@ -21,11 +21,17 @@ class Controlling:
     api_version: str
     plural: str
 
-    def owner_uid(self, obj: Mapping[str, Any]) -> str | None:
+    def controller_uid(self, obj: Mapping[str, Any]) -> str | None:
+        """The uid of the object's controller of this kind (None: another kind controls it, or none)."""
         for ref in obj["metadata"].get("ownerReferences") or []:
             if ref.get("kind") == self.kind and ref.get("controller"):
                 return ref["uid"]
         return None
+
+    def owner_uid(self, obj: Mapping[str, Any]) -> str | None:
+        """The group's key: its controller's uid, for a kind whose object is one gang (a LeaderWorkerSet's groups
+        are one per replica, and key by it)."""
+        return self.controller_uid(obj)
 
     def name(self, pod_group: Mapping[str, Any]) -> str | None:
         return (pod_group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
@@ -36,12 +42,12 @@ class Controlling:
     async def read(self, kube: Kube, pod_group: Mapping[str, Any]) -> JSON | None:
         name = self.name(pod_group)
         owner = await kube.get(f"{self.list_path(pod_group['metadata']['namespace'])}/{name}") if name else None
-        if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != self.owner_uid(pod_group):
+        if owner is None or owner["metadata"].get("deletionTimestamp") or owner["metadata"]["uid"] != self.controller_uid(pod_group):
             return None
         return owner
 
     def ref(self, pod_group: Mapping[str, Any]) -> JSON | None:
-        name, uid = self.name(pod_group), self.owner_uid(pod_group)
+        name, uid = self.name(pod_group), self.controller_uid(pod_group)
         if not (name and uid):
             return None
         return {
