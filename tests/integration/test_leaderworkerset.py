@@ -200,7 +200,6 @@ def test_a_scale_up_adds_replicas_that_each_wait_whole(cluster: Cluster, operato
     cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(lws_body("serve", 1, 3, {keys.POLICY: "gang"})))
     wait_for(lambda: len(_bound(_pods(cluster, namespace, "serve"))) == 3, "replica 0 bound whole", timeout=120)
     cluster.kubectl("-n", namespace, "patch", "lws", "serve", "--type=merge", "-p", json.dumps({"spec": {"replicas": 3}}))
-    wait_for(lambda: len(_pod_groups(cluster, namespace, "serve")) == 3, "a PodGroup for each new replica")
 
     def settled() -> list[int] | None:
         pods = _pods(cluster, namespace, "serve")
@@ -211,6 +210,7 @@ def test_a_scale_up_adds_replicas_that_each_wait_whole(cluster: Cluster, operato
     rest = _replica(_pods(cluster, namespace, "serve"), 3 - placed)
     assert len(rest) == 3 and all(_gated(p) for p in rest) and not _bound(rest)
     assert not _allocated_claims(cluster, namespace, rest)
+    assert sorted(_pod_groups(cluster, namespace, "serve")) == ["0", "1", "2"], "a PodGroup for each new replica"
 
 
 def test_a_gang_lws_that_cannot_be_honoured_is_refused_naming_the_field(cluster: Cluster, operator: Operator, namespace: str) -> None:

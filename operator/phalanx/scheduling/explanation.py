@@ -436,7 +436,8 @@ def explain(
             state = "Disrupted" if torn else "Waiting"
             finished = f", {done} finished" if done else ""
             summary = f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims{finished}"
-            owner = next((j for j in objects.owners if j["metadata"]["uid"] == kind.owner_uid(pod_group)), None)
+            owner_uid = ((kind.ref(pod_group) or {}).get("metadata") or {}).get("uid")  # a LeaderWorkerSet's, not its replica's key
+            owner = next((j for j in objects.owners if j["metadata"]["uid"] == owner_uid), None)
             job_pods = kind.pods_owed(owner, pod_group, len(live), now) if torn else None
         else:
             snapshot = snapshots.snapshot(
