@@ -204,7 +204,8 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
     )
     assert (
         wrong.returncode == 1
-        and "error: no PodGroup for Job or JobSet or PodGroup 'first' in namespace 'default', nor one of that name" in wrong.stderr
+        and "error: no PodGroup for Job or JobSet or LeaderWorkerSet or PodGroup 'first' in namespace 'default', nor one of that name"
+        in wrong.stderr
     ), wrong.stderr
     claims = {c["metadata"]["name"]: c for c in cluster.get("resourceclaims", "-n", namespace)["items"]}
     for pod in first:
