@@ -28,7 +28,8 @@ from phalanx.scheduling.derived import Derived
 from phalanx.scheduling.membership import Membership
 from phalanx.scheduling.nomination import Preemptor
 from phalanx.scheduling.preempting import Preempting
-from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser, Steps, planned_devices
+from phalanx.scheduling.record import planned_devices
+from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser, Steps
 
 logger = logging.getLogger(__name__)
 
