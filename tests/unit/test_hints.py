@@ -27,7 +27,7 @@ class _World:
     """The view's informers, fed writes by hand, and the hints listening to them."""
 
     def __init__(self) -> None:
-        stores = ("podgroups", "pods", "claims", "priorities", "nodes")
+        stores = ("podgroups", "composites", "pods", "claims", "priorities", "nodes")
         self.view = SimpleNamespace(**{s: Informer(s, None, f"/{s}", None, lambda: None, keep=lambda obj: obj) for s in stores})  # type: ignore[arg-type]
         self.hints = hints.Hints(self.view, hints.member_keys(KINDS))  # type: ignore[arg-type]
         self.version = 0

@@ -42,11 +42,11 @@ from typing import Any, NoReturn
 
 from phalanx.api import keys, schema, times
 from phalanx.crashpoints import crash_point
-from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, all_answered, claim_path, custom_path, pod_path, retried
+from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, all_answered, claim_path, pod_path, retried
 from phalanx.kube.informers import ClusterView, key_of
 from phalanx.planner import Fits
 from phalanx.planner.model import DeviceId
-from phalanx.scheduling import accessors, deallocation, inflight, metrics
+from phalanx.scheduling import accessors, composites, deallocation, inflight, metrics
 from phalanx.scheduling.accessors import allocated_ids, claim_name, claim_names, dedicated_ids, shares, started
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.inputs import extended_resources
@@ -318,16 +318,16 @@ class Releaser:
         body = reservation.wire() if reservation is not None else None
         status: dict[str, Any] = {"reservation": body} | ({"finished": finished} if finished else {})
         meta = pod_group["metadata"]
-        path = custom_path("podgroups", meta["namespace"], meta["name"], status=True)
+        path = accessors.path(pod_group, status=True)
         if expected is ANY:
-            return await self.kube.merge_patch(path, {"status": status})
+            return composites.as_written(pod_group, await self.kube.merge_patch(path, {"status": status}))
         want = _identity(expected if isinstance(expected, schema.Reservation) else None)
         current: Mapping[str, Any] | None = pod_group if meta.get("resourceVersion") else None
         for _ in range(6):
             self._still_leading()
             fresh = current is None
             if current is None:
-                current = await self.kube.get(custom_path("podgroups", meta["namespace"], meta["name"]))
+                current = await self.kube.get(accessors.path(pod_group))
                 if current is None or current["metadata"]["uid"] != meta["uid"]:
                     raise ReleaseAborted("the PodGroup is gone")
             if _identity(accessors.reservation(current)) != want:
@@ -336,9 +336,10 @@ class Releaser:
                 current = None  # the copy at hand may be behind: only a fresh read can say another replica took over
                 continue
             try:
-                return await self.kube.merge_patch(
+                answer = await self.kube.merge_patch(
                     path, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": status}
                 )
+                return composites.as_written(pod_group, answer)
             except Conflict:
                 current = None  # the PodGroup changed (its counts, its conditions), or the copy was behind: read afresh
             except NotFound as exc:
