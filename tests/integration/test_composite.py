@@ -181,3 +181,36 @@ def test_a_role_of_a_composite_that_does_not_exist_is_refused(cluster: Cluster, 
     nested["spec"]["parentCompositePodGroupName"] = "outer"
     refused = cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(nested), check=False)
     assert refused.returncode != 0 and "one level of roles" in refused.stderr, refused.stderr
+
+
+def test_a_single_composite_that_loses_its_launcher_runs_on_and_names_the_role(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    """disruptionMode single: the launcher evicted, its 3 workers (at their minimum) run on, and the composite
+    reads BelowMinCount naming the launcher's role though 3 of minCount 4 run; a count alone would say only that."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    single = composite("solo", 2)
+    single["spec"]["disruptionMode"] = {"single": {}}
+    _apply(
+        cluster,
+        namespace,
+        single,
+        role("solo-launcher", "solo", 1),
+        role("solo-workers", "solo", 3),
+        pod("launcher", "solo-launcher"),
+        *(pod(f"worker-{i}", "solo-workers") for i in range(3)),
+    )
+    wait_for(
+        lambda: _condition(cluster, namespace, "solo", keys.INITIALLY_SCHEDULED).get("status") == "True", "solo Scheduled", timeout=120
+    )
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "launcher", "namespace": namespace}}
+    cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/launcher/eviction", "-f", "-", stdin=json.dumps(body))
+    below = wait_for(
+        lambda: (c := _condition(cluster, namespace, "solo", keys.DISRUPTION_TARGET)).get("reason") == keys.BELOW_MIN_COUNT and c,
+        "solo BelowMinCount",
+    )
+    assert "solo-launcher 0 of minCount 1" in below["message"], below
+    workers = [p for p in _pods(cluster, namespace, "solo") if p["metadata"]["name"].startswith("worker")]
+    assert len(workers) == 3 and all(not p["metadata"].get("deletionTimestamp") and p["spec"].get("nodeName") for p in workers), (
+        "the workers run on"
+    )

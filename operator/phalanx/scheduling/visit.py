@@ -273,7 +273,8 @@ class Visits:
             keys.DISRUPTION_TARGET
         )
         finished = f", {done} finished" if done else ""
-        if len(bound) + done >= min_count:
+        short_roles = composites.below(pod_group, bound)
+        if len(bound) + done >= min_count and not short_roles:
             if said is not None and said["status"] == "True":
                 await self.status.condition(
                     pod_group,
@@ -284,6 +285,8 @@ class Visits:
                 )
             return
         message = f"below minCount: {len(bound)} of minCount {min_count} members run{finished}"
+        if short_roles:
+            message += f"; roles below their minCount: {', '.join(short_roles)}"
         if lost:
             message += f"; lost {', '.join(str(loss) for loss in lost)}"
         if said is None or said["status"] != "True":
