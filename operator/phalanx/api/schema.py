@@ -1,4 +1,4 @@
-"""Workload and PodGroup in `scheduling.phalanx.dev/v1beta1`: the single source of the CRDs.
+"""Workload, PodGroup and CompositePodGroup in `scheduling.phalanx.dev/v1beta1`: the single source of the CRDs.
 
 The shape mirrors upstream `scheduling.k8s.io/v1beta1` (KEP-4671) field for
 field, so moving to the in-tree feature later is a change of apiVersion. Rules
