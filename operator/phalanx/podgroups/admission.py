@@ -72,7 +72,8 @@ def mutate_pod(pod: JSON, pod_group: JSON | None, composite: JSON | None = None)
     label = _composite_label(pod, pod_group, composite, name, namespace)
     gates = list((pod.get("spec") or {}).get("schedulingGates") or [])
     warnings: tuple[str, ...] = ()
-    if _placed(composite if label is not None and label.get(keys.COMPOSITE_LABEL) and composite is not None else pod_group):
+    in_composite = composite is not None and composites.parent(pod_group) is not None and composites.gang(composite)
+    if _placed(composite if in_composite else pod_group):  # type: ignore[arg-type]
         warnings = (
             f"PodGroup {namespace}/{name} was placed already: this pod joins it as a late member, released alone once "
             "it fits (status.lateMembers counts the late members still waiting)",

@@ -65,10 +65,13 @@ def describe(group: Mapping[str, Any]) -> str:
 def below(group: Mapping[str, Any], bound: Iterable[Mapping[str, Any]]) -> list[str]:
     """Each role with fewer members bound than its minimum, as "name n of minCount m" (none for a group without
     roles): a `single` composite runs on below it, and says so."""
+    found = roles(group)
+    if not found:
+        return []
     counts: dict[str, int] = defaultdict(int)
     for pod in bound:
         counts[(pod["metadata"].get("labels") or {}).get(keys.POD_GROUP_LABEL, "")] += 1
-    return [f"{name} {counts[name]} of minCount {minimum}" for name, minimum in roles(group) if counts[name] < minimum]
+    return [f"{name} {counts[name]} of minCount {minimum}" for name, minimum in found if counts[name] < minimum]
 
 
 def as_group(composite: Mapping[str, Any], children: Sequence[Mapping[str, Any]]) -> JSON:

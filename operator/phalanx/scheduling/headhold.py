@@ -202,8 +202,9 @@ class HeadHold:
         desired = await self._desired(line, podgroups, once, revision, matcher, self._backing_off(podgroups, backing_off))
         want = desired.devices if desired is not None else frozenset()
         if desired is not None:
-            holder = next(g for g in podgroups if g["metadata"]["uid"] == desired.uid)
-            await self._write(holder, desired.record().wire())
+            holder = next((g for g in podgroups if g["metadata"]["uid"] == desired.uid), None)
+            if holder is not None:  # the line and the groups are one reading of the view: it is there
+                await self._write(holder, desired.record().wire())
             await self.rules.cover(
                 sorted(want - set(self.rules.covered)), f"held for {desired.namespace}/{desired.name}, the head of the line"
             )
