@@ -211,8 +211,17 @@ build_kueue() {
   local dir="$CACHE/src/kueue-$KUEUE_VERSION" t=$SECONDS f
   log "building kueue-controller-manager $KUEUE_VERSION"
   wrapper_module "$dir" kueue sigs.k8s.io/kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue
-  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$KUEUE_BIN/kueue-controller-manager.tmp" sigs.k8s.io/kueue/cmd/kueue)
   local src; src="$(cd "$dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
+  # One line changed: with its internal cert management off, the manager reads a metrics certificate from the fixed
+  # path /etc/kueue/metrics/certs (a mounted Secret in its Deployment) and exits without one, even with the metrics
+  # server off. Its main package (one file, no internal imports) is copied into the wrapper module with
+  # KUEUE_METRICS_CERT_DIR naming another directory (kueue.py's own); the rest is the module as released.
+  local main="$src/cmd/kueue/main.go" line='metricsCertPath := "/etc/kueue/metrics/certs"'
+  grep -qF "$line" "$main" || { log "kueue $KUEUE_VERSION: '$line' not in cmd/kueue/main.go"; exit 1; }
+  mkdir -p "$dir/manager"
+  sed "s|$line|$line; if d := os.Getenv(\"KUEUE_METRICS_CERT_DIR\"); d != \"\" { metricsCertPath = d }|" "$main" >"$dir/manager/main.go"
+  (cd "$dir" && go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+    -o "$KUEUE_BIN/kueue-controller-manager.tmp" ./manager)
   : >"$KUEUE_BIN/crds.yaml.tmp"
   for f in "$src"/config/components/crd/bases/*.yaml; do { echo "---"; cat "$f"; } >>"$KUEUE_BIN/crds.yaml.tmp"; done
   cp "$src/config/components/webhook/manifests.yaml" "$KUEUE_BIN/webhooks.yaml.tmp"

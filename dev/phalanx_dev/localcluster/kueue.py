@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -127,7 +128,10 @@ def start(
     config = home / "config.yaml"
     config.write_text(yaml.safe_dump(controller_config(webhook_port, health_port, cert.cert_file.parent, pods_ready)))
     (home / "state.json").write_text(json.dumps({"health_port": health_port}))
-    pid = processes.start([str(release / BINARY), f"--config={config}", f"--kubeconfig={kubeconfig}"], kubeconfig, home / "controller.log")
+    # the metrics certificate it insists on reading even with no metrics server (build-kube.sh's one-line overlay)
+    env = dict(os.environ, KUEUE_METRICS_CERT_DIR=str(cert.cert_file.parent))
+    argv = [str(release / BINARY), f"--config={config}", f"--kubeconfig={kubeconfig}"]
+    pid = processes.start(argv, kubeconfig, home / "controller.log", env=env)
     return pid, webhook_configurations(release, f"https://127.0.0.1:{webhook_port}", cert.ca_pem)
 
 
