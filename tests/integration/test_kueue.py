@@ -15,6 +15,7 @@ Each test makes a ClusterQueue and a LocalQueue of its own, and its Jobs carry `
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import time
@@ -142,6 +143,18 @@ def _condition(obj: dict, kind: str) -> str | None:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond["type"] == kind:
             return cond["status"]
+    return None
+
+
+def _stamp(text: str) -> float:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _since(obj: dict, kind: str) -> float | None:
+    """When condition `kind` last turned True (the API's seconds), or None while it is not True."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind and cond["status"] == "True":
+            return _stamp(cond["lastTransitionTime"])
     return None
 
 
@@ -296,7 +309,7 @@ def test_waitforpodsready_evicts_a_gated_gang_that_holds_nothing_and_requeues_it
     kq.apply(ns, gpu_gang("outside", 3))  # no queue name: Kueue leaves it alone, Phalanx places it
     outside = placed_whole(kq, ns, "outside", 3)
     kq.apply(ns, queued_gang("train", 2, queue))
-    wait_for(lambda: _condition(workload(kq, ns, "train"), "Admitted") == "True", "train admitted by Kueue")
+    admitted = wait_for(lambda: _since(workload(kq, ns, "train"), "Admitted"), "train admitted by Kueue")
     admitted_at = time.monotonic()
     wait_for(lambda: len(live(kq, ns, "train")) == 2, "train's pods made")
     # gated, holding nothing, until Kueue's timeout evicts it
@@ -305,19 +318,23 @@ def test_waitforpodsready_evicts_a_gated_gang_that_holds_nothing_and_requeues_it
         assert time.monotonic() - admitted_at < TIMEOUT + 30, "Kueue's waitForPodsReady evicts the gang that never came up"
         time.sleep(0.5)
     evicted_at = time.monotonic()
-    evicted_after = evicted_at - admitted_at
-    assert evicted_after >= TIMEOUT - 2, f"evicted at the timeout, not before ({evicted_after:.0f}s)"
-    print(f"train: admitted, held gated, evicted by waitForPodsReady {evicted_after:.1f}s after admission")
     wl = workload(kq, ns, "train")
     reasons = {c["type"]: c.get("reason") for c in wl["status"]["conditions"]}
     assert reasons.get("Evicted") == "PodsReadyTimeout", reasons
+    # Kueue's own record, to the second: evicted at the timeout after its admission, requeued a back-off later
+    evicted = _since(wl, "Evicted")
+    requeue_at = _stamp(wl["status"]["requeueState"]["requeueAt"])
+    assert evicted is not None
+    assert evicted - admitted >= TIMEOUT - 1, f"evicted at the timeout, not before ({evicted - admitted:.0f}s)"
+    assert requeue_at - evicted >= BACKOFF - 1, f"requeued a back-off after the eviction ({requeue_at - evicted:.0f}s)"
+    print(f"train: admitted, held gated, evicted by waitForPodsReady {evicted - admitted:.0f}s after admission")
     wait_for(lambda: not live(kq, ns, "train"), "the suspended gang's pods gone")
     holds_nothing(kq, ns, "train")
     # requeued after the back-off (counted from the eviction), not at once
     wait_for(lambda: not suspended(kq, ns, "train"), "train readmitted after its back-off", 60)
-    readmitted_after = time.monotonic() - evicted_at
-    assert readmitted_after >= BACKOFF - 1, f"readmitted only after the back-off ({readmitted_after:.1f}s)"
-    print(f"train: readmitted {readmitted_after:.1f}s after its eviction")
+    readmitted = _since(workload(kq, ns, "train"), "Admitted")
+    assert readmitted is not None and readmitted >= requeue_at, "readmitted only once its back-off ran out"
+    print(f"train: readmitted {readmitted - evicted:.0f}s after its eviction (seen {time.monotonic() - evicted_at:.1f}s after it)")
     assert (workload(kq, ns, "train")["status"].get("requeueState") or {}).get("count", 0) >= 1
 
     # the room comes: outside finishes; the readmitted (or next readmitted) gang is placed whole and stays admitted
