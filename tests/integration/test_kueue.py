@@ -7,7 +7,7 @@ integration, `manageJobsWithoutQueueName: false` and quota on the GPUs themselve
 ClusterQueue's quota names; each rank's claim (ResourceClaimTemplate `one-gpu`, exactly 1 device) counts 1.
 
 Its waitForPodsReady is the setting README's "Behind Kueue" documents, with the times cut short so a test can see
-it act: timeout TIMEOUT s, requeued after a back-off of BACKOFF s doubling up to 2 x BACKOFF (documented: 5 min, 60 s
+it act: timeout TIMEOUT s, requeued after a back-off of BACKOFF s doubling up to 2 x BACKOFF (documented: 10 min, 60 s
 up to 1 h); Phalanx's own ready deadline stays off, as documented.
 
 Each test makes a ClusterQueue and a LocalQueue of its own, and its Jobs carry `kueue.x-k8s.io/queue-name`.
@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import WORKLOADS, cluster_name
 
+import docscheck
 from jobs import gpu_gang
 from phalanx_dev.localcluster import ClusterSpec, LocalCluster, demo, kueue, operatorproc
 
@@ -349,3 +351,33 @@ def test_waitforpodsready_evicts_a_gated_gang_that_holds_nothing_and_requeues_it
     time.sleep(TIMEOUT + 5)
     assert not suspended(kq, ns, "train"), "a placed, ready gang is not evicted at the timeout"
     assert {p["metadata"]["uid"] for p in bound(kq, ns, "train")} == placed, "nor taken down by anyone"
+
+
+def test_the_readmes_kueue_configuration_is_the_one_tested() -> None:
+    """README's "Behind Kueue" Configuration is what `kueue.controller_config` gives Kueue here, with the documented
+    waitForPodsReady (the tests above run it with its times cut short)."""
+    block = next(b for b in docscheck.blocks(docscheck.ROOT / "README.md") if "deviceClassMappings" in b.text)
+    documented = yaml.safe_load(block.text)
+    ours = kueue.controller_config(1, 2, Path("/certs"), kueue.DOCUMENTED)
+    assert {key: ours[key] for key in documented} == documented
+
+
+def test_the_readmes_example_runs_behind_kueue(kq: Kueued, ns: str) -> None:
+    """README's queue and gang, applied as written (moved into the test's namespace): Kueue admits the Job within
+    the 4 GPUs of the ClusterQueue, and Phalanx places its 4 ranks whole."""
+    blocks = list(docscheck.examples(kueue=True))
+    assert len(blocks) == 1, [b.where for b in blocks]
+    objects = docscheck.objects(blocks[0])
+    cluster_scoped = [o for o in objects if o["kind"] in ("ResourceFlavor", "ClusterQueue")]
+    namespaced = [{**o, "metadata": {**o["metadata"], "namespace": ns}} for o in objects if o not in cluster_scoped]
+    kq.apply(None, *cluster_scoped)
+    try:
+        kq.apply(ns, *namespaced)
+        job = next(o["metadata"]["name"] for o in namespaced if o["kind"] == "Job")
+        wait_for(lambda: _condition(workload(kq, ns, job), "Admitted") == "True", f"{job} admitted by Kueue")
+        placed_whole(kq, ns, job, 4)
+        wait_for(lambda: scheduled_reason(kq, ns, job) == "Scheduled", f"{job}'s PodGroup Scheduled")
+    finally:
+        kq.kubectl("delete", "jobs", "--all", "-n", ns, "--wait=false", check=False)
+        names = [o["metadata"]["name"] for o in cluster_scoped if o["kind"] == "ClusterQueue"]
+        kq.kubectl("delete", "clusterqueue", *names, "--ignore-not-found", "--wait=false", check=False)

@@ -59,13 +59,14 @@ class PodsReady:
     """Kueue's waitForPodsReady: an admitted workload whose pods are not all Ready within `timeout` seconds is
     evicted (suspended) and requeued after a back-off of `backoff_base` seconds, doubling up to `backoff_max`."""
 
-    timeout: int = 300
+    timeout: int = 600
     backoff_base: int = 60
     backoff_max: int = 3600
 
 
 DOCUMENTED = PodsReady()
-"""The setting README's "Behind Kueue" recommends."""
+"""The setting README's "Behind Kueue" recommends: a timeout above Phalanx's hold-after (300 s), so a gang waiting at
+the head of Phalanx's line gets its devices held for it before Kueue gives up on it."""
 
 
 class Exited(RuntimeError):
