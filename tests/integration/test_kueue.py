@@ -30,6 +30,7 @@ from conftest import WORKLOADS, cluster_name
 
 import docscheck
 from jobs import gpu_gang
+from phalanx.api import keys
 from phalanx_dev.localcluster import ClusterSpec, LocalCluster, demo, kueue, operatorproc
 
 ROOT = Path(__file__).parents[2]
@@ -245,7 +246,10 @@ def test_quota_for_one_of_two_gangs_admits_one_whole_and_holds_the_other_with_no
     queue = queues(kq, ns, gpus=2)
     kq.apply(ns, queued_gang("first", 2, queue))
     wait_for(lambda: _condition(workload(kq, ns, "first"), "Admitted") == "True", "first admitted by Kueue")
-    kq.apply(ns, queued_gang("second", 2, queue))
+    # hold-after 1 s: were the suspended Job in Phalanx's line, devices would be held for it (DeviceTaintRules) at once
+    second = queued_gang("second", 2, queue)
+    second["metadata"]["annotations"][keys.HOLD_AFTER] = "1s"
+    kq.apply(ns, second)
     first = placed_whole(kq, ns, "first", 2)
     assert not suspended(kq, ns, "first") and released(kq, ns, "first")
     wait_for(lambda: workload(kq, ns, "second"), "second's Workload made")
@@ -254,6 +258,8 @@ def test_quota_for_one_of_two_gangs_admits_one_whole_and_holds_the_other_with_no
     while time.monotonic() < deadline:
         holds_nothing(kq, ns, "second")
         assert _condition(workload(kq, ns, "second"), "QuotaReserved") != "True", "second has no quota"
+        held = kq.get("devicetaintrules", "-l", f"{keys.MANAGED_BY_LABEL}={keys.MANAGER_NAME}")["items"]
+        assert not held, f"no device held for a suspended Job: {[r['metadata']['name'] for r in held]}"
         time.sleep(0.5)
     assert _condition(workload(kq, ns, "first"), "PodsReady") == "True", "Kueue sees the placed gang ready"
 
@@ -359,7 +365,15 @@ def test_the_readmes_kueue_configuration_is_the_one_tested() -> None:
     block = next(b for b in docscheck.blocks(docscheck.ROOT / "README.md") if "deviceClassMappings" in b.text)
     documented = yaml.safe_load(block.text)
     ours = kueue.controller_config(1, 2, Path("/certs"), kueue.DOCUMENTED)
-    assert {key: ours[key] for key in documented} == documented
+    assert _within(documented, ours), f"README's {documented} is not in {ours}"
+
+
+def _within(part: Any, whole: Any) -> bool:
+    """Each key of `part` is in `whole` with the same value (maps compared key by key, so the local cluster's own
+    additions, such as its visibility server off, may be beside the documented ones)."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(k in whole and _within(v, whole[k]) for k, v in part.items())
+    return part == whole
 
 
 def test_the_readmes_example_runs_behind_kueue(kq: Kueued, ns: str) -> None:

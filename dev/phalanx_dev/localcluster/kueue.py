@@ -107,7 +107,7 @@ def controller_config(webhook_port: int, health_port: int, cert_dir: Path, pods_
     }
     if pods_ready is not None:
         config["waitForPodsReady"] = {
-            "timeout": f"{pods_ready.timeout}s",
+            "timeout": f"{pods_ready.timeout // 60}m" if pods_ready.timeout % 60 == 0 else f"{pods_ready.timeout}s",
             "blockAdmission": False,
             "requeuingStrategy": {
                 "timestamp": "Eviction",
