@@ -110,7 +110,7 @@ def ns(kq: Kueued) -> Iterator[str]:
         kq.kubectl("delete", "clusterqueue", f"cq-{name}", "--ignore-not-found", "--wait=false", check=False)
 
 
-def queues(kq: Kueued, namespace: str, gpus: int, *, preemption: bool = False) -> str:
+def queues(kq: Kueued, namespace: str, gpus: int, *, preemption: bool = False, flavor: str = FLAVOR) -> str:
     """A ClusterQueue whose quota is `gpus` GPUs (and ample cpu and memory), and its LocalQueue; returns the queue's name."""
     cq = f"cq-{namespace}"
     resources = [
@@ -120,7 +120,7 @@ def queues(kq: Kueued, namespace: str, gpus: int, *, preemption: bool = False) -
     ]
     spec: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-        "resourceGroups": [{"coveredResources": [r["name"] for r in resources], "flavors": [{"name": FLAVOR, "resources": resources}]}],
+        "resourceGroups": [{"coveredResources": [r["name"] for r in resources], "flavors": [{"name": flavor, "resources": resources}]}],
     }
     if preemption:
         spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
@@ -305,6 +305,51 @@ def test_kueue_preempting_a_lower_gang_takes_it_down_whole_and_frees_its_devices
         assert _condition(workload(kq, ns, "low"), "QuotaReserved") != "True", "low waits requeued in Kueue"
     finally:
         kq.kubectl("delete", "workloadpriorityclass", low, high, "--ignore-not-found", check=False)
+
+
+def test_a_flavors_node_labels_kueue_injects_are_where_phalanx_places_the_gang(kq: Kueued, ns: str) -> None:
+    """Kueue writes the admitting flavor's nodeLabels into the Job's pod template as it unsuspends it; Phalanx plans
+    the gang with them: both ranks on worker-2 (a plan that ignored them could as well pick worker-1, and
+    kube-scheduler would then refuse the pin). Once Kueue suspends the Job again, it takes its nodeSelector back off."""
+    flavor = f"worker-2-{ns}"
+    kq.apply(
+        None,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+            "spec": {"nodeLabels": {"kubernetes.io/hostname": "worker-2"}},
+        },
+    )
+    try:
+        queue = queues(kq, ns, gpus=2, flavor=flavor)
+        kq.apply(ns, queued_gang("pinned", 2, queue))
+        ranks = placed_whole(kq, ns, "pinned", 2)
+        assert {p["spec"]["nodeName"] for p in ranks} == {"worker-2"}, [p["spec"]["nodeName"] for p in ranks]
+        template = kq.get("job", "pinned", "-n", ns)["spec"]["template"]["spec"]
+        assert template.get("nodeSelector") == {"kubernetes.io/hostname": "worker-2"}, "Kueue injected its flavor's labels"
+        assert {"name": keys.SCHEDULING_GATE} in template["schedulingGates"], "and Phalanx's gate stays on the template"
+        kq.kubectl(
+            "patch",
+            "workloads.kueue.x-k8s.io",
+            workload(kq, ns, "pinned")["metadata"]["name"],
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            '{"spec": {"active": false}}',
+        )
+        wait_for(lambda: suspended(kq, ns, "pinned"), "pinned suspended once its Workload is deactivated")
+        wait_for(
+            lambda: not kq.get("job", "pinned", "-n", ns)["spec"]["template"]["spec"].get("nodeSelector"), "the nodeSelector taken back"
+        )
+        wait_for(lambda: not allocated(kq, ns, "pinned"), "pinned's claims deallocated")
+        wait_for(lambda: not live(kq, ns, "pinned"), "pinned's ranks gone")
+        holds_nothing(kq, ns, "pinned")
+    finally:
+        kq.kubectl("delete", "jobs", "--all", "-n", ns, "--wait=false", check=False)
+        kq.kubectl("delete", "clusterqueue", f"cq-{ns}", "--ignore-not-found", "--wait=false", check=False)
+        kq.kubectl("delete", "resourceflavor", flavor, "--ignore-not-found", "--wait=false", check=False)
 
 
 def test_waitforpodsready_evicts_a_gated_gang_that_holds_nothing_and_requeues_it_with_backoff(kq: Kueued, ns: str) -> None:
