@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from phalanx.cli.common import DEFAULT_REPO, NotUp, add_name, say, task_hint
-from phalanx_dev.localcluster import ClusterSpec, LocalCluster, jobset, operatorproc
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, jobset, kueue, operatorproc
 from phalanx_dev.localcluster.cluster import MAX_DRIVER_WORKERS
 
 
@@ -164,6 +164,7 @@ def stop_cluster(cluster: LocalCluster) -> None:
         return
     plugins = len(cluster.driver_processes())
     jobset_controller = ", JobSet's controller" if jobset.running(cluster.kubeconfig) else ""
+    jobset_controller += ", Kueue's controller manager" if kueue.running(cluster.kubeconfig) else ""
     cluster.down()
     say(
         f"stopped cluster {name}: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok{jobset_controller}"
