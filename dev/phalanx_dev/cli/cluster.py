@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from phalanx.cli.common import DEFAULT_REPO, NotUp, add_name, say, task_hint
-from phalanx_dev.localcluster import ClusterSpec, LocalCluster, jobset, operatorproc
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, jobset, kueue, operatorproc
 from phalanx_dev.localcluster.cluster import MAX_DRIVER_WORKERS
 
 
@@ -39,6 +39,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="also enable the in-tree gang feature (GenericWorkload, WorkloadWithJob, DRAWorkloadResourceClaims)",
     )
     up.add_argument("--jobset", action="store_true", help="also run JobSet's controller (built from the Go module proxy) with its CRD")
+    up.add_argument(
+        "--kueue",
+        action="store_true",
+        help="also run Kueue's controller manager (built from the Go module proxy) with its CRDs (README: Behind Kueue)",
+    )
     up.add_argument("--no-operator", action="store_true", help="do not start the operator (the CRDs are not installed either)")
     up.add_argument("--repo", type=Path, default=DEFAULT_REPO, help=f"checkout holding crds/ and manifests/ (default {DEFAULT_REPO})")
     up.set_defaults(func=_up)
@@ -96,6 +101,7 @@ def _up(args: argparse.Namespace) -> int:
         gpus_per_worker=args.gpus_per_worker,
         real_nodes=args.real_nodes,
         jobset=args.jobset,
+        kueue=args.kueue,
         upstream_gang=args.upstream_gang,
         driver=None if args.driver == "auto" else args.driver,
     )
@@ -158,6 +164,7 @@ def stop_cluster(cluster: LocalCluster) -> None:
         return
     plugins = len(cluster.driver_processes())
     jobset_controller = ", JobSet's controller" if jobset.running(cluster.kubeconfig) else ""
+    jobset_controller += ", Kueue's controller manager" if kueue.running(cluster.kubeconfig) else ""
     cluster.down()
     say(
         f"stopped cluster {name}: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok{jobset_controller}"
