@@ -27,7 +27,7 @@ README = docscheck.ROOT / "README.md"
 
 def test_the_examples_are_found() -> None:
     kinds = {o["kind"] for block in EXAMPLES for o in docscheck.objects(block)}
-    assert {"Job", "JobSet", "PodGroup", "Pod"} <= kinds, f"the docs' examples were not all found: {kinds}"
+    assert {"Job", "JobSet", "PodGroup", "CompositePodGroup", "Pod"} <= kinds, f"the docs' examples were not all found: {kinds}"
 
 
 def _in(namespace: str, obj: dict[str, Any]) -> str:
@@ -55,7 +55,7 @@ def test_an_example_is_accepted_through_the_webhooks(cluster: Cluster, operator:
         assert tried.returncode == 0, f"{what}: refused by the API server (server-side dry run): {tried.stderr.strip()}"
         # an example follows the docs' own advice: Phalanx warns of nothing in it (the disruption rule is there)
         assert not _warnings(tried.stderr), f"{what}: {_warnings(tried.stderr)}"
-        if obj["kind"] == "PodGroup":
+        if obj["kind"] in ("PodGroup", "CompositePodGroup"):
             cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=_in(namespace, obj))
 
 
@@ -63,7 +63,9 @@ README_EXAMPLES = [b for b in EXAMPLES if b.page == README]
 
 
 def _pod_groups(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
-    return cluster.get(f"podgroups.{keys.GROUP}", "-n", namespace)["items"]
+    """The gangs: PodGroups of their own, and CompositePodGroups (whose PodGroups are their roles)."""
+    own = [g for g in cluster.get(f"podgroups.{keys.GROUP}", "-n", namespace)["items"] if "parentCompositePodGroupName" not in g["spec"]]
+    return own + cluster.get(f"compositepodgroups.{keys.GROUP}", "-n", namespace)["items"]
 
 
 def _scheduled(pod_group: dict[str, Any]) -> bool:

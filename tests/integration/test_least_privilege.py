@@ -25,7 +25,8 @@ from phalanx.kinds import HOOKS
 from phalanx.kube.client import Forbidden, Kube
 from phalanx.owners import webhook_config
 from phalanx.scheduling import holes
-from phalanx.scheduling.reserve import Releaser, allocation
+from phalanx.scheduling.record import allocation
+from phalanx.scheduling.reserve import Releaser
 from phalanx_dev.localcluster import operatorproc
 
 ROOT = Path(__file__).parents[2]

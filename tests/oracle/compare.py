@@ -32,7 +32,7 @@ from worlds import World
 
 from phalanx.planner import Fits, Short, plan
 from phalanx.planner.model import Group
-from phalanx.scheduling import accessors, inputs, reserve, snapshots
+from phalanx.scheduling import accessors, inputs, record, snapshots
 
 EXPLAINED = frozenset({"agree: fits", "agree: short", "upstream-greedy-per-pod", "upstream-aborts-pod"})
 
@@ -58,7 +58,7 @@ def phalanx_plan(world: World, pods: list[int], nodes: list[dict[str, Any]]) -> 
 
 def wire(fits: Fits) -> dict[str, dict[str, Any]]:
     """claim name -> status.allocation exactly as the operator writes it."""
-    return {c.name: reserve.allocation(c) for c in reserve.reservation_of(fits).claims}
+    return {c.name: record.allocation(c) for c in record.reservation_of(fits).claims}
 
 
 def _results(allocation: dict[str, Any]) -> set[tuple[str, str, str, str]]:

@@ -23,7 +23,7 @@ from phalanx.planner.model import (
     frozen_map,
 )
 from phalanx.scheduling import accessors, inputs
-from phalanx.scheduling.reserve import allocation, reservation_of
+from phalanx.scheduling.record import allocation, reservation_of
 
 DRIVER = "features.example.com"
 CLASS = DeviceClass("features", selectors=(f"device.driver == '{DRIVER}'",))

@@ -10,7 +10,7 @@ from phalanx.planner import Fits, Short, plan
 from phalanx.planner import extended as extres
 from phalanx.planner.model import Claim, Container, DeviceRequest, Group, Member, Snapshot, frozen_map
 from phalanx.scheduling import inputs, snapshots
-from phalanx.scheduling.reserve import planned_devices, reservation_of
+from phalanx.scheduling.record import planned_devices, reservation_of
 
 RESOURCE = "example.com/gpu"
 MAPPED = {RESOURCE: GPU, f"deviceclass.resource.kubernetes.io/{GPU}": GPU}

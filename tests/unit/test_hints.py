@@ -11,12 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import apiobjects as api
+from phalanx.api import keys
 from phalanx.kinds import KINDS
 from phalanx.kube.informers import Informer
+from phalanx.podgroups.owner import composite_key
 from phalanx.scheduling import accessors, hints
 
-GROUPS = ("a", "b", "c")
-CLAIMS = ("a-0-gpu", "a-1-gpu", "b-0-gpu", "shared", "c-0-gpu", "stray")
+GROUPS = ("a", "b", "c", "d")
+"""Gangs of Jobs a, b and c; d is a CompositePodGroup with the roles d-lead and d-work (`scheduling.composites`)."""
+CLAIMS = ("a-0-gpu", "a-1-gpu", "b-0-gpu", "shared", "c-0-gpu", "d-0-gpu", "stray")
+ROLES = ("d-lead", "d-work")
 
 
 def _job(name: str) -> list[dict[str, Any]]:
@@ -27,12 +31,15 @@ class _World:
     """The view's informers, fed writes by hand, and the hints listening to them."""
 
     def __init__(self) -> None:
-        stores = ("podgroups", "pods", "claims", "priorities", "nodes")
+        stores = ("podgroups", "composites", "pods", "claims", "priorities", "nodes")
         self.view = SimpleNamespace(**{s: Informer(s, None, f"/{s}", None, lambda: None, keep=lambda obj: obj) for s in stores})  # type: ignore[arg-type]
         self.hints = hints.Hints(self.view, hints.member_keys(KINDS))  # type: ignore[arg-type]
         self.version = 0
-        for name in GROUPS:
+        for name in GROUPS[:-1]:
             self.put("podgroups", api.pod_group(name, uid=name, owner=_job(name)))
+        self.put("composites", _composite())
+        for role in ROLES:
+            self.put("podgroups", _role(role, 1))
         self.put("priorities", {"metadata": {"name": "high", "uid": "high"}, "value": 1})
         self.put("nodes", {"metadata": {"name": "w1", "uid": "w1"}})
         self.memos: dict[str, tuple[int, Any]] = {}
@@ -55,7 +62,7 @@ class _World:
             listener.rebuild(informer.store)
 
     def pods(self, name: str) -> list[dict[str, Any]]:
-        return [p for p in self.view.pods.items() if f"{name}-job" in KINDS.member_uids(p)]
+        return [p for p in self.view.pods.items() if _member_key(name) in KINDS.member_uids(p)]
 
     def claims(self, name: str) -> tuple[tuple[str, str], ...]:
         return tuple((p["metadata"]["namespace"], c) for p in self.pods(name) for c in accessors.claim_names(p) or ())
@@ -63,10 +70,12 @@ class _World:
     def read(self, name: str, settled: bool) -> Any:
         """What a visit reads, by version: its PodGroup, its pods, the claims they name, the PriorityClasses; a running
         gang's also the nodes (not their heartbeats)."""
-        group = self.view.podgroups.get(api.NAMESPACE, name)
+        group = self.view.composites.get(api.NAMESPACE, name) if name == "d" else self.view.podgroups.get(api.NAMESPACE, name)
         nodes = tuple(sorted((n["metadata"]["name"], str(n.get("metadata", {}).get("labels"))) for n in self.view.nodes.items()))
+        roles = tuple((self.view.podgroups.get(api.NAMESPACE, r) or {"metadata": {}})["metadata"].get("resourceVersion") for r in ROLES)
         return (
             group["metadata"].get("resourceVersion") if group else None,
+            roles if name == "d" else None,
             tuple(sorted((p["metadata"]["uid"], p["metadata"]["resourceVersion"]) for p in self.pods(name))),
             tuple((self.view.claims.get(*c) or {"metadata": {}})["metadata"].get("resourceVersion") for c in self.claims(name)),
             tuple(sorted(p["metadata"]["resourceVersion"] for p in self.view.priorities.items())),
@@ -79,7 +88,7 @@ class _World:
 
     def check(self) -> None:
         for name, (since, seen, settled) in self.memos.items():
-            passed = self.hints.unmarked(name, (api.NAMESPACE, f"{name}-job"), since)
+            passed = self.hints.unmarked(name, (api.NAMESPACE, _member_key(name)), since)
             if settled:
                 passed = passed and self.hints.nodes_unmarked(since)
             if passed:
@@ -90,9 +99,26 @@ def _key(obj: dict[str, Any]) -> tuple[str, str]:
     return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
 
 
+def _member_key(group: str) -> str:
+    return composite_key(group) if group == "d" else f"{group}-job"
+
+
+def _composite() -> dict[str, Any]:
+    return {"metadata": {"name": "d", "namespace": api.NAMESPACE, "uid": "d"}, "spec": {"schedulingPolicy": {"gang": {"minGroupCount": 2}}}}
+
+
+def _role(name: str, min_count: int) -> dict[str, Any]:
+    spec = {"parentCompositePodGroupName": "d", "schedulingPolicy": {"gang": {"minCount": min_count}}, "disruptionMode": {"all": {}}}
+    return {"metadata": {"name": name, "namespace": api.NAMESPACE, "uid": name}, "spec": spec}
+
+
 def _pod(group: str, index: int, claim: str | None, gated: bool) -> dict[str, Any]:
     name = f"{group}-{index}"
-    return api.pod(name, owner=_job(group), gated=gated, claims=(claim,) if claim else ())
+    if group != "d":
+        return api.pod(name, owner=_job(group), gated=gated, claims=(claim,) if claim else ())
+    member = api.pod(name, owner=[], gated=gated, claims=(claim,) if claim else ())
+    member["metadata"]["labels"] = {keys.POD_GROUP_LABEL: ROLES[index % 2], keys.COMPOSITE_LABEL: "d"}
+    return member
 
 
 STEP = st.one_of(
@@ -103,9 +129,10 @@ STEP = st.one_of(
     st.tuples(st.just("claim"), st.sampled_from(CLAIMS), st.booleans()),
     st.tuples(st.just("claim-gone"), st.sampled_from(CLAIMS)),
     st.tuples(st.just("group"), st.sampled_from(GROUPS)),
+    st.tuples(st.just("role"), st.sampled_from(ROLES), st.integers(1, 3)),
     st.tuples(st.just("priority"), st.integers(0, 3)),
     st.tuples(st.just("node"), st.sampled_from(("heartbeat", "labelled", "added", "gone"))),
-    st.tuples(st.just("relist"), st.sampled_from(("pods", "claims", "podgroups", "priorities", "nodes"))),
+    st.tuples(st.just("relist"), st.sampled_from(("pods", "claims", "podgroups", "composites", "priorities", "nodes"))),
 )
 
 
@@ -127,8 +154,12 @@ def test_a_group_is_unmarked_only_while_what_its_visit_read_is_unchanged(steps: 
                 world.put("claims", api.claim(name, *(("gpu-0",) if allocated else ())))
             case ("claim-gone", name):
                 world.delete("claims", api.NAMESPACE, name)
+            case ("group", "d"):
+                world.put("composites", world.view.composites.get(api.NAMESPACE, "d"))
             case ("group", name):
                 world.put("podgroups", world.view.podgroups.get(api.NAMESPACE, name))
+            case ("role", role, min_count):
+                world.put("podgroups", _role(role, min_count))
             case ("priority", value):
                 world.put("priorities", {"metadata": {"name": "high", "uid": "high"}, "value": value})
             case ("node", "heartbeat"):

@@ -34,8 +34,8 @@ def test_an_existing_kubeconfig_or_the_cluster_itself_is_fine(tmp_path: Path) ->
 
 
 def test_missing_crds_are_listed() -> None:
-    assert preflight.missing_resources(["workloads", "workloads/status"]) == ["podgroups"]
-    assert preflight.missing_resources(["podgroups", "workloads"]) == []
+    assert preflight.missing_resources(["workloads", "workloads/status"]) == ["podgroups", "compositepodgroups"]
+    assert preflight.missing_resources(["podgroups", "compositepodgroups", "workloads"]) == []
 
 
 def test_run_without_a_kubeconfig_exits_at_once_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

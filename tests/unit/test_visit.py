@@ -35,7 +35,7 @@ class _Kube:
 def _visits(kube: _Kube) -> tuple[Visits, list[Visit]]:
     stores = {
         s: Informer(s, None, f"/{s}", None, lambda: None, keep=lambda obj: obj)
-        for s in ("podgroups", "pods", "claims", "priorities", "nodes")
+        for s in ("podgroups", "composites", "pods", "claims", "priorities", "nodes")
     }  # type: ignore[arg-type]
     view = SimpleNamespace(**stores, finished=set())
     remembered = memory.Memory()

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from phalanx.cli.common import DEFAULT_REPO, NotUp, add_name, say, task_hint
-from phalanx_dev.localcluster import ClusterSpec, LocalCluster, jobset, lws, operatorproc
+from phalanx_dev.localcluster import ClusterSpec, LocalCluster, jobset, kueue, lws, operatorproc
 from phalanx_dev.localcluster.cluster import MAX_DRIVER_WORKERS
 
 
@@ -41,6 +41,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     up.add_argument("--jobset", action="store_true", help="also run JobSet's controller (built from the Go module proxy) with its CRD")
     up.add_argument(
         "--lws", action="store_true", help="also run LeaderWorkerSet's controller (built from the Go module proxy) with its CRD"
+    )
+    up.add_argument(
+        "--kueue",
+        action="store_true",
+        help="also run Kueue's controller manager (built from the Go module proxy) with its CRDs (README: Behind Kueue)",
     )
     up.add_argument("--no-operator", action="store_true", help="do not start the operator (the CRDs are not installed either)")
     up.add_argument("--repo", type=Path, default=DEFAULT_REPO, help=f"checkout holding crds/ and manifests/ (default {DEFAULT_REPO})")
@@ -100,6 +105,7 @@ def _up(args: argparse.Namespace) -> int:
         real_nodes=args.real_nodes,
         jobset=args.jobset,
         lws=args.lws,
+        kueue=args.kueue,
         upstream_gang=args.upstream_gang,
         driver=None if args.driver == "auto" else args.driver,
     )
@@ -163,6 +169,7 @@ def stop_cluster(cluster: LocalCluster) -> None:
     plugins = len(cluster.driver_processes())
     jobset_controller = ", JobSet's controller" if jobset.running(cluster.kubeconfig) else ""
     jobset_controller += ", LeaderWorkerSet's controller" if lws.running(cluster.kubeconfig) else ""
+    jobset_controller += ", Kueue's controller manager" if kueue.running(cluster.kubeconfig) else ""
     cluster.down()
     say(
         f"stopped cluster {name}: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok{jobset_controller}"

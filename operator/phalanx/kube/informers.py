@@ -29,6 +29,7 @@ from phalanx.api.keys import GROUP, VERSION
 from phalanx.kube import trim
 from phalanx.kube.client import ApiError, Kube
 from phalanx.scheduling import metrics
+from phalanx.scheduling.composites import Groups
 
 logger = logging.getLogger(__name__)
 
@@ -413,6 +414,9 @@ class ClusterView:
         def podgroups(**kwargs: Any) -> Awaitable[Any]:
             return custom.list_cluster_custom_object(GROUP, VERSION, "podgroups", **kwargs)
 
+        def composites(**kwargs: Any) -> Awaitable[Any]:
+            return custom.list_cluster_custom_object(GROUP, VERSION, "compositepodgroups", **kwargs)
+
         def informer(
             name: str,
             path: str,
@@ -441,6 +445,9 @@ class ClusterView:
         self.classes = informer("deviceclasses", "/apis/resource.k8s.io/v1/deviceclasses", resource.list_device_class)
         self.priorities = informer("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", scheduling.list_priority_class)
         self.podgroups = informer("podgroups", f"/apis/{GROUP}/{VERSION}/podgroups", podgroups)
+        self.composites = informer("compositepodgroups", f"/apis/{GROUP}/{VERSION}/compositepodgroups", composites)
+        self.groups = Groups(self.podgroups, self.composites)
+        """The loop's groups: PodGroups of their own and root gang CompositePodGroups (`scheduling.composites`)."""
         self.budgets = informer(
             "poddisruptionbudgets",
             "/apis/policy/v1/poddisruptionbudgets",
@@ -456,6 +463,7 @@ class ClusterView:
             self.classes,
             self.priorities,
             self.podgroups,
+            self.composites,
             self.budgets,
             self.taint_rules,
         ]

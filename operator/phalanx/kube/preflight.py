@@ -21,7 +21,7 @@ from kubernetes_asyncio.config import ConfigException
 from phalanx.api.keys import GROUP, VERSION
 from phalanx.kube.client import ApiError, Forbidden, Kube
 
-RESOURCES = ("workloads", "podgroups")
+RESOURCES = ("workloads", "podgroups", "compositepodgroups")
 CRDS_FIX = "install them with `kubectl apply -k crds/` (or `kubectl apply -k manifests/`, which includes them)"
 
 

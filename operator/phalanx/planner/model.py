@@ -287,12 +287,27 @@ class Member:
 
 
 @dataclass(frozen=True, slots=True)
+class Role:
+    """A part of a gang with a minimum of its own: upstream's child PodGroup of a CompositePodGroup (KEP-6012), e.g.
+    one launcher and at least three workers. The group goes only when every role has its minimum placed together:
+    a count over all members would let three workers go without their launcher."""
+
+    name: str
+    min_count: int
+    members: frozenset[str]
+    """Uids of the group's members in this role."""
+
+
+@dataclass(frozen=True, slots=True)
 class Group:
     namespace: str
     name: str
     min_count: int
     members: tuple[Member, ...]
     topology_key: str | None = None
+    roles: tuple[Role, ...] = ()
+    """Empty: one role, `min_count` of any members. Otherwise every member is in exactly one role, and a plan needs
+    each role's minimum as well as `min_count` in all."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ the planner cannot judge it names in `Short.unmodelled` instead of guessing.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +88,21 @@ class Shortage:
 
 
 @dataclass(frozen=True)
+class RoleFit:
+    """How a role of the group (`model.Role`) stands in a plan that fell short."""
+
+    name: str
+    min_count: int
+    fit: int
+    members: int
+
+    def __str__(self) -> str:
+        if self.members < self.min_count:
+            return f"{self.name} has {self.members} of minCount {self.min_count}"
+        return f"{self.name} {self.fit} of minCount {self.min_count}"
+
+
+@dataclass(frozen=True)
 class Short:
     min_count: int
     members: int
@@ -102,12 +117,17 @@ class Short:
     nowhere: str | None = None
     """Why no node can ever take the group, whatever is freed (its topology key on no node): only a change of the
     nodes or of the group helps."""
+    roles: tuple[RoleFit, ...] = ()
+    """Each role's count against its minimum, in the best plan found (a group of roles only)."""
 
     @property
     def message(self) -> str:
         head = f"minCount {self.min_count}: {self.fit} of {self.members} members fit"
-        if self.members < self.min_count:
-            return f"minCount {self.min_count}: only {self.members} members exist"
+        if self.roles:
+            head += " (" + ", ".join(map(str, self.roles)) + ")"
+        if self.members < self.min_count or any(r.members < r.min_count for r in self.roles):
+            missing = [str(r) for r in self.roles if r.members < r.min_count]
+            return f"minCount {self.min_count}: " + ("; ".join(missing) if missing else f"only {self.members} members exist")
         if self.nowhere:
             return f"{head}; can never fit: {self.nowhere}"
         if self.unmodelled:
@@ -143,6 +163,8 @@ class _State:
     used_nodes: dict[str, int] = field(default_factory=dict)
     tally: podrules.Tally | None = None
     """What the members placed add to pod affinity, spreading and host ports; None when no member has such rules."""
+    roles: list[int] = field(default_factory=list)
+    """Members placed in each of the group's roles, by the role's index (empty for a group without roles)."""
 
 
 class _Planner:
@@ -153,6 +175,8 @@ class _Planner:
         self.budget = budget
         self.node_by_name = {n.name: n for n in snapshot.nodes}
         self.rules = podrules.Rules(snapshot, group.members, self.node_by_name)
+        self.role_of = {uid: i for i, role in enumerate(group.roles) for uid in role.members}
+        """Member uid -> the index of its role."""
         shapes: dict[tuple[Any, ...], int] = {}
         self._shape_id = {m.uid: shapes.setdefault(_shape(m) + self._wants(m), len(shapes)) for m in group.members}
         devices = catalog.of(snapshot.devices)
@@ -223,7 +247,13 @@ class _Planner:
         return reason
 
     def initial_state(self) -> _State:
-        return _State(free=_Free(self.node_by_name), ledger=Ledger(self.snapshot), tally=self.rules.tally() if self.rules.active else None)
+        tally = self.rules.tally() if self.rules.active else None
+        return _State(free=_Free(self.node_by_name), ledger=Ledger(self.snapshot), tally=tally, roles=[0] * len(self.group.roles))
+
+    def met(self, state: _State) -> bool:
+        """The plan so far holds a quorum: minCount members in all, and each role's minimum."""
+        roles = self.group.roles
+        return len(state.placed) >= self.group.min_count and all(n >= r.min_count for n, r in zip(state.roles, roles, strict=True))
 
     def try_place(self, state: _State, member: Member, node: Node) -> list[ClaimPlan] | None:
         """Place `member` on `node` in `state` if it fits; returns the new claim plans (to undo), else None."""
@@ -268,6 +298,8 @@ class _Planner:
         for plan in new:
             state.claims[(plan.namespace, plan.name)] = plan
         state.placed.append((member, node.name))
+        if state.roles:
+            state.roles[self.role_of[member.uid]] += 1
         state.used_nodes[node.name] = state.used_nodes.get(node.name, 0) + 1
         if state.tally is not None:
             self.rules.add(state.tally, member, node)
@@ -305,6 +337,8 @@ class _Planner:
         if new:
             state.undos.pop((new[0].namespace, new[0].name))()
         state.placed.pop()
+        if state.roles:
+            state.roles[self.role_of[member.uid]] -= 1
         state.used_nodes[node.name] -= 1
         if not state.used_nodes[node.name]:
             del state.used_nodes[node.name]
@@ -334,16 +368,20 @@ class _Planner:
                     dead.add((shape, node.name))  # capacity only shrinks during a greedy pass, and so does what other pods allow
         return state
 
-    def search(self, domain: Sequence[Node], members: Sequence[Member], need: int) -> _State | None:
+    def search(self, domain: Sequence[Node], members: Sequence[Member]) -> _State | None:
         state = self.initial_state()
         visits = 0
+        need = self.group.min_count
+        rest = self._rest(members)
 
         def dfs(i: int, lower: int) -> bool:
             nonlocal visits
-            if len(state.placed) >= need:
+            if self.met(state):
                 return True
             if len(members) - i < need - len(state.placed) or visits > self.budget:
                 return False
+            if rest and any(n + left < r.min_count for n, left, r in zip(state.roles, rest[i], self.group.roles, strict=True)):
+                return False  # a role can no longer reach its minimum with the members left
             member = members[i]
             same_as_previous = i > 0 and self.key(members[i - 1]) == self.key(member)
             for index in range(lower if same_as_previous else 0, len(domain)):
@@ -360,6 +398,17 @@ class _Planner:
             return dfs(i + 1, 0)
 
         return state if dfs(0, 0) else None
+
+    def _rest(self, members: Sequence[Member]) -> list[tuple[int, ...]]:
+        """For each index i, how many of members[i:] each role has (empty for a group without roles)."""
+        if not self.group.roles:
+            return []
+        counts = [0] * len(self.group.roles)
+        rest = [tuple(counts)]
+        for member in reversed(members):
+            counts[self.role_of[member.uid]] += 1
+            rest.append(tuple(counts))
+        return rest[::-1]
 
     def fill(self, domain: Sequence[Node], state: _State, members: Sequence[Member]) -> None:
         placed = {m.uid for m, _ in state.placed}
@@ -525,26 +574,69 @@ def _min_results(claim: Claim) -> int:
 def plan(snapshot: Snapshot, group: Group, matcher: DeviceMatcher | None = None, budget: int = DEFAULT_BUDGET) -> Fits | Short:
     """Pure: reads the snapshot, never changes it; the same inputs give the same answer."""
     matcher = matcher or DeviceMatcher()
-    # Members without pod affinity go first: they are what the others' affinity looks for.
-    members = tuple(sorted(group.members, key=lambda m: (bool(m.pod_affinity), m.name)))
-    if len(members) < group.min_count:
-        return Short(group.min_count, len(members), 0)
+    members = _ordered(group)
+    if len(members) < group.min_count or any(len(r.members) < r.min_count for r in group.roles):
+        return _verdict(group, members, None)
     planner = _Planner(snapshot, group, matcher, budget)
     unmodelled = planner.rules.unmodelled + _unmodelled(snapshot, group)
     if unmodelled:
-        return Short(group.min_count, len(members), 0, unmodelled=unmodelled)
+        return _verdict(group, members, None, unmodelled=unmodelled)
     claims = [c for m in members for n in m.claims if (c := snapshot.claims.get((m.namespace, n))) is not None and c.allocated is None]
     refused = refusals(claims, snapshot.classes, matcher)
     if refused:
-        return Short(group.min_count, len(members), 0, unmodelled=refused)
+        return _verdict(group, members, None, unmodelled=refused)
     try:
         with matcher.time_limit():
             return _search(planner, members)
     except SelectorFailed as exc:  # a DeviceClass selector failing where the verdict counts devices
-        return Short(group.min_count, len(members), 0, unmodelled=(str(exc),))
+        return _verdict(group, members, None, unmodelled=(str(exc),))
     except SelectorsTooSlow as exc:
         where = _selector_fields(claims, snapshot, exc.expression)
-        return Short(group.min_count, len(members), 0, unmodelled=(f"{where}: {exc}",), timed_out=True)
+        return _verdict(group, members, None, unmodelled=(f"{where}: {exc}",), timed_out=True)
+
+
+def _ordered(group: Group) -> tuple[Member, ...]:
+    """The order members are tried in. Members without pod affinity go first: they are what the others' affinity
+    looks for. In a group of roles each role's minimum goes before any role's extras, so the first pass places a
+    quorum of every role before an extra worker takes the room a launcher needs."""
+    members = sorted(group.members, key=lambda m: (bool(m.pod_affinity), m.name))
+    if not group.roles:
+        return tuple(members)
+    seen: Counter[str] = Counter()
+    extra = set()
+    for member in members:
+        role = next(r for r in group.roles if member.uid in r.members)
+        seen[role.name] += 1
+        if seen[role.name] > role.min_count:
+            extra.add(member.uid)
+    return tuple(sorted(members, key=lambda m: m.uid in extra))
+
+
+def _verdict(group: Group, members: Sequence[Member], state: _State | None, fit: int = 0, **why: Any) -> Short:
+    """The group's Short, with each role's count from `state` (the best plan found, if any)."""
+    counts = state.roles if state is not None else [0] * len(group.roles)
+    roles = tuple(
+        RoleFit(r.name, r.min_count, n, sum(1 for m in members if m.uid in r.members)) for r, n in zip(group.roles, counts, strict=True)
+    )
+    return Short(group.min_count, len(members), fit, roles=roles, **why)
+
+
+def _cheapest(group: Group, members: Sequence[Member], values: Sequence[int]) -> int:
+    """The least any quorum takes of something each member takes `values[i]` of: a lower bound (the cheapest
+    minCount members; in a group of roles, the cheapest minimum of each role)."""
+    if not group.roles:
+        return sum(sorted(values)[: group.min_count])
+    by_role: dict[str, list[int]] = {r.name: [] for r in group.roles}
+    for member, value in zip(members, values, strict=True):
+        by_role[next(r.name for r in group.roles if member.uid in r.members)].append(value)
+    return sum(sum(sorted(by_role[r.name])[: r.min_count]) for r in group.roles)
+
+
+def _in_every_quorum(group: Group, members: Sequence[Member], users: Collection[str]) -> bool:
+    """Every quorum includes one of `users` (member uids): more of them than a quorum leaves out, in all or in a role."""
+    if len(users) > len(members) - group.min_count:
+        return True
+    return any(sum(1 for u in users if u in r.members) > len(r.members) - r.min_count for r in group.roles)
 
 
 def _selector_fields(claims: Sequence[Claim], snapshot: Snapshot, expression: str) -> str:
@@ -569,30 +661,30 @@ def _search(planner: _Planner, members: tuple[Member, ...]) -> Fits | Short:
     domains = planner.domains()
     if group.topology_key is not None and not domains:
         nowhere = f"no node has label {group.topology_key}, the group's topology key"
-        return Short(group.min_count, len(members), 0, nowhere=nowhere)
+        return _verdict(group, members, None, nowhere=nowhere)
     for domain in domains:
         state = planner.greedy(domain, members)
-        if len(state.placed) < group.min_count:
+        if not planner.met(state):
             best = max(best, len(state.placed))
             if short is None:
                 probe = state
                 short = _short(planner, members, best, probe)
             if short.shortages and group.topology_key is None:
-                return _failed(planner, members, best) or short  # not enough in all, however arranged: no search helps
-            state = planner.search(domain, members, group.min_count)
+                return _failed(planner, members, best, probe) or short  # not enough in all, however arranged: no search helps
+            state = planner.search(domain, members)
             if state is None:
                 continue
         planner.fill(domain, state, members)
         plans = tuple(state.claims.values())
         return Fits(tuple(state.placed), tuple(c for c in plans if not c.extended), tuple(c for c in plans if c.extended))
-    return _failed(planner, members, best) or _short(planner, members, best, probe)
+    return _failed(planner, members, best, probe) or _short(planner, members, best, probe)
 
 
-def _failed(planner: _Planner, members: Sequence[Member], fit: int) -> Short | None:
+def _failed(planner: _Planner, members: Sequence[Member], fit: int, probe: _State | None) -> Short | None:
     """No plan fits and some pod's device search failed outright: that, naming the claim field, is the verdict."""
     if not planner.failures:
         return None
-    return Short(planner.group.min_count, len(members), fit, unmodelled=tuple(sorted(planner.failures)))
+    return _verdict(planner.group, members, probe, fit, unmodelled=tuple(sorted(planner.failures)))
 
 
 def _short(planner: _Planner, members: Sequence[Member], fit: int, probe: _State | None) -> Short:
@@ -612,14 +704,14 @@ def _short(planner: _Planner, members: Sequence[Member], fit: int, probe: _State
     by_devices = {r for r in snapshot.extended if any(n.allocatable.get(r, 0) <= 0 for n in usable)}
     for resource in {r for m in members for r in m.requests} - by_devices:
         # the cheapest quorum: a lower bound, so a shortage here means no arrangement can fit
-        needed[resource] = sum(sorted(m.requests.get(resource, 0) for m in members)[: group.min_count])
+        needed[resource] = _cheapest(group, members, [m.requests.get(resource, 0) for m in members])
     for resource, amount in sorted(needed.items()):
         free = sum(max(0, n.allocatable.get(resource, 0) - n.requested.get(resource, 0)) for n in usable)
         total = sum(n.allocatable.get(resource, 0) for n in snapshot.nodes)
         if amount > free:
             shortages.append(Shortage(resource, amount, free, total))
     shortages.extend(_device_shortages(planner, members, usable, through_class))
-    return Short(group.min_count, len(members), fit, tuple(shortages), tuple(sorted(reasons.items())))
+    return _verdict(group, members, probe, fit, shortages=tuple(shortages), blocked=tuple(sorted(reasons.items())))
 
 
 def _count_requests(claim: Claim, need: Counter[str]) -> None:
@@ -645,14 +737,18 @@ def _device_shortages(
     shared by several members (the group's, `spec.resourceClaims`) counts once, and only when every quorum includes
     one of its users. Devices for extended resources are named by the resource and its class."""
     snapshot = planner.snapshot
+    group = planner.group
     users = Counter((m.namespace, c) for m in members for c in m.claims)
+    user_uids: dict[ClaimKey, set[str]] = {}
+    for m in members:
+        for c in m.claims:
+            user_uids.setdefault((m.namespace, c), set()).add(m.uid)
     common: Counter[str] = Counter()
     """What the shared claims every quorum uses need, once for the whole group."""
     for namespace, name in sorted(users):
         claim = snapshot.claims.get((namespace, name))
         shared = users[(namespace, name)] > 1
-        # a quorum of minCount leaves out len(members) - minCount members: more users than that, and it has one
-        if claim is not None and claim.allocated is None and shared and users[(namespace, name)] > len(members) - planner.group.min_count:
+        if claim is not None and claim.allocated is None and shared and _in_every_quorum(group, members, user_uids[(namespace, name)]):
             _count_requests(claim, common)
     per_member: list[Counter[str]] = []
     names: dict[str, list[str]] = {}
@@ -670,7 +766,7 @@ def _device_shortages(
         per_member.append(need)
     wanted: Counter[str] = Counter(common)
     for class_name in {c for need in per_member for c in need}:
-        wanted[class_name] += sum(sorted(need[class_name] for need in per_member)[: planner.group.min_count])
+        wanted[class_name] += _cheapest(group, members, [need[class_name] for need in per_member])
     out = []
     for class_name, count in sorted(wanted.items()):
         if count == 0:

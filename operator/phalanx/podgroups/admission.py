@@ -21,7 +21,7 @@ from phalanx.api import intent, keys, naming
 from phalanx.api.intent import FieldError, GangSpecError, GroupClaim, group_claims
 from phalanx.owners import podclaims
 from phalanx.owners.admission import Mutation
-from phalanx.scheduling import conditions
+from phalanx.scheduling import composites, conditions
 
 JSON = dict[str, Any]
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -59,8 +59,9 @@ def group_name(pod: JSON) -> str:
     return value
 
 
-def mutate_pod(pod: JSON, pod_group: JSON | None) -> Mutation:
-    """Gate the pod; `pod_group` is the group its label names, as the API server has it now (None: there is none)."""
+def mutate_pod(pod: JSON, pod_group: JSON | None, composite: JSON | None = None) -> Mutation:
+    """Gate the pod; `pod_group` is the group its label names, as the API server has it now (None: there is none),
+    and `composite` the CompositePodGroup that group is a role of, if it names one (None: there is none)."""
     name = group_name(pod)
     namespace = (pod.get("metadata") or {}).get("namespace") or "the pod's namespace"
     if pod_group is None:
@@ -68,9 +69,11 @@ def mutate_pod(pod: JSON, pod_group: JSON | None) -> Mutation:
     problem = _unusable(pod_group, name, namespace)
     if problem is not None:
         raise GangSpecError([problem])
+    label = _composite_label(pod, pod_group, composite, name, namespace)
     gates = list((pod.get("spec") or {}).get("schedulingGates") or [])
     warnings: tuple[str, ...] = ()
-    if _placed(pod_group):
+    in_composite = composite is not None and composites.parent(pod_group) is not None and composites.gang(composite)
+    if _placed(composite if in_composite else pod_group):  # type: ignore[arg-type]
         warnings = (
             f"PodGroup {namespace}/{name} was placed already: this pod joins it as a late member, released alone once "
             "it fits (status.lateMembers counts the late members still waiting)",
@@ -83,7 +86,34 @@ def mutate_pod(pod: JSON, pod_group: JSON | None) -> Mutation:
     claims = podclaims.resolve(pod, shared, name)
     if claims is not None:
         patch["resourceClaims"] = claims
-    return Mutation(patch={"spec": patch} if patch else {}, warnings=warnings)
+    whole: JSON = {"spec": patch} if patch else {}
+    if label is not None:
+        whole["metadata"] = {"labels": label}
+    return Mutation(patch=whole, warnings=warnings)
+
+
+def _composite_label(pod: JSON, pod_group: JSON, composite: JSON | None, name: str, namespace: str) -> JSON | None:
+    """The change to the pod's composite label, if any: the gang CompositePodGroup's name when its PodGroup is one's
+    role (its member key, `podgroups.owner`), else no label (one the pod was created with is taken off: which gang a
+    pod is in is its group's to say). Refuses a role of a composite that does not exist."""
+    parent = composites.parent(pod_group)
+    have = ((pod.get("metadata") or {}).get("labels") or {}).get(keys.COMPOSITE_LABEL)
+    want = None
+    if parent is not None:
+        if composite is None or composite["metadata"].get("deletionTimestamp"):
+            raise GangSpecError(
+                [
+                    FieldError(
+                        PATH,
+                        name,
+                        f"PodGroup {namespace}/{name} is a role of CompositePodGroup {parent}, which does not exist in namespace "
+                        f"{namespace}: the pod would wait behind {keys.SCHEDULING_GATE} for a gang that never comes",
+                        f"create CompositePodGroup {parent} first (before its PodGroups' pods)",
+                    )
+                ]
+            )
+        want = parent if composites.gang(composite) else None
+    return None if want == have else {keys.COMPOSITE_LABEL: want}
 
 
 def _refuse_other_sources(pod: JSON, shared: tuple[GroupClaim, ...], group: str) -> None:

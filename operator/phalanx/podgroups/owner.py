@@ -22,15 +22,22 @@ from typing import Any
 
 from phalanx.api import keys
 from phalanx.kube.client import Kube, custom_path
-from phalanx.scheduling import accessors
+from phalanx.scheduling import accessors, composites
 from phalanx.scheduling.phase import OwnerState
 
 JSON = dict[str, Any]
 KEY_PREFIX = "podgroup:"
+COMPOSITE_PREFIX = "compositepodgroup:"
 
 
 def member_key(name: str) -> str:
     return f"{KEY_PREFIX}{name}"
+
+
+def composite_key(name: str) -> str:
+    """The member key of a gang CompositePodGroup's pods (`scheduling.composites`): the pod webhook labels each pod
+    of one of its roles with the composite's name."""
+    return f"{COMPOSITE_PREFIX}{name}"
 
 
 class PodGroups:
@@ -40,11 +47,15 @@ class PodGroups:
         meta = obj["metadata"]
         if "schedulingPolicy" not in (obj.get("spec") or {}) or keys.JOB_NAME_LABEL in (meta.get("labels") or {}):
             return None  # a pod, or a group Phalanx made for an owner of another kind
-        return member_key(meta["name"])
+        return composite_key(meta["name"]) if composites.is_composite(obj) else member_key(meta["name"])
 
     def member_uids(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
-        name = (pod["metadata"].get("labels") or {}).get(keys.POD_GROUP_LABEL)
-        return (member_key(name),) if name else ()
+        labels = pod["metadata"].get("labels") or {}
+        name = labels.get(keys.POD_GROUP_LABEL)
+        if not name:
+            return ()
+        composite = labels.get(keys.COMPOSITE_LABEL)
+        return (composite_key(composite),) if composite else (member_key(name),)
 
     def name(self, pod_group: Mapping[str, Any]) -> str | None:
         return pod_group["metadata"]["name"]
@@ -54,10 +65,10 @@ class PodGroups:
 
     async def read(self, kube: Kube, pod_group: Mapping[str, Any]) -> JSON | None:
         meta = pod_group["metadata"]
-        now = await kube.get(custom_path("podgroups", meta["namespace"], meta["name"]))
+        now = await kube.get(accessors.path(pod_group))
         if now is None or now["metadata"].get("deletionTimestamp") or now["metadata"]["uid"] != meta["uid"]:
             return None
-        return {**now, "kind": self.kind}
+        return {**composites.as_written(pod_group, now), "kind": self.kind}
 
     def state(self, owner: Mapping[str, Any], released_at: str | None) -> OwnerState:
         """A group of its own is never suspended nor finished: it goes on while it exists (its members end alone)."""
@@ -69,7 +80,8 @@ class PodGroups:
     def ref(self, pod_group: Mapping[str, Any]) -> JSON | None:
         """The group itself (the loop's Events name it once, not twice)."""
         meta = pod_group["metadata"]
-        return {"apiVersion": keys.API_VERSION, "kind": self.kind, "metadata": {k: meta[k] for k in ("name", "namespace", "uid")}}
+        kind = accessors.kind(pod_group)
+        return {"apiVersion": keys.API_VERSION, "kind": kind, "metadata": {k: meta[k] for k in ("name", "namespace", "uid")}}
 
     def member_order(self, pod: Mapping[str, Any]) -> tuple[int, str, str]:
         """Oldest first: a bare pod has no index."""

@@ -19,6 +19,7 @@ from phalanx.kube.client import custom_path
 from phalanx.owners.webhooks import merge_into
 from phalanx.podgroups import admission
 from phalanx.podgroups.webhook_rules import MUTATE_ID, VALIDATE_ID
+from phalanx.scheduling import composites
 
 
 @kopf.on.mutate("", "v1", "pods", id=MUTATE_ID, operations=["CREATE"])
@@ -26,8 +27,11 @@ async def gate_member(body: Any, patch: kopf.Patch, warnings: list[str], memo: k
     pod = dict(body)
     try:
         name = admission.group_name(pod)
-        pod_group = await memo.kube.get(custom_path("podgroups", pod["metadata"]["namespace"], name))
-        mutation = admission.mutate_pod(pod, pod_group)
+        namespace = pod["metadata"]["namespace"]
+        pod_group = await memo.kube.get(custom_path("podgroups", namespace, name))
+        parent = composites.parent(pod_group) if pod_group is not None else None
+        composite = await memo.kube.get(custom_path("compositepodgroups", namespace, parent)) if parent is not None else None
+        mutation = admission.mutate_pod(pod, pod_group, composite)
     except GangSpecError as exc:
         raise kopf.AdmissionError(str(exc), code=exc.code) from None
     merge_into(patch, mutation.patch)

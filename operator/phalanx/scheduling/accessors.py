@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from phalanx.api import keys, schema
+from phalanx.kube.client import custom_path
 from phalanx.planner import quantity
 from phalanx.planner.model import DeviceId
 
@@ -170,7 +171,7 @@ def claim_name(pod: Mapping[str, Any], ref: Mapping[str, Any]) -> str | None:
     return next((s.get("resourceClaimName") for s in statuses if s["name"] == ref["name"]), None) or None
 
 
-_SPECS: dict[tuple[str, str], schema.PodGroupSpec] = {}
+_SPECS: dict[tuple[str, str, Any], schema.PodGroupSpec] = {}
 """(uid, resourceVersion) -> the spec's model (frozen): a cycle reads every waiting group's policy several times."""
 SPECS_KEPT = 20_000
 
@@ -182,12 +183,23 @@ def spec(pod_group: Mapping[str, Any]) -> schema.PodGroupSpec:
     uid, version = meta.get("uid"), meta.get("resourceVersion")
     if not uid or not version:
         return schema.PodGroupSpec.model_validate(pod_group["spec"])
-    found = _SPECS.get((uid, version))
+    key = (uid, version, pod_group.get(keys.ROLES))  # a composite's spec moves with its children too
+    found = _SPECS.get(key)
     if found is None:
         if len(_SPECS) >= SPECS_KEPT:
             _SPECS.clear()
-        found = _SPECS[(uid, version)] = schema.PodGroupSpec.model_validate(pod_group["spec"])
+        found = _SPECS[key] = schema.PodGroupSpec.model_validate(pod_group["spec"])
     return found
+
+
+def kind(group: Mapping[str, Any]) -> str:
+    """PodGroup, or CompositePodGroup for a composite as the loop's group (`scheduling.composites`)."""
+    return keys.COMPOSITE_KIND if group.get("kind") == keys.COMPOSITE_KIND else "PodGroup"
+
+
+def path(group: Mapping[str, Any], *, status: bool = False) -> str:
+    """Where the group is read and written: a composite's writes go to the composite itself."""
+    return custom_path(kind(group).lower() + "s", group["metadata"]["namespace"], group["metadata"]["name"], status=status)
 
 
 def gang(pod_group: Mapping[str, Any]) -> bool:

@@ -28,7 +28,8 @@ from phalanx.scheduling.derived import Derived
 from phalanx.scheduling.membership import Membership
 from phalanx.scheduling.nomination import Preemptor
 from phalanx.scheduling.preempting import Preempting
-from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser, Steps, planned_devices
+from phalanx.scheduling.record import planned_devices
+from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser, Steps
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class Attempts:
         return None
 
     def _hold_back_message(self, pod_group: Mapping[str, Any], ahead: queue.Ahead) -> str:
-        position = queue.positions(self.view.podgroups.items(), self.members, self.priority).get(pod_group["metadata"]["uid"])
+        position = queue.positions(self.view.groups.items(), self.members, self.priority).get(pod_group["metadata"]["uid"])
         where = f"; position {position[0]} of {position[1]} in the queue" if position else ""
         return f"fits, but waits its turn: {ahead.name} (priority {ahead.priority}), ahead in the queue, could use the same room now{where}"
 

@@ -164,8 +164,8 @@ class ClusterCache:
     async def _build(self) -> Snapshot:
         view = self.view
         under_way = self.releases.assumed()
-        podgroups, pins, policy = view.podgroups.items(), self.pins(), self.policy()
-        planned = self.of_view("planned", (view.podgroups.written,), lambda: snapshots.any_planned(podgroups))
+        podgroups, pins, policy = view.groups.items(), self.pins(), self.policy()
+        planned = self.of_view("planned", (view.groups.written,), lambda: snapshots.any_planned(podgroups))
         every = view.pods.items() if planned else []
         members = [p for u in under_way.pods for p in self.pod_uids.get(u) if not accessors.started(p)]
         nodes, pods = self._nodes.take(), self._pods.take()
@@ -240,7 +240,7 @@ class ClusterCache:
 
     def pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
-        recorded = self.of_view("pins", (self.view.podgroups.written,), lambda: accessors.pins(self.view.podgroups.items()))
+        recorded = self.of_view("pins", (self.view.groups.written,), lambda: accessors.pins(self.view.groups.items()))
         return {**recorded, **self.releaser.pinned}
 
     def policy(self) -> tuple[Any, ...]:
@@ -248,16 +248,16 @@ class ClusterCache:
         view = self.view
         return self.of_view(  # type: ignore[no-any-return]
             "policy",
-            (view.priorities.written, view.budgets.written, view.podgroups.written),
-            lambda: shortfall.policy(view.priorities.items(), view.budgets.items(), view.podgroups.items()),
+            (view.priorities.written, view.budgets.written, view.groups.written),
+            lambda: shortfall.policy(view.priorities.items(), view.budgets.items(), view.groups.items()),
         )
 
     def nominating(self) -> list[dict[str, Any]]:
         """The PodGroups with a nomination (their preemption under way), of every kind."""
         return self.of_view(  # type: ignore[no-any-return]
             "preempting",
-            (self.view.podgroups.written,),
-            lambda: [g for g in self.view.podgroups.items() if accessors.nomination(g) is not None],
+            (self.view.groups.written,),
+            lambda: [g for g in self.view.groups.items() if accessors.nomination(g) is not None],
         )
 
     def node_names(self) -> frozenset[str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from phalanx.api import intent, keys, schema, times
 from phalanx.crashpoints import crash_point
-from phalanx.kube.client import Kube, custom_path
+from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
 from phalanx.scheduling import accessors, conditions, metrics, podsready, teardown
 from phalanx.scheduling.memory import Memory
@@ -65,7 +65,7 @@ class Deadlines:
 
     async def _write_readiness(self, pod_group: Mapping[str, Any], record: schema.Readiness) -> None:
         await self.kube.merge_patch(
-            custom_path("podgroups", accessors.namespace(pod_group), accessors.name(pod_group), status=True),
+            accessors.path(pod_group, status=True),
             {"status": {"readiness": record.wire()}},
         )
         self.memory.of(pod_group["metadata"]["uid"]).readiness = record

@@ -25,7 +25,20 @@ from phalanx.planner.devices import SelectorFailed
 from phalanx.planner.model import Device, Group, Snapshot
 from phalanx.planner.placement import Shortage
 from phalanx.planner.taints import tolerates
-from phalanx.scheduling import accessors, conditions, disruption, headhold, holders, inputs, phase, queue, quorum, snapshots, victims
+from phalanx.scheduling import (
+    accessors,
+    composites,
+    conditions,
+    disruption,
+    headhold,
+    holders,
+    inputs,
+    phase,
+    queue,
+    quorum,
+    snapshots,
+    victims,
+)
 
 JSON = dict[str, Any]
 
@@ -146,6 +159,14 @@ class HolderRow:
 
 
 @dataclass(frozen=True)
+class RoleRow:
+    name: str
+    min_count: int
+    members: int
+    bound: int
+
+
+@dataclass(frozen=True)
 class Explanation:
     namespace: str
     kind: str
@@ -179,6 +200,8 @@ class Explanation:
     member_rows: tuple[MemberRow, ...] = ()
     conditions: tuple[ConditionRow, ...] = ()
     events: tuple[EventRow, ...] = field(default_factory=tuple)
+    roles: tuple[RoleRow, ...] = ()
+    """A CompositePodGroup's roles (`scheduling.composites`), each against its minimum."""
 
 
 class NotFoundError(LookupError):
@@ -526,6 +549,17 @@ def explain(
         conditions=condition_rows,
         events=_events(objects.events, pod_group, every, now),
         kind=(kind.ref(pod_group) or {}).get("kind", kind.kind),
+        roles=_roles(pod_group, live),
+    )
+
+
+def _roles(pod_group: JSON, live: Sequence[JSON]) -> tuple[RoleRow, ...]:
+    def of(pod: JSON) -> str:
+        return (pod["metadata"].get("labels") or {}).get(keys.POD_GROUP_LABEL, "")
+
+    return tuple(
+        RoleRow(name, minimum, sum(1 for p in live if of(p) == name), sum(1 for p in live if of(p) == name and accessors.bound(p)))
+        for name, minimum in composites.roles(pod_group)
     )
 
 
@@ -586,6 +620,10 @@ def text(e: Explanation) -> str:
         + (f"; topology {e.topology}" if e.topology else ""),
         f"Held below minCount: {e.devices_below_min_count} device(s)",
     ]
+    if e.roles:
+        lines.append(
+            "Roles:       " + ", ".join(f"{r.name}: minCount {r.min_count}, {r.members} members, {r.bound} bound" for r in e.roles)
+        )
     for i, h in enumerate(e.holders):
         lines.append(f"{'Held by:' if i == 0 else '':<13}{h.held} of {h.total} {h.resource} held by {h.holder}, priority {h.priority}")
     if e.to_run:

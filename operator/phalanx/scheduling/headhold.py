@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from phalanx.api import intent, keys, schema, times
-from phalanx.kube.client import Kube, NotFound, custom_path
+from phalanx.kube.client import Kube, NotFound
 from phalanx.planner import DeviceMatcher
 from phalanx.planner.model import DeviceId, Snapshot
 from phalanx.planner.queue import hold_for
@@ -202,7 +202,9 @@ class HeadHold:
         desired = await self._desired(line, podgroups, once, revision, matcher, self._backing_off(podgroups, backing_off))
         want = desired.devices if desired is not None else frozenset()
         if desired is not None:
-            await self._write(desired.namespace, desired.name, desired.uid, desired.record().wire())
+            holder = next((g for g in podgroups if g["metadata"]["uid"] == desired.uid), None)
+            if holder is not None:  # the line and the groups are one reading of the view: it is there
+                await self._write(holder, desired.record().wire())
             await self.rules.cover(
                 sorted(want - set(self.rules.covered)), f"held for {desired.namespace}/{desired.name}, the head of the line"
             )
@@ -214,7 +216,7 @@ class HeadHold:
             if (desired is None or uid != desired.uid) and (
                 self._written.get(uid) or ((g.get("status") or {}).get("hold") and uid not in self._written)
             ):
-                await self._write(g["metadata"]["namespace"], g["metadata"]["name"], uid, None)
+                await self._write(g, None)
                 wrote = True
         live = {g["metadata"]["uid"] for g in podgroups}
         self._written = {u: w for u, w in self._written.items() if u in live}
@@ -329,9 +331,10 @@ class HeadHold:
         self._planned = (key, found)
         return found
 
-    async def _write(self, namespace: str, name: str, uid: str, body: dict[str, Any] | None) -> None:
+    async def _write(self, group: Mapping[str, Any], body: dict[str, Any] | None) -> None:
+        uid = group["metadata"]["uid"]
         if uid in self._written and self._written[uid] == body:
             return
         with contextlib.suppress(NotFound):  # a PodGroup deleted meanwhile takes its record with it
-            await self.kube.merge_patch(custom_path("podgroups", namespace, name, status=True), {"status": {"hold": body}})
+            await self.kube.merge_patch(accessors.path(group, status=True), {"status": {"hold": body}})
         self._written[uid] = body

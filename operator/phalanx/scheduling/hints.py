@@ -7,7 +7,7 @@ such a group reads its PodGroup, the pods of its owner, the claims they name and
 the nodes: a member on a node gone is lost). So the informers tell this module of every write as it lands, and each
 write marks what it touches:
 
-- a PodGroup written marks itself;
+- a PodGroup or CompositePodGroup written marks itself (a PodGroup that is a composite's role marks every group);
 - a pod written marks the groups of its owner (`OwnerKind.member_uids`, the key the members index uses);
 - a claim written marks the groups whose pods name it (as their last visit read them);
 - a PriorityClass written, or any of these stores listed again after a gap, marks every group (a hint unsure of
@@ -27,6 +27,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from phalanx.kube.informers import ClusterView, Key, key_of, unread_change
+from phalanx.scheduling import composites
 
 JSON = dict[str, Any]
 NAME = "hints"
@@ -64,6 +65,7 @@ class Hints:
         self._names: dict[str, tuple[Key, ...]] = {}
         """PodGroup uid -> the claims its pods named at its last visit."""
         view.podgroups.listen(NAME, lambda: _Told(self._group, self._all))
+        view.composites.listen(NAME, lambda: _Told(self._group, self._all))
         view.pods.listen(NAME, lambda: _Told(self._pod, self._all))
         view.claims.listen(NAME, lambda: _Told(self._claim, self._all))
         view.priorities.listen(NAME, lambda: _Told(lambda before, after: self._all(), self._all))
@@ -112,7 +114,9 @@ class Hints:
 
     def _group(self, before: JSON | None, after: JSON | None) -> None:
         obj = after if after is not None else before
-        if obj is not None:
+        if obj is not None and composites.parent(obj) is not None:
+            self._all()  # a role of a composite: which group it is part of is the composite's, looked up nowhere here
+        elif obj is not None:
             self._groups[obj["metadata"]["uid"]] = self._mark()
 
     def _pod(self, before: JSON | None, after: JSON | None) -> None:

@@ -11,7 +11,7 @@ ResourceSlice pool, each claim's requests and the fields it cannot model.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -36,6 +36,7 @@ from phalanx.planner.model import (
     Pod,
     PodTerm,
     Requirement,
+    Role,
     Selector,
     Spread,
     Taint,
@@ -44,6 +45,7 @@ from phalanx.planner.model import (
     shared_map,
 )
 from phalanx.planner.nodes import selector_terms
+from phalanx.scheduling import composites
 from phalanx.scheduling.accessors import (
     allocated_ids,
     claim_names,
@@ -546,4 +548,18 @@ def group(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], quoru
     kept: Derived[Member] = Derived() if derived is None else derived
     found = tuple((p, claim_names(p) or ()) for p in pods)
     members = tuple(kept.get(p, claims, lambda p=p, claims=claims: member(p, claims)) for p, claims in found)
-    return Group(pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], quorum, members, topology)
+    roles = _roles(composites.roles(pod_group), [p for p, _ in found])
+    return Group(pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], quorum, members, topology, roles)
+
+
+def _roles(minimums: Sequence[tuple[str, int]], pods: Sequence[Mapping[str, Any]]) -> tuple[Role, ...]:
+    """A composite's roles (`scheduling.composites`): each child PodGroup with its minimum and the members whose
+    label names it. A member whose PodGroup is no longer a child is a role of minimum 0, so it is never left out of
+    a role (it goes along if it fits)."""
+    if not minimums:
+        return ()
+    uids: dict[str, set[str]] = {name: set() for name, _ in minimums}
+    for pod in pods:
+        uids.setdefault((pod["metadata"].get("labels") or {}).get(keys.POD_GROUP_LABEL, ""), set()).add(pod["metadata"]["uid"])
+    wanted = dict(minimums)
+    return tuple(Role(name, wanted.get(name, 0), frozenset(members)) for name, members in uids.items())

@@ -239,7 +239,7 @@ class SchedulingLoop:
         self.attempts.derived.sweep()
         self.releaser.forget(self.cache.pod_uids)
         self.cycle_state.begin(self.hints.seq)  # before anything is read: a memo is never newer than what its visit read
-        reads = (self.view.podgroups.written, self.members.writes, self.view.claims.written, self.view.priorities.written)
+        reads = (self.view.groups.written, self.members.writes, self.view.claims.written, self.view.priorities.written)
         met: Met = self.cache.of_view("groups met", reads[:2], self._meet)
         scheduled, facts, groups = met.scheduled, met.facts, met.groups
         self._forget_due()
@@ -358,18 +358,18 @@ class SchedulingLoop:
         joined as the same `Ahead`), and the verdicts of those passed over stand: the update would look at the same
         gangs, plan none and write nothing."""
         kept, self._hold_line = self._hold_line, None
-        if kept is not None and kept[2] == self.view.podgroups.written and self.line.ahead == kept[0] and self.shortfalls.stands(kept[1]):
+        if kept is not None and kept[2] == self.view.groups.written and self.line.ahead == kept[0] and self.shortfalls.stands(kept[1]):
             self._hold_line = kept
             return
         try:
-            written = self.view.podgroups.written
+            written = self.view.groups.written
             # every group whose last attempt failed and that no visit has tried since, its back-off over or not: one
             # that ended after the walk passed the group over is not in the line either, and its hold must not go
             backing_off = {uid for uid, _ in self.memory.summary().backoffs}
             # the snapshot only if the head's hold is planned again: a cycle with no gang waiting (a recovering gang
             # waits for its quorum) builds none for it, however much the pods churn
             if await self.headhold.update(
-                self.line.ahead, self.view.podgroups.items(), self.cache.snapshot, self.cache.revision(), self.matcher, backing_off
+                self.line.ahead, self.view.groups.items(), self.cache.snapshot, self.cache.revision(), self.matcher, backing_off
             ):
                 self.shortfalls.clear()  # devices given back are room for every group known short
             if self.headhold.settled:
@@ -411,7 +411,7 @@ class SchedulingLoop:
     def _meet(self) -> Met:
         """The groups as the cycle meets them, read again only once a group or a member was written; what the loop
         remembers of the groups gone goes with them then."""
-        podgroups = self.view.podgroups.items()
+        podgroups = self.view.groups.items()
         self.members.refresh(podgroups)
         scheduled = [g for g in podgroups if self.members.owner_uid(g) and not g["metadata"].get("deletionTimestamp")]
         facts = [self.members.facts(g) for g in scheduled]
@@ -440,7 +440,7 @@ class SchedulingLoop:
         """PodGroup uid -> (the group, its nomination), of every group preempting (read once per state of the groups)."""
         return self.cache.of_view(  # type: ignore[no-any-return]
             "nominations",
-            (self.view.podgroups.written,),
+            (self.view.groups.written,),
             lambda: {g["metadata"]["uid"]: (g, n) for g in scheduled if (n := accessors.nomination(g)) is not None},
         )
 

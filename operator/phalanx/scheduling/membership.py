@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from phalanx.api import keys
 from phalanx.kube.informers import Informer
 from phalanx.owners.seam import OwnerKind
 from phalanx.scheduling import accessors, hints, pointers, quorum, waits
@@ -134,7 +135,7 @@ class Membership(Mapping[str, list[JSON]]):
         stamp = self._stamps.get(uid)
         if stamp is None:  # a group not refreshed (created since): derived, not kept
             return derive(pod_group, self._by_owner.get((meta["namespace"], self._kind.owner_uid(pod_group) or "")))
-        version = (meta.get("resourceVersion"), stamp, also)
+        version = (meta.get("resourceVersion"), stamp, also, pod_group.get(keys.ROLES))  # a composite's roles move alone
         kept_for = self._derived.setdefault(what, {})
         kept = kept_for.get(uid)
         if kept is not None and kept[0] == version and version[0] is not None:

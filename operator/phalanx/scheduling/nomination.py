@@ -24,10 +24,10 @@ from typing import Any
 
 from phalanx.api import schema, times
 from phalanx.crashpoints import crash_point
-from phalanx.kube.client import Kube, custom_path
+from phalanx.kube.client import Kube
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Preemption
-from phalanx.scheduling import disruption, metrics, teardown
+from phalanx.scheduling import accessors, disruption, metrics, teardown
 from phalanx.scheduling.accessors import consuming_ids, may_run, nominated_devices
 from phalanx.scheduling.holes import Holes
 
@@ -92,8 +92,5 @@ class Preemptor:
         await self.record(pod_group, None)
 
     async def record(self, pod_group: Mapping[str, Any], nomination: schema.Nomination | None) -> None:
-        meta = pod_group["metadata"]
         body = nomination.wire() if nomination is not None else None
-        await self.kube.merge_patch(
-            custom_path("podgroups", meta["namespace"], meta["name"], status=True), {"status": {"nomination": body}}
-        )
+        await self.kube.merge_patch(accessors.path(pod_group, status=True), {"status": {"nomination": body}})

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import keys
-from phalanx.scheduling import accessors, conditions
+from phalanx.scheduling import accessors, composites, conditions
 
 
 class Phase(enum.StrEnum):
@@ -80,6 +80,8 @@ class Facts:
     ready: int = 0
     """Of those, the ones whose claims all exist."""
     nominated: bool = False
+    roles_below: bool = False
+    """A role of a composite has fewer members bound than its minimum (`composites.below`)."""
 
     @property
     def needed(self) -> int:
@@ -103,7 +105,7 @@ def classify(facts: Facts) -> Phase:
         # bound or not yet: waiting out the bind deadline would only keep the others' devices from use
         return Phase.GOING if facts.owner is OwnerState.GONE else Phase.LOST
     if facts.scheduled:
-        return Phase.BELOW_MIN if facts.running < facts.min_count else Phase.RUNNING
+        return Phase.BELOW_MIN if facts.running < facts.min_count or facts.roles_below else Phase.RUNNING
     if released:
         return Phase.AWAITING_BIND
     if not facts.waiting:
@@ -140,4 +142,5 @@ def read(
         waiting=len(waiting),
         ready=sum(1 for p in waiting if accessors.claims_ready(p, claim)),
         nominated=accessors.nomination(pod_group) is not None,
+        roles_below=bool(composites.below(pod_group, (p for p in live if accessors.bound(p)))),
     )

@@ -65,7 +65,7 @@ class Preempting:
             (m.uid for m in group.members),
             view.pods.items(),
             view.claims.items(),
-            view.podgroups.items(),
+            view.groups.items(),
             self.pods_of,
             view.budgets.items(),
             pinned=self.pins(),

@@ -173,7 +173,7 @@ class Repair:
             return  # the claims and slices found without a conflict, unchanged since
         conflicts = double_allocations(self.view.claims.items(), shareable_capacity(self.view.slices.items()), self.view.allocations.get)
         self._no_conflicts = None if conflicts else judged
-        reserved = reserved_claims(self.view.podgroups.items()) if conflicts else {}
+        reserved = reserved_claims(self.view.groups.items()) if conflicts else {}
         members_of = {g["metadata"]["uid"]: pods for g, pods in groups} if conflicts else {}
         for conflict in conflicts:
             device = "/".join(conflict.device)

@@ -38,20 +38,19 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Container, Iterable, Mapping
-from decimal import Decimal
 from typing import Any, NoReturn
 
 from phalanx.api import keys, schema, times
 from phalanx.crashpoints import crash_point
-from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, all_answered, claim_path, custom_path, pod_path, retried
+from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, all_answered, claim_path, pod_path, retried
 from phalanx.kube.informers import ClusterView, key_of
-from phalanx.planner import Fits, extended
-from phalanx.planner.allocator import Result
-from phalanx.planner.model import DeviceId, Toleration
-from phalanx.scheduling import accessors, deallocation, inflight, metrics
+from phalanx.planner import Fits
+from phalanx.planner.model import DeviceId
+from phalanx.scheduling import accessors, composites, deallocation, inflight, metrics
 from phalanx.scheduling.accessors import allocated_ids, claim_name, claim_names, dedicated_ids, shares, started
 from phalanx.scheduling.holes import Holes
 from phalanx.scheduling.inputs import extended_resources
+from phalanx.scheduling.record import allocation, pinned_affinity, reservation_of, takes_whole
 
 logger = logging.getLogger(__name__)
 
@@ -91,105 +90,6 @@ class GatesRefused(Exception):
     def __init__(self, message: str, reservation: schema.Reservation) -> None:
         super().__init__(message)
         self.reservation = reservation
-
-
-def reservation_of(fits: Fits) -> schema.Reservation:
-    return schema.Reservation(
-        state="Reserving",
-        placements=[schema.PodPlacement(name=m.name, uid=m.uid, node=n) for m, n in fits.placements],
-        claims=[
-            schema.ClaimReservation(
-                name=c.name,
-                uid=c.uid,
-                node=c.node,
-                results=[_result(r) for r in c.results],
-                config=[dict(entry) for entry in c.config],
-                pinned=c.pinned,
-                node_selector=dict(c.node_selector) if c.node_selector is not None else None,
-            )
-            for c in fits.claims
-        ],
-        planned=[
-            schema.PlannedDevices(
-                pod=c.name.removesuffix(extended.SUFFIX),
-                uid=c.uid.removesuffix(extended.SUFFIX),
-                node=c.node,
-                devices=["/".join(r.device_id) for r in c.results],
-            )
-            for c in fits.planned
-        ]
-        or None,
-    )
-
-
-def planned_devices(reservation: schema.Reservation) -> int:
-    """Devices the plan counted for extended resources and left to kube-scheduler."""
-    return sum(len(p.devices) for p in reservation.planned or ())
-
-
-def _toleration(t: Toleration) -> dict[str, Any]:
-    out: dict[str, Any] = {"operator": t.operator or "Equal"}
-    for name, value in (("key", t.key), ("value", t.value), ("effect", t.effect)):
-        if value:
-            out[name] = value
-    if t.seconds is not None:
-        out["tolerationSeconds"] = t.seconds
-    return out
-
-
-def _result(r: Result) -> schema.DeviceResult:
-    """Every field kube-scheduler's allocator sets on a result; absent ones stay absent."""
-    return schema.DeviceResult(
-        request=r.request,
-        driver=r.driver,
-        pool=r.pool,
-        device=r.device,
-        admin_access=True if r.admin_access else None,
-        tolerations=[_toleration(t) for t in r.tolerations] or None,
-        share_id=r.share_id,
-        consumed_capacity={n: _quantity(v) for n, v in r.consumed.items()} or None,
-        binding_conditions=list(r.binding_conditions) or None,
-        binding_failure_conditions=list(r.binding_failure_conditions) or None,
-    )
-
-
-def _quantity(value: Decimal) -> str:
-    """A canonical-enough quantity: whole numbers as integers, fractions in milli-units."""
-    if value == value.to_integral_value():
-        return str(int(value))
-    return f"{int(value * 1000)}m"
-
-
-def _takes_whole(r: schema.DeviceResult) -> bool:
-    return not r.admin_access and not r.share_id
-
-
-def allocation(claim: schema.ClaimReservation) -> dict[str, Any]:
-    """status.allocation as kube-scheduler writes it: pinned to the node, or the devices' shared nodeSelector, or none."""
-    devices: dict[str, Any] = {"results": [r.wire() for r in claim.results]}
-    if claim.config:
-        devices["config"] = [dict(c) for c in claim.config]
-    out: dict[str, Any] = {"devices": devices}
-    if claim.pinned:
-        out["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [claim.node]}]}]}
-    elif claim.node_selector is not None:
-        out["nodeSelector"] = dict(claim.node_selector)
-    return out
-
-
-def pinned_affinity(pod: Mapping[str, Any], node: str) -> dict[str, Any]:
-    """Required node affinity that admits only `node`: set when empty, else appended to every term, as gated pods allow."""
-    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
-    affinity = dict(pod["spec"].get("affinity") or {})
-    node_affinity = dict(affinity.get("nodeAffinity") or {})
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
-    for term in terms:
-        if pin not in (term.get("matchFields") or []):
-            term["matchFields"] = [*(term.get("matchFields") or []), pin]
-    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
-    affinity["nodeAffinity"] = node_affinity
-    return affinity
 
 
 class Steps:
@@ -418,16 +318,16 @@ class Releaser:
         body = reservation.wire() if reservation is not None else None
         status: dict[str, Any] = {"reservation": body} | ({"finished": finished} if finished else {})
         meta = pod_group["metadata"]
-        path = custom_path("podgroups", meta["namespace"], meta["name"], status=True)
+        path = accessors.path(pod_group, status=True)
         if expected is ANY:
-            return await self.kube.merge_patch(path, {"status": status})
+            return composites.as_written(pod_group, await self.kube.merge_patch(path, {"status": status}))
         want = _identity(expected if isinstance(expected, schema.Reservation) else None)
         current: Mapping[str, Any] | None = pod_group if meta.get("resourceVersion") else None
         for _ in range(6):
             self._still_leading()
             fresh = current is None
             if current is None:
-                current = await self.kube.get(custom_path("podgroups", meta["namespace"], meta["name"]))
+                current = await self.kube.get(accessors.path(pod_group))
                 if current is None or current["metadata"]["uid"] != meta["uid"]:
                     raise ReleaseAborted("the PodGroup is gone")
             if _identity(accessors.reservation(current)) != want:
@@ -436,9 +336,10 @@ class Releaser:
                 current = None  # the copy at hand may be behind: only a fresh read can say another replica took over
                 continue
             try:
-                return await self.kube.merge_patch(
+                answer = await self.kube.merge_patch(
                     path, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": status}
                 )
+                return composites.as_written(pod_group, answer)
             except Conflict:
                 current = None  # the PodGroup changed (its counts, its conditions), or the copy was behind: read afresh
             except NotFound as exc:
@@ -496,7 +397,7 @@ class Releaser:
 
     async def _revalidate(self, namespace: str, reservation: schema.Reservation) -> None:
         """A recorded plan is finished only if every planned device is still free or already ours."""
-        planned = {(r.driver, r.pool, r.device): c.name for c in reservation.claims for r in c.results if _takes_whole(r)}
+        planned = {(r.driver, r.pool, r.device): c.name for c in reservation.claims for r in c.results if takes_whole(r)}
         for obj in await self.kube.list_claims():
             name = obj["metadata"]["name"]
             for device in dedicated_ids(obj):
@@ -590,7 +491,7 @@ class Releaser:
     def _verify(self, namespace: str, reservation: schema.Reservation, claims: Iterable[Mapping[str, Any]]) -> None:
         """No device of ours may be held by any other of `claims` (every claim, as of after our writes)."""
         ours = {(namespace, c.name) for c in reservation.claims}
-        whole: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results if _takes_whole(r)}
+        whole: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results if takes_whole(r)}
         mine: set[DeviceId] = {(r.driver, r.pool, r.device) for c in reservation.claims for r in c.results if not r.admin_access}
         intruders, shared = [], set()
         for obj in claims:

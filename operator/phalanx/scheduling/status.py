@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx.api import keys, schema
-from phalanx.kube.client import Kube, all_answered, custom_path
+from phalanx.kube.client import Kube, all_answered
 from phalanx.owners.seam import OwnerKind
-from phalanx.scheduling import conditions
+from phalanx.scheduling import accessors, composites, conditions
 from phalanx.scheduling.memory import Memory
 
 logger = logging.getLogger("phalanx.scheduling.loop")
@@ -51,9 +51,8 @@ class Status:
             return None
         remembered.counts_at = now
         remembered.counts_due = False
-        return await self.kube.merge_patch(
-            custom_path("podgroups", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], status=True), {"status": counts}
-        )
+        answer = await self.kube.merge_patch(accessors.path(pod_group, status=True), {"status": counts})
+        return composites.as_written(pod_group, answer)
 
     async def scheduled(
         self, pod_group: dict[str, Any], ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
@@ -77,14 +76,18 @@ class Status:
         )
         owned = [c for c in merged if c["type"] in LOOP_CONDITIONS]
         await self.kube.apply_status(
-            "PodGroup", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], {"conditions": owned}, keys.SCHEDULING_LOOP
+            accessors.kind(pod_group),
+            pod_group["metadata"]["namespace"],
+            pod_group["metadata"]["name"],
+            {"conditions": owned},
+            keys.SCHEDULING_LOOP,
         )
         mine.update({c["type"]: c for c in owned})
         if warn or (ok and type_ == keys.INITIALLY_SCHEDULED):
             await self.event(pod_group, "Warning" if warn else "Normal", reason, message)
 
     async def event(self, pod_group: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        refs = [{"apiVersion": schema.API_VERSION, "kind": "PodGroup", "metadata": pod_group["metadata"]}]
+        refs = [{"apiVersion": schema.API_VERSION, "kind": accessors.kind(pod_group), "metadata": pod_group["metadata"]}]
         owner = self.owner.ref(pod_group)
         if owner is not None and owner["metadata"].get("uid") != pod_group["metadata"]["uid"]:  # a group its own owner
             refs.append(owner)

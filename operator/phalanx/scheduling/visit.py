@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from phalanx.api import keys, schema
-from phalanx.kube.client import Kube, all_answered, custom_path
+from phalanx.kube.client import Kube, all_answered
 from phalanx.kube.informers import ClusterView
 from phalanx.owners.seam import OwnerKind
-from phalanx.scheduling import accessors, conditions, disruption, groupclaims, hints, memory, metrics, phase, status, teardown
+from phalanx.scheduling import accessors, composites, conditions, disruption, groupclaims, hints, memory, metrics, phase, status, teardown
 from phalanx.scheduling.attempt import Attempts
 from phalanx.scheduling.cache import ClusterCache
 from phalanx.scheduling.cycle import Cycle
@@ -217,6 +217,7 @@ class Visits:
             # running count in the message: status.members counts, and one status write per arriving member is enough
             finished = f" ({facts.done} finished count toward it)" if facts.done else ""
             why = f"waiting for quorum: minCount {facts.min_count} members created with their claims{finished}"
+            why += composites.describe(pod_group)
             await all_answered([self.releaser.protect(ready), self.status.scheduled(pod_group, False, keys.PENDING, why)])
             return True
         remembered = self.memory.of(pod_group["metadata"]["uid"])
@@ -272,7 +273,8 @@ class Visits:
             keys.DISRUPTION_TARGET
         )
         finished = f", {done} finished" if done else ""
-        if len(bound) + done >= min_count:
+        short_roles = composites.below(pod_group, bound)
+        if len(bound) + done >= min_count and not short_roles:
             if said is not None and said["status"] == "True":
                 await self.status.condition(
                     pod_group,
@@ -283,6 +285,8 @@ class Visits:
                 )
             return
         message = f"below minCount: {len(bound)} of minCount {min_count} members run{finished}"
+        if short_roles:
+            message += f"; roles below their minCount: {', '.join(short_roles)}"
         if lost:
             message += f"; lost {', '.join(str(loss) for loss in lost)}"
         if said is None or said["status"] != "True":
@@ -296,9 +300,7 @@ class Visits:
         remembered = self.memory.of(uid)
         if not lost or record == (pod_group.get("status") or {}).get("lost") or record == remembered.lost_written:
             return
-        await self.kube.merge_patch(
-            custom_path("podgroups", accessors.namespace(pod_group), accessors.name(pod_group), status=True), {"status": {"lost": record}}
-        )
+        await self.kube.merge_patch(accessors.path(pod_group, status=True), {"status": {"lost": record}})
         remembered.lost_written = record
 
     async def _ungated(self, pod_group: Mapping[str, Any], pods: list[dict[str, Any]]) -> None:
