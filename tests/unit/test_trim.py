@@ -297,6 +297,11 @@ def test_every_workload_kind_whose_pods_may_be_members_keeps_them_whole() -> Non
     gated = copy.deepcopy(KWOK_RUNNING)
     gated["spec"]["schedulingGates"] = [{"name": keys.SCHEDULING_GATE}]
     assert trim.pod(gated)["spec"]["tolerations"] == KWOK_RUNNING["spec"]["tolerations"]
+    # a StatefulSet's pod is a member only with LWS's name label: any other StatefulSet's is trimmed, as before LWS
+    assert trim.MEMBER_CONTROLLERS["StatefulSet"] == lws_admission.NAME_LABEL
+    other = copy.deepcopy(lws)
+    del other["metadata"]["labels"][lws_admission.NAME_LABEL]
+    assert "tolerations" not in trim.pod(other)["spec"]
 
 
 def test_a_heartbeat_changes_nothing_kept_of_a_node() -> None:

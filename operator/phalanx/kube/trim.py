@@ -61,10 +61,12 @@ MEMBER_ONLY = ("tolerations", "nodeSelector", "topologySpreadConstraints", "pree
 containers' states are read only for a member too (why it was lost, why it is not Ready: `disruption`, `podsready`).
 Of the affinity of a pod that is no member, only podAntiAffinity is read (`inputs.existing`: other pods' plans must
 respect it)."""
-MEMBER_CONTROLLERS = frozenset({"Job", "StatefulSet"})
-"""The controllers of gang members' pods (a Job's, and a JobSet's, whose members are its Jobs' pods; a LeaderWorkerSet's,
-whose members are its StatefulSets' pods; a test checks a member of each workload kind in `phalanx.kinds`): a pod
-controlled by none, not held by the gang gate and not labelled into a PodGroup, is kept without MEMBER_ONLY."""
+MEMBER_CONTROLLERS: dict[str, str | None] = {"Job": None, "StatefulSet": "leaderworkerset.sigs.k8s.io/name"}
+"""The controllers of gang members' pods, with the label such a pod must carry too (None: none): a Job's, and a
+JobSet's, whose members are its Jobs' pods; a LeaderWorkerSet's, whose members are pods of its StatefulSets with
+LWS's name label (`leaderworkersets.admission.NAME_LABEL`), so a StatefulSet of anything else is trimmed as before. A
+test checks a member of each workload kind in `phalanx.kinds`; a pod controlled by none of these, not held by the
+gang gate and not labelled into a PodGroup, is kept without MEMBER_ONLY."""
 INTERN_UP_TO = 64
 """Strings up to this long are interned: keys, phases, node and label values, ...; a longer one is rarely repeated."""
 
@@ -145,10 +147,12 @@ def _init_status(status: JSON) -> JSON:
 def _may_be_member(obj: JSON) -> bool:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     gates = (obj.get("spec") or {}).get("schedulingGates") or []
-    labelled = keys.POD_GROUP_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
+    labels = (obj.get("metadata") or {}).get("labels") or {}
     return (
-        labelled
-        or any(r.get("kind") in MEMBER_CONTROLLERS and r.get("controller") for r in refs)
+        keys.POD_GROUP_LABEL in labels
+        or any(
+            r.get("controller") and r.get("kind") in MEMBER_CONTROLLERS and MEMBER_CONTROLLERS[r["kind"]] in (None, *labels) for r in refs
+        )
         or any(g.get("name") == keys.SCHEDULING_GATE for g in gates)
     )
 
