@@ -8,7 +8,7 @@ from typing import Any
 
 from phalanx.api import keys
 from phalanx.jobs.owner import JOBS
-from phalanx.scheduling import explanation
+from phalanx.scheduling import explain_text, explanation
 
 NOW = datetime.datetime(2026, 8, 26, 12, 0, tzinfo=datetime.UTC)
 DRIVER = "gpu.example.com"
@@ -102,7 +102,7 @@ def test_a_pending_gang_shows_what_is_short_where_and_the_victims_preemption_wou
     assert [(s.resource, s.needed, s.free) for s in result.plan.shortages] == [("gpu", 1, 0)]
     assert [(n.name, n.devices_free, n.devices, n.excluded_by) for n in result.plan.nodes] == [("n1", 0, 1, None)]
     assert result.preemption == explanation.PreemptionView(False, (explanation.VictimRow("group ml/low-pg", 10, ("low-0",)),))
-    lines = explanation.text(result).splitlines()
+    lines = explain_text.text(result).splitlines()
     assert "Preemption:  would evict 1 pod(s) in 1 unit(s) (dry run; the operator does it next cycle)" in lines
     assert "  group ml/low-pg  10        low-0" in lines
 
@@ -114,7 +114,7 @@ def test_a_topology_key_no_node_has_is_named_with_what_would_let_it_run() -> Non
     result = explanation.explain(objects, urgent, NOW, JOBS)
     assert result.plan is not None and result.plan.nowhere == "no node has label topology.kubernetes.io/zone, the group's topology key"
     assert result.summary.endswith("can never fit: no node has label topology.kubernetes.io/zone, the group's topology key")
-    lines = explanation.text(result).splitlines()
+    lines = explain_text.text(result).splitlines()
     assert any(line.startswith("Gang:") and line.endswith("; topology topology.kubernetes.io/zone") for line in lines), lines
     assert (
         "To run:      nothing while no node has label topology.kubernetes.io/zone, the group's topology key: "
@@ -153,7 +153,7 @@ def test_a_waiting_gang_says_where_it_stands_in_the_queue() -> None:
     )
     behind = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "older", JOBS), NOW, JOBS)
     assert behind.queue == "position 2 of 2 waiting (priority, then age); next ahead: ml/urgent-pg, priority 1000"
-    assert "Queue:       position 2 of 2 waiting (priority, then age); next ahead: ml/urgent-pg, priority 1000" in explanation.text(behind)
+    assert "Queue:       position 2 of 2 waiting (priority, then age); next ahead: ml/urgent-pg, priority 1000" in explain_text.text(behind)
     head = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "urgent", JOBS), NOW, JOBS)
     assert head.queue == "position 1 of 2 waiting (priority, then age)"
     running = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "low", JOBS), NOW, JOBS)

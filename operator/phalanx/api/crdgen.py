@@ -20,6 +20,23 @@ SHORT_NAMES = {"Workload": ["pxwl"], "PodGroup": ["pxpg"], "CompositePodGroup": 
 
 _POLICY_LABEL_PATH = ".metadata.labels." + keys.POLICY_LABEL.replace(".", "\\.")
 
+_GROUP_STATUS: list[dict[str, Any]] = [
+    {
+        "name": "Status",
+        "type": "string",
+        "jsonPath": f'.status.conditions[?(@.type=="{keys.INITIALLY_SCHEDULED}")].reason',
+    },
+    # STATUS stays Scheduled once a gang ran (the condition is terminal): these say when it runs below quorum now
+    {"name": "Bound", "type": "integer", "jsonPath": ".status.bound"},
+    {
+        "name": "Disruption",
+        "type": "string",
+        "jsonPath": f'.status.conditions[?(@.type=="{keys.DISRUPTION_TARGET}")].reason',
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+"""The columns every group kind shows of its status (a PodGroup, a CompositePodGroup)."""
+
 PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
     "Workload": [
         {"name": "Job", "type": "string", "jsonPath": ".spec.controllerRef.name"},
@@ -28,34 +45,11 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
     "PodGroup": [
         {"name": "Policy", "type": "string", "jsonPath": _POLICY_LABEL_PATH},
         {"name": "Workload", "type": "string", "jsonPath": ".spec.workloadRef.workloadName"},
-        {
-            "name": "Status",
-            "type": "string",
-            "jsonPath": f'.status.conditions[?(@.type=="{keys.INITIALLY_SCHEDULED}")].reason',
-        },
-        # STATUS stays Scheduled once a gang ran (the condition is terminal): these say when it runs below quorum now
-        {"name": "Bound", "type": "integer", "jsonPath": ".status.bound"},
-        {
-            "name": "Disruption",
-            "type": "string",
-            "jsonPath": f'.status.conditions[?(@.type=="{keys.DISRUPTION_TARGET}")].reason',
-        },
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        *_GROUP_STATUS,
     ],
     "CompositePodGroup": [
         {"name": "Min-Groups", "type": "integer", "jsonPath": ".spec.schedulingPolicy.gang.minGroupCount"},
-        {
-            "name": "Status",
-            "type": "string",
-            "jsonPath": f'.status.conditions[?(@.type=="{keys.INITIALLY_SCHEDULED}")].reason',
-        },
-        {"name": "Bound", "type": "integer", "jsonPath": ".status.bound"},
-        {
-            "name": "Disruption",
-            "type": "string",
-            "jsonPath": f'.status.conditions[?(@.type=="{keys.DISRUPTION_TARGET}")].reason',
-        },
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        *_GROUP_STATUS,
     ],
 }
 

@@ -23,7 +23,7 @@ from phalanx.api.keys import GROUP, VERSION
 from phalanx.kinds import KINDS
 from phalanx.kube.client import ApiError, Kube, NotFound
 from phalanx.owners import seam
-from phalanx.scheduling import composites, explanation
+from phalanx.scheduling import composites, explain_text, explanation
 
 PATHS = {
     "nodes": "/api/v1/nodes",
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: the API server does not answer ({exc}); is the cluster up? (`./task up`)", file=sys.stderr)
         return 1
     if args.output == "json":
-        print(json.dumps(explanation.as_json(result), indent=2))
+        print(json.dumps(explain_text.as_json(result), indent=2))
     else:
-        sys.stdout.write(explanation.text(result))
+        sys.stdout.write(explain_text.text(result))
     return 0
