@@ -553,13 +553,14 @@ def run(args: Any) -> int:
     upstream = LocalCluster(ClusterSpec(name=f"{args.name}-intree", upstream_gang=True, **spec)) if three else None
     started = time.monotonic()
     raw: dict[str, Any] = {"latency": {}, "burst": {}, "waiting": [], "footprint": [], "grow_seconds": {}, "leases": []}
+    raw["operator_args"] = list(args.operator_arg)  # a setting measured is recorded with its figures
 
     def prepare(cluster: LocalCluster) -> None:
         raw["grow_seconds"][cluster.spec.name] = asyncio.run(grow(cluster, plan.nodes, tw.GPUS_PER_WORKER))
         say(f"{cluster.spec.name}: {plan.nodes} workers in {raw['grow_seconds'][cluster.spec.name]:.0f} s")
 
     try:
-        with tw.running(phalanx, upstream, args.repo, prepare) as operator:
+        with tw.running(phalanx, upstream, args.repo, prepare, tuple(args.operator_arg)) as operator:
             asyncio.run(measure(plan, phalanx, upstream, operator, raw))
     finally:
         report(plan, raw, started)

@@ -773,6 +773,13 @@ def main() -> int:
         help="kube-controller-manager's --kube-api-qps on both clusters (burst 1.5x; default: its own, 20): what a cluster with big gangs raises",
     )
     parser.add_argument("--starvation-size", type=int, help="starvation: ranks of the head gang (default 64)")
+    parser.add_argument(
+        "--operator-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for the operator, repeatable (e.g. --operator-arg=--release-concurrency=8): a setting measured",
+    )
     parser.add_argument("--name", default="bench", help="cluster name prefix (two clusters: NAME-phalanx, NAME-intree)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose CRDs and RBAC to install (default: this one)")
     parser.add_argument(
@@ -828,7 +835,7 @@ def main() -> int:
         report(args, plan, 0, started, raw)
         return 0
     try:
-        with running(phalanx, upstream, args.repo) as operator:
+        with running(phalanx, upstream, args.repo, operator_args=tuple(args.operator_arg)) as operator:
             asyncio.run(measure(plan, phalanx, upstream, operator, raw))
     finally:
         report(args, plan, workers, started, raw)
@@ -837,10 +844,14 @@ def main() -> int:
 
 @contextlib.contextmanager
 def running(
-    phalanx: LocalCluster, upstream: LocalCluster | None, repo: Path, prepare: Callable[[LocalCluster], None] = lambda _: None
+    phalanx: LocalCluster,
+    upstream: LocalCluster | None,
+    repo: Path,
+    prepare: Callable[[LocalCluster], None] = lambda _: None,
+    operator_args: tuple[str, ...] = (),
 ) -> Iterator[operatorproc.OperatorProcess]:
-    """Both clusters up (each `prepare`d), the bench namespace and claim template in each, the operator on Phalanx's;
-    all stopped on the way out, SIGTERM included."""
+    """Both clusters up (each `prepare`d), the bench namespace and claim template in each, the operator on Phalanx's
+    (with `operator_args` after its own); all stopped on the way out, SIGTERM included."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     clusters = [c for c in (phalanx, upstream) if c is not None]
     operator = None
@@ -850,7 +861,7 @@ def running(
             prepare(cluster)
             cluster.kubectl("create", "namespace", NAMESPACE)
             cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(CLAIM_TEMPLATE))
-        operator = operatorproc.start(phalanx, repo)
+        operator = operatorproc.start(phalanx, repo, extra_args=operator_args)
         yield operator
     finally:
         if operator is not None:

@@ -221,3 +221,69 @@ def test_a_jobset_restarted_by_its_own_failure_policy_is_placed_whole_again(clus
     assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in again), "placed by Phalanx"
     jobset_status = cluster.get("-n", namespace, "jobset", "train")["status"]
     assert jobset_status.get("restarts") == 1
+
+
+def _composite(cluster: Cluster, namespace: str, name: str) -> dict | None:
+    groups = cluster.get("-n", namespace, "compositepodgroups", "-l", f"{keys.JOB_NAME_LABEL}={name}")["items"]
+    return groups[0] if groups else None
+
+
+def _scheduled(group: dict | None) -> dict:
+    return next((c for c in ((group or {}).get("status") or {}).get("conditions") or [] if c["type"] == keys.INITIALLY_SCHEDULED), {})
+
+
+def test_a_jobset_of_roles_needs_each_replicated_jobs_minimum_together(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """A leader and 4 workers, the workers' role at least 3 (`role-min-counts`): with 3 GPUs free the leader alone
+    would fit, and so would the workers' minimum alone, but not both, so nothing goes; with 4 free the leader and 3
+    workers go (fewer than all 5: the role's minimum, not the JobSet's size, is the gang); the last worker follows
+    when its GPU frees."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    for holder, gpus in (("holder-a", 2), ("holder-b", 1)):
+        cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_gang(holder, gpus)))
+        wait_for(lambda h=holder, n=gpus: len([p for p in _pods(cluster, namespace, f"app={h}") if p["spec"].get("nodeName")]) == n, holder)
+
+    roles = {keys.POLICY: "gang", keys.ROLE_MIN_COUNTS: json.dumps({"workers": 3})}
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_jobset("train", 4, roles)))
+    composite = wait_for(lambda: _composite(cluster, namespace, "train"), "the JobSet's CompositePodGroup")
+    assert composite["spec"]["schedulingPolicy"] == {"gang": {"minGroupCount": 2}}
+    assert composite["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
+    children = wait_for(
+        lambda: len(c := cluster.get("-n", namespace, "podgroups", "-l", f"{keys.JOB_NAME_LABEL}=train")["items"]) == 2 and c,
+        "a child PodGroup per replicated Job",
+    )
+    assert {(c["metadata"]["labels"][keys.ROLE_LABEL], json.dumps(c["spec"]["schedulingPolicy"])) for c in children} == {
+        ("leader", json.dumps({"gang": {"minCount": 1}})),
+        ("workers", json.dumps({"gang": {"minCount": 3}})),
+    }
+    assert {c["spec"]["parentCompositePodGroupName"] for c in children} == {composite["metadata"]["name"]}
+    waiting = wait_for(lambda: len(m := _members(cluster, namespace, "train")) == 5 and m, "the JobSet's 5 pods, gated")
+    assert {p["metadata"]["labels"][keys.ROLE_LABEL] for p in waiting} == {"leader", "workers"}
+    short = wait_for(
+        lambda: (c := _scheduled(_composite(cluster, namespace, "train"))).get("reason") == keys.UNSCHEDULABLE and c,
+        "the composite Unschedulable",
+    )
+    assert "leader 1 of minCount 1" in short["message"] and "workers 2 of minCount 3" in short["message"], short
+    assert not any(p["spec"].get("nodeName") for p in _members(cluster, namespace, "train")), "no role was placed alone"
+    explained = cluster.explain("train", namespace)
+    assert "leader" in explained and "workers" in explained and "Roles" in explained, explained
+
+    cluster.kubectl("-n", namespace, "delete", "job", "holder-b", "--wait=false")
+    bound = wait_for(
+        lambda: len(b := [p for p in _members(cluster, namespace, "train") if p["spec"].get("nodeName")]) == 4 and b,
+        "the leader and 3 workers bound",
+        timeout=120,
+    )
+    assert sorted(p["metadata"]["labels"][keys.ROLE_LABEL] for p in bound) == ["leader", "workers", "workers", "workers"]
+    assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in bound), "Phalanx placed each"
+    wait_for(lambda: _scheduled(_composite(cluster, namespace, "train")).get("status") == "True", "the composite Scheduled")
+    (late,) = [p for p in _members(cluster, namespace, "train") if not p["spec"].get("nodeName")]
+    assert keys.SCHEDULING_GATE in [g["name"] for g in late["spec"].get("schedulingGates") or []], "the fifth waits behind the gate"
+
+    cluster.kubectl("-n", namespace, "delete", "job", "holder-a", "--wait=false")
+    wait_for(
+        lambda: all(p["spec"].get("nodeName") for p in _members(cluster, namespace, "train")),
+        "the fifth worker placed once a GPU frees",
+        timeout=120,
+    )
+    made = cluster.get("-n", namespace, "events", "--field-selector", "involvedObject.kind=JobSet,involvedObject.name=train")["items"]
+    assert any(e["reason"] == "PodGroupCreated" and "CompositePodGroup" in e["message"] for e in made), [e["message"] for e in made]

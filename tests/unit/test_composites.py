@@ -164,3 +164,15 @@ def test_a_single_composite_with_a_role_below_its_minimum_runs_below_min_count()
     launcher["spec"]["nodeName"] = "worker-2"
     assert composites.below(group, [launcher, *workers[:3]]) == []
     assert phase.classify(phase.read(group, [launcher, *workers[:3]], lambda ns, n: None)) is phase.Phase.RUNNING
+
+
+def test_late_members_of_a_role_at_its_minimum_are_planned_alone() -> None:
+    """The gang ran with its launcher and 3 workers: a fourth worker is a late member, needed by no role (planned at
+    the workers' full minimum it could never fit alone); a role left below its minimum (mode single) needs the rest."""
+    group = composites.as_group(composite(), [child("launcher", "train", 1), child("workers", "train", 3)])
+    running = [pod("l", "launcher", "train"), *(pod(f"w{i}", "workers", "train") for i in range(3))]
+    assert composites.roles(composites.joining(group, running)) == (("launcher", 0), ("workers", 0))
+    assert composites.roles(composites.joining(group, running[:3])) == (("launcher", 0), ("workers", 1))
+    assert composites.joining(child("alone", None, 2), running) == child("alone", None, 2), "a group without roles is as it was"
+    late = inputs.group(composites.joining(group, running), [pod("w3", "workers", "train")], 1)
+    assert [(r.name, r.min_count) for r in late.roles] == [("launcher", 0), ("workers", 0)]

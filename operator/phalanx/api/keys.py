@@ -30,6 +30,12 @@ plan needs are held for it as they free; on the Job, copied onto its PodGroup. D
 JOB_ANNOTATIONS = (*INTENT_ANNOTATIONS, READY_DEADLINE, HOLD_AFTER)
 """The only ANNOTATION_PREFIX keys a Job may carry: Phalanx writes no other onto Jobs, and admission refuses the rest (a typo would run the Job ungated)."""
 
+ROLE_MIN_COUNTS = f"{GROUP}/role-min-counts"
+"""On a gang JobSet: each replicated Job a role of its own minimum, as JSON (`{"launcher": 1, "workers": 3}`; a
+replicated Job not named needs all its pods): the JobSet's gang is then a CompositePodGroup (`jobsets.roles`)."""
+JOBSET_ANNOTATIONS = (*JOB_ANNOTATIONS, ROLE_MIN_COUNTS)
+"""The ANNOTATION_PREFIX keys a JobSet may carry: a Job's, and its roles."""
+
 POD_GROUP_ANNOTATIONS = (READY_DEADLINE, HOLD_AFTER)
 """The only ANNOTATION_PREFIX keys a user's PodGroup may carry: its spec says the rest of the gang intent."""
 
@@ -40,15 +46,18 @@ TEMPLATE_LABEL = f"{GROUP}/pod-group-template"
 """On pods: the PodGroup template they belong to (the Job's name is all admission knows; absent with generateName)."""
 
 POD_GROUP_LABEL = f"{GROUP}/pod-group"
+"""On pods of any controller (or none): the name of a PodGroup of theirs, in their namespace, that gangs them
+(`podgroups`); the pod webhook gates every pod that carries it, and no other."""
 COMPOSITE_LABEL = f"{GROUP}/composite-pod-group"
 """Set by the pod webhook on a pod whose PodGroup is a role of a gang CompositePodGroup: the composite's name, the
 gang the pod is a member of (`podgroups.owner`)."""
+ROLE_LABEL = f"{GROUP}/role"
+"""On a child PodGroup Phalanx made for an owner's role, and on the pods of that role (their template's label, set
+at admission): the role's name (a JobSet's replicated Job). A pod without it is in the role its pod-group label names."""
 COMPOSITE_KIND = "CompositePodGroup"
 ROLES = "phalanx:roles"
 """Where a CompositePodGroup, as the loop's group (`scheduling.composites`), carries its roles: ((PodGroup name,
 minimum), ...). Never written to the API server."""
-"""On pods of any controller (or none): the name of a PodGroup of theirs, in their namespace, that gangs them
-(`podgroups`); the pod webhook gates every pod that carries it, and no other."""
 
 PINNED_NODE = f"{GROUP}/node"
 """On pods Phalanx pinned: the node, so a pinned but not yet bound pod is counted there."""

@@ -5,7 +5,8 @@ create, every replicated Job's pod template gets the scheduling gate and the
 template label, so whichever Job JobSet's controller makes from it, and
 whenever (a restart of the JobSet makes them all again), its pods wait for
 Phalanx. The group's size is the JobSet's: the sum over its replicated Jobs of
-replicas x parallelism.
+replicas x parallelism. A JobSet of roles (`jobsets.roles`) has its templates
+labelled by role too, and its gang is each role's minimum together.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from phalanx.api import keys
 from phalanx.api.intent import FieldError, GangIntent, GangSpecError, Mode, from_annotations
 from phalanx.api.naming import template_name
 from phalanx.jobs import admission as job_admission  # a replicated Job's template is a Job's: its rules
+from phalanx.jobsets import roles as jobset_roles
 from phalanx.owners import admission as owner_admission
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -44,20 +46,33 @@ def _pod_spec(rjob: dict[str, Any]) -> dict[str, Any]:
     return (_job_spec(rjob).get("template") or {}).get("spec") or {}
 
 
+def _running(rjob: dict[str, Any]) -> int:
+    """The pods a replicated Job runs at once: replicas x parallelism (at most its completions)."""
+    spec = _job_spec(rjob)
+    p, c = spec.get("parallelism", 1), spec.get("completions")
+    return rjob.get("replicas", 1) * (min(p, c) if c is not None else p)
+
+
+def sizes(jobset: dict[str, Any]) -> dict[str, int]:
+    """The pods each replicated Job runs at once, by name, in the JobSet's order (a role's default minimum)."""
+    return {str(r.get("name")): _running(r) for r in replicated_jobs(jobset)}
+
+
 def size(jobset: dict[str, Any]) -> Size:
-    parallelism, completions = 0, 0
+    completions = 0
     bounded = True
     for rjob in replicated_jobs(jobset):
-        replicas = rjob.get("replicas", 1)
-        spec = _job_spec(rjob)
-        p = spec.get("parallelism", 1)
-        c = spec.get("completions")
-        parallelism += replicas * (min(p, c) if c is not None else p)
+        c = _job_spec(rjob).get("completions")
         if c is None:
             bounded = False
         else:
-            completions += replicas * c
-    return Size(parallelism, completions if bounded else None)
+            completions += rjob.get("replicas", 1) * c
+    return Size(sum(_running(r) for r in replicated_jobs(jobset)), completions if bounded else None)
+
+
+def roles(jobset: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    """(replicated Job, its minimum) of a JobSet of roles (`jobsets.roles`); () for a JobSet of one gang."""
+    return jobset_roles.roles(jobset, sizes(jobset))
 
 
 def gated(jobset: dict[str, Any]) -> bool:
@@ -96,8 +111,9 @@ def mutate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None, *, gang_de
     if old is not None:
         return Mutation(out)
     warnings: list[str] = []
+    by_role = jobset_roles.requested(out) is not None
     for i, rjob in enumerate(replicated_jobs(out)):
-        _gate(rjob, metadata.get("name"))
+        _gate(rjob, metadata.get("name"), by_role)
         at = f"spec.replicatedJobs[{i}].template."
         warnings += [
             f"replicated Job {rjob.get('name')}: {w}"
@@ -106,14 +122,18 @@ def mutate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None, *, gang_de
     return Mutation(out, tuple(warnings))
 
 
-def _gate(rjob: dict[str, Any], jobset_name: str | None) -> None:
-    """The gate, and the template label when the name is known (a JobSet created with generateName has none yet)."""
+def _gate(rjob: dict[str, Any], jobset_name: str | None, by_role: bool) -> None:
+    """The gate, the template label when the name is known (a JobSet created with generateName has none yet), and in
+    a JobSet of roles the role label (the replicated Job's name), by which each pod is counted in its role."""
     pod = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
     gates = pod.setdefault("spec", {}).setdefault("schedulingGates", [])
     if keys.SCHEDULING_GATE not in (g.get("name") for g in gates):
         gates.append({"name": keys.SCHEDULING_GATE})
+    labels = pod.setdefault("metadata", {}).setdefault("labels", {})
     if jobset_name:
-        pod.setdefault("metadata", {}).setdefault("labels", {})[keys.TEMPLATE_LABEL] = template_name(jobset_name)
+        labels[keys.TEMPLATE_LABEL] = template_name(jobset_name)
+    if by_role:
+        labels[keys.ROLE_LABEL] = str(rjob.get("name"))
 
 
 def validate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -138,16 +158,29 @@ def validate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None) -> None:
 
 
 def _refuse_unknown_keys(jobset: dict[str, Any], old: dict[str, Any] | None) -> None:
-    """A typo alone (`mincount`) asks for no gang: the JobSet would run ungated without a word."""
-    errors = owner_admission.unknown_key_errors(jobset, old)
+    """A typo alone (`mincount`) asks for no gang: the JobSet would run ungated without a word; so do roles alone."""
+    errors = owner_admission.unknown_key_errors(jobset, old, keys.JOBSET_ANNOTATIONS)
+    added = keys.ROLE_MIN_COUNTS in ((jobset.get("metadata") or {}).get("annotations") or {})
+    if added and keys.ROLE_MIN_COUNTS not in (((old or {}).get("metadata") or {}).get("annotations") or {}):
+        errors.append(
+            FieldError(
+                jobset_roles.PATH,
+                jobset["metadata"]["annotations"][keys.ROLE_MIN_COUNTS],
+                "roles alone ask for no gang: the JobSet's pods would run one by one",
+                f"add {keys.POLICY}: gang beside it",
+            )
+        )
     if errors:
         raise GangSpecError(errors)
 
 
 def _check(jobset: dict[str, Any], old: dict[str, Any] | None, previous: GangIntent | None, intent: GangIntent | None) -> None:
-    errors = owner_admission.owner_errors(jobset, old, previous, intent, "JobSet")
+    errors = owner_admission.owner_errors(jobset, old, previous, intent, "JobSet", keys.JOBSET_ANNOTATIONS)
     if errors is None:
         return
+    errors += jobset_roles.errors(jobset, intent, sizes(jobset))
+    if old is not None and (moved := jobset_roles.changed(jobset, old, sizes(jobset))) is not None:
+        errors.append(moved)
     for i, rjob in enumerate(replicated_jobs(jobset)):
         own = sorted(
             k for k in ((rjob.get("template") or {}).get("metadata") or {}).get("annotations") or {} if k.startswith(keys.ANNOTATION_PREFIX)

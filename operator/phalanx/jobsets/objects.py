@@ -33,4 +33,5 @@ def from_jobset(jobset: dict[str, Any]) -> GangSource | None:
         gated=admission.gated(jobset),
         ready_deadline=(meta.get("annotations") or {}).get(keys.READY_DEADLINE),
         hold_after=(meta.get("annotations") or {}).get(keys.HOLD_AFTER),
+        roles=admission.roles(jobset),
     )

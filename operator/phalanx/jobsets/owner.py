@@ -10,11 +10,13 @@ any late member, and take nothing from another namespace.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from collections.abc import Mapping
 from typing import Any
 
 from phalanx.api import keys
+from phalanx.api.intent import GangSpecError
 from phalanx.jobsets import admission
 from phalanx.jobsets.objects import JOBSET_UID_LABEL
 from phalanx.owners.controlling import Controlling
@@ -48,6 +50,13 @@ class JobSets(Controlling):
     def size(self, owner: Mapping[str, Any]) -> tuple[int | None, int | None]:
         size = admission.size(dict(owner))
         return size.parallelism, size.completions
+
+    def min_count(self, owner: Mapping[str, Any]) -> int | None:
+        """A JobSet of roles: the sum of its roles' minimums (its composite's minCount); else as any owner's."""
+        with contextlib.suppress(GangSpecError):
+            if found := admission.roles(dict(owner)):
+                return sum(minimum for _, minimum in found)
+        return super().min_count(owner)
 
     def member_order(self, pod: Mapping[str, Any]) -> tuple[int, str, str]:
         """By the Job's global index in the JobSet, then by completion index within it."""

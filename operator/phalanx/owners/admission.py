@@ -28,10 +28,13 @@ class Mutation:
     warnings: tuple[str, ...] = ()
 
 
-def unknown_key_errors(owner: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
-    """The owner's keys under our prefix Phalanx does not read, and a ready deadline or hold-after it cannot read."""
+def unknown_key_errors(
+    owner: dict[str, Any], old: dict[str, Any] | None, known: tuple[str, ...] = keys.JOB_ANNOTATIONS
+) -> list[FieldError]:
+    """The owner's keys under our prefix Phalanx does not read (`known`: those it reads on this kind), and a ready
+    deadline or hold-after it cannot read."""
     annotations = (owner.get("metadata") or {}).get("annotations")
-    errors = unknown_keys(annotations, ((old or {}).get("metadata") or {}).get("annotations"))
+    errors = unknown_keys(annotations, ((old or {}).get("metadata") or {}).get("annotations"), known)
     for duration in (ready_deadline, hold_after):
         try:
             duration(annotations)
@@ -88,7 +91,12 @@ def sized_by_owner(intent: GangIntent, pods: int, counted: str, fix: str) -> lis
 
 
 def owner_errors(
-    owner: dict[str, Any], old: dict[str, Any] | None, previous: GangIntent | None, intent: GangIntent | None, kind: str
+    owner: dict[str, Any],
+    old: dict[str, Any] | None,
+    previous: GangIntent | None,
+    intent: GangIntent | None,
+    kind: str,
+    known: tuple[str, ...] = keys.JOB_ANNOTATIONS,
 ) -> list[FieldError] | None:
     """What every kind sized by its owner refuses first: a change the update rules forbid (raised), keys it does not
     read, and group claims, which only a Job's gang has; None when it asks for no gang now (nothing more to check)."""
@@ -96,7 +104,7 @@ def owner_errors(
         validate_update(previous, intent)
     if intent is None:
         return None
-    errors = unknown_key_errors(owner, old)
+    errors = unknown_key_errors(owner, old, known)
     if intent.resource_claims:
         errors.append(
             FieldError(

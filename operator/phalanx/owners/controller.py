@@ -79,27 +79,45 @@ async def resync_all(kube: Kube, path: str, source_of: SourceOf, logger: Any) ->
 
 
 async def reconcile(kube: Kube, source: objects.GangSource, logger: Any) -> None:
-    """Ensure the Workload, then the PodGroup (which names it as owner), then their minCount and status.
+    """Ensure the Workload, then the PodGroup (which names it as owner), or for an owner of roles the CompositePodGroup
+    and its children, then their minCount and status.
 
     For any kind of gang owner: the Job's events call it, and so do the JobSet's.
     """
     job_ref = source.reference()
-    workload, created = await kube.get(custom_path("workloads", source.namespace, source.workload_name)), False
-    if workload is None:
-        if not await _owner_live(kube, source, logger):
-            return
-        workload, created = await kube.create_custom("workloads", source.namespace, objects.workload(source).wire())
+    made = await _ensure(kube, source, "workloads", source.workload_name, lambda: objects.workload(source).wire(), logger)
+    if made is None:
+        return
+    workload, created = made
     if created:
         await kube.event(job_ref, type_="Normal", reason=keys.WORKLOAD_CREATED, message=f"Created Workload {source.workload_name}")
     elif patch := objects.min_count_patch(source, workload, workload_kind=True):
         await kube.merge_patch(custom_path("workloads", source.namespace, source.workload_name), patch)
-    pod_group, created = await kube.get(custom_path("podgroups", source.namespace, source.pod_group_name)), False
-    if pod_group is None:
-        if not await _owner_live(kube, source, logger):
-            return
-        pod_group, created = await kube.create_custom(
-            "podgroups", source.namespace, objects.pod_group(source, workload["metadata"]["uid"]).wire()
-        )
+    group = await (_composite if source.roles else _pod_group)(kube, source, workload["metadata"]["uid"], logger)
+    if group is not None:
+        await _report_gating(kube, job_ref, source, group, logger)
+
+
+async def _ensure(
+    kube: Kube, source: objects.GangSource, plural: str, name: str, make: Callable[[], dict[str, Any]], logger: Any
+) -> tuple[dict[str, Any], bool] | None:
+    """One of the owner's objects as it is, or made now (the flag says so); None when the owner went before it was
+    made (`_owner_live`)."""
+    found = await kube.get(custom_path(plural, source.namespace, name))
+    if found is not None:
+        return found, False
+    if not await _owner_live(kube, source, logger):
+        return None
+    return await kube.create_custom(plural, source.namespace, make())
+
+
+async def _pod_group(kube: Kube, source: objects.GangSource, workload_uid: str, logger: Any) -> dict[str, Any] | None:
+    """The owner's PodGroup, made or brought to its minCount; None when the owner went before it was made."""
+    job_ref = source.reference()
+    made = await _ensure(kube, source, "podgroups", source.pod_group_name, lambda: objects.pod_group(source, workload_uid).wire(), logger)
+    if made is None:
+        return None
+    pod_group, created = made
     if created:
         await kube.event(
             job_ref,
@@ -112,7 +130,35 @@ async def reconcile(kube: Kube, source: objects.GangSource, logger: Any) -> None
         await kube.event(
             job_ref, type_="Normal", reason=keys.MIN_COUNT_UPDATED, message=f"minCount of {source.pod_group_name} is now {source.min_count}"
         )
-    await _report_gating(kube, job_ref, source, pod_group, logger)
+    return pod_group
+
+
+async def _composite(kube: Kube, source: objects.GangSource, workload_uid: str, logger: Any) -> dict[str, Any] | None:
+    """An owner of roles: its CompositePodGroup, then a child PodGroup per role, each made or brought to its minimum.
+    Until every child exists the loop counts the missing ones as roles with no members, so the gang waits whole."""
+    job_ref = source.reference()
+    made = await _ensure(
+        kube, source, "compositepodgroups", source.pod_group_name, lambda: objects.composite(source, workload_uid).wire(), logger
+    )
+    if made is None:
+        return None
+    group, created = made
+    if created:
+        message = f"Created CompositePodGroup {source.pod_group_name} ({_policy_text(source)})"
+        await kube.event(job_ref, type_="Normal", reason=keys.POD_GROUP_CREATED, message=message)
+    for role, minimum in source.roles:
+        name = source.role_pod_group_name(role)
+        child = await _ensure(
+            kube, source, "podgroups", name, lambda r=role, m=minimum: objects.role_pod_group(source, r, m, workload_uid).wire(), logger
+        )
+        if child is None:
+            return None
+        if not child[1] and (patch := objects.role_patch(role, minimum, child[0])):
+            await kube.merge_patch(custom_path("podgroups", source.namespace, name), patch)
+            await kube.event(
+                job_ref, type_="Normal", reason=keys.MIN_COUNT_UPDATED, message=f"minCount of role {role} ({name}) is now {minimum}"
+            )
+    return group
 
 
 async def _owner_live(kube: Kube, source: objects.GangSource, logger: Any) -> bool:
@@ -137,8 +183,9 @@ async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.Ga
     if merged is None:
         return
     (current,) = [c for c in merged if c["type"] == keys.GATED]
+    kind = keys.COMPOSITE_KIND if source.roles else "PodGroup"
     try:
-        await kube.apply_status("PodGroup", source.namespace, source.pod_group_name, {"conditions": [current]}, keys.JOB_CONTROLLER)
+        await kube.apply_status(kind, source.namespace, source.pod_group_name, {"conditions": [current]}, keys.JOB_CONTROLLER)
     except NotFound:
         # the owner was deleted after the event this reconcile answers: the garbage collector took the PodGroup
         # (and takes any this reconcile made again, whose owner is gone); nothing is left to report on
@@ -171,6 +218,9 @@ def gating_condition(gated: bool, pod_group: dict[str, Any], kind: str = "Job") 
 
 
 def _policy_text(source: objects.GangSource) -> str:
+    if source.roles:
+        roles = ", ".join(f"{role} minCount {minimum}" for role, minimum in source.roles)
+        return f"gang of roles {roles}, disruptionMode {source.intent.disruption_mode or 'all'}"
     if source.intent.policy == "gang":
         return f"gang, minCount {source.min_count}, disruptionMode {source.intent.disruption_mode or 'all'}"
     return "basic"

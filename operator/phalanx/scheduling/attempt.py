@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from phalanx.api import keys, schema, times
@@ -21,7 +21,7 @@ from phalanx.kube.informers import ClusterView
 from phalanx.planner import DeviceMatcher, Fits, NoVictims, Preemption, plan
 from phalanx.planner.model import Member
 from phalanx.planner.queue import takes_room
-from phalanx.scheduling import accessors, assumed, disruption, inputs, memory, metrics, queue, shortfall, status, teardown
+from phalanx.scheduling import accessors, assumed, composites, disruption, inputs, memory, metrics, queue, shortfall, status, teardown
 from phalanx.scheduling.cache import ClusterCache
 from phalanx.scheduling.cycle import Cycle
 from phalanx.scheduling.derived import Derived
@@ -194,20 +194,23 @@ class Attempts:
         latest = [self.view.pods.get(accessors.namespace(pod_group), accessors.name(p)) for p in pods]
         return [p for p in latest if p is not None and not p["metadata"].get("deletionTimestamp")]
 
-    async def each(self, pod_group: dict[str, Any], waiting: list[dict[str, Any]], quorum: int = 1) -> None:
+    async def each(
+        self, pod_group: dict[str, Any], waiting: list[dict[str, Any]], quorum: int = 1, placed: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
         """Late members of a scheduled gang (and every member of a basic group) go as they come.
 
         They are planned together on this cycle's snapshot (minCount `quorum`: every one that fits goes, once at
         least that many fit) and released in one reservation, so a cycle reads the cluster once, not once per pod.
         A gang whose minCount was raised past its released members needs the difference placed together; a
         replacement of a lost member, or one beyond minCount, goes alone. A late member joins the group's
-        incarnation (its record), so its loss counts as a member's.
+        incarnation (its record), so its loss counts as a member's. Of a gang of roles, each role needs only what
+        its members already past the gate (`placed`) leave of its minimum (`composites.joining`).
         """
         joined: list[schema.Reservation] = []
         ready = [p for p in waiting if self.claims_ready(p)]
         if len(ready) >= quorum:
             # one plan, in a worker thread as every plan
-            group = inputs.group(pod_group, ready, quorum, self.derived)
+            group = inputs.group(composites.joining(pod_group, placed), ready, quorum, self.derived)
             snapshot = await self.cache.snapshot()
             result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
             ahead = await self.held_back(result) if isinstance(result, Fits) else None

@@ -3,13 +3,15 @@
 Upstream says "one launcher and at least three workers" with a CompositePodGroup whose gang policy says how many of
 its child groups go together (`minGroupCount`), and one PodGroup per role (`parentCompositePodGroupName`, each with
 its own `gang.minCount`). A count over all members cannot say it: four workers would go without their launcher.
+A gang JobSet asks for the same with `scheduling.phalanx.dev/role-min-counts` (`jobsets.roles`): Phalanx makes the
+composite and a child per replicated Job, and the role label names a child's role and its pods'.
 
 The loop plans, reserves, releases, tears down and reports one group at a time, and a root gang composite is that
 group here. `groups` gives the loop every PodGroup that is a group of its own and every root gang composite as a
 PodGroup-shaped object: the composite's metadata and status (every write goes to the composite, `accessors.path`),
 a spec that is the composite's (disruptionMode, priority, topology) with minCount the sum of its roles' minimums,
 and its roles (`keys.ROLES`), which the planner places each at its own minimum (`planner.model.Role`). A member's
-role is its PodGroup, the one its `pod-group` label names.
+role is its role label, else the PodGroup its `pod-group` label names (`role_of`).
 
 What Phalanx does not model, it says here and in the README:
 - a gang composite places every child group it has, together: a minGroupCount below the number of children is met
@@ -51,8 +53,20 @@ def role_minimum(child: Mapping[str, Any]) -> int:
     return int(gang_policy["minCount"]) if gang_policy else 0
 
 
+def role_name(child: Mapping[str, Any]) -> str:
+    """A child PodGroup's role: the role label Phalanx sets on the children it makes for an owner (a JobSet's
+    replicated Job), else the child's own name (a user's, whose pods name it by their pod-group label)."""
+    return (child["metadata"].get("labels") or {}).get(keys.ROLE_LABEL) or child["metadata"]["name"]
+
+
+def role_of(pod: Mapping[str, Any]) -> str:
+    """The role a member is in, by the same rule as `role_name` ("" for none)."""
+    labels = pod["metadata"].get("labels") or {}
+    return labels.get(keys.ROLE_LABEL) or labels.get(keys.POD_GROUP_LABEL, "")
+
+
 def roles(group: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
-    """((child PodGroup name, its minimum), ...) of a composite as the loop's group; () for any other group."""
+    """((role name, its minimum), ...) of a composite as the loop's group; () for any other group."""
     return tuple(group.get(keys.ROLES) or ())
 
 
@@ -70,14 +84,27 @@ def below(group: Mapping[str, Any], bound: Iterable[Mapping[str, Any]]) -> list[
         return []
     counts: dict[str, int] = defaultdict(int)
     for pod in bound:
-        counts[(pod["metadata"].get("labels") or {}).get(keys.POD_GROUP_LABEL, "")] += 1
+        counts[role_of(pod)] += 1
     return [f"{name} {counts[name]} of minCount {minimum}" for name, minimum in found if counts[name] < minimum]
+
+
+def joining(group: Mapping[str, Any], placed: Iterable[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The group as its late members are planned: each role's minimum less its members already past the gate. A
+    late member of a role at its minimum goes alone (planned at the role's full minimum, one worker could never
+    fit); a role below it (a member lost in mode single) needs the rest together."""
+    found = roles(group)
+    if not found:
+        return group
+    counts: dict[str, int] = defaultdict(int)
+    for pod in placed:
+        counts[role_of(pod)] += 1
+    return {**group, keys.ROLES: tuple((name, max(0, minimum - counts[name])) for name, minimum in found)}
 
 
 def as_group(composite: Mapping[str, Any], children: Sequence[Mapping[str, Any]]) -> JSON:
     """The root gang composite as the loop's group (see the module's docstring)."""
     spec = composite.get("spec") or {}
-    found = tuple(sorted((c["metadata"]["name"], role_minimum(c)) for c in children if not c["metadata"].get("deletionTimestamp")))
+    found = tuple(sorted((role_name(c), role_minimum(c)) for c in children if not c["metadata"].get("deletionTimestamp")))
     wanted = int(spec["schedulingPolicy"]["gang"]["minGroupCount"])
     # with fewer children than minGroupCount it waits: each child still missing is a role of 1 with no members
     found += tuple((f"(child {i} of minGroupCount {wanted}, not created)", 1) for i in range(len(found) + 1, wanted + 1))
@@ -100,8 +127,11 @@ def groups(podgroups: Iterable[Mapping[str, Any]], composites: Iterable[Mapping[
         key = (group["metadata"]["namespace"], above or "")
         if above is not None and key in roots:
             children[key].append(group)
-        else:
+        elif above is None or keys.ROLE_LABEL not in (group["metadata"].get("labels") or {}):
             own.append(group)  # type: ignore[arg-type]
+        # else a role Phalanx made for an owner, whose composite is not (or no longer) here: never a gang of its own,
+        # which would count all the owner's pods against one role's minimum
+
     made = [as_group(c, children[(c["metadata"]["namespace"], c["metadata"]["name"])]) for c in composites if gang(c) and not parent(c)]
     return own + made
 

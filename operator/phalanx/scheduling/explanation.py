@@ -554,9 +554,7 @@ def explain(
 
 
 def _roles(pod_group: JSON, live: Sequence[JSON]) -> tuple[RoleRow, ...]:
-    def of(pod: JSON) -> str:
-        return (pod["metadata"].get("labels") or {}).get(keys.POD_GROUP_LABEL, "")
-
+    of = composites.role_of
     return tuple(
         RoleRow(name, minimum, sum(1 for p in live if of(p) == name), sum(1 for p in live if of(p) == name and accessors.bound(p)))
         for name, minimum in composites.roles(pod_group)

@@ -554,12 +554,12 @@ def group(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], quoru
 
 def _roles(minimums: Sequence[tuple[str, int]], pods: Sequence[Mapping[str, Any]]) -> tuple[Role, ...]:
     """A composite's roles (`scheduling.composites`): each child PodGroup with its minimum and the members whose
-    label names it. A member whose PodGroup is no longer a child is a role of minimum 0, so it is never left out of
-    a role (it goes along if it fits)."""
+    label names it (`composites.role_of`). A member whose role is no longer a child is a role of minimum 0, so it is
+    never left out of a role (it goes along if it fits)."""
     if not minimums:
         return ()
     uids: dict[str, set[str]] = {name: set() for name, _ in minimums}
     for pod in pods:
-        uids.setdefault((pod["metadata"].get("labels") or {}).get(keys.POD_GROUP_LABEL, ""), set()).add(pod["metadata"]["uid"])
+        uids.setdefault(composites.role_of(pod), set()).add(pod["metadata"]["uid"])
     wanted = dict(minimums)
     return tuple(Role(name, wanted.get(name, 0), frozenset(members)) for name, members in uids.items())

@@ -143,7 +143,7 @@ class Visits:
     async def _each(self, visit: Visit) -> bool:
         """Not a gang, or a gang scheduled whose record was dropped: each member released as it fits."""
         visit.pod_group, visit.reservation = await self.deadlines.unbind_late(visit.pod_group, visit.pods, visit.reservation)
-        await self.attempts.each(visit.pod_group, visit.waiting)
+        await self.attempts.each(visit.pod_group, visit.waiting, placed=[p for p in visit.pods if not accessors.gated(p)])
         return True
 
     async def _suspended(self, visit: Visit) -> bool:
@@ -179,9 +179,9 @@ class Visits:
         pod_group, pods, facts = visit.pod_group, visit.pods, visit.facts
         await self._below_min_count(pod_group, visit.bound, visit.lost, facts.min_count, facts.done)
         # minCount may have been raised since the release: the members it adds go together, as a gang
-        released_members = sum(1 for p in pods if not accessors.gated(p))
+        released = [p for p in pods if not accessors.gated(p)]
         wanted = await self._min_count_now(pod_group, visit.waiting, facts.min_count)
-        await self.attempts.each(pod_group, visit.waiting, max(1, wanted - released_members - facts.done))
+        await self.attempts.each(pod_group, visit.waiting, max(1, wanted - len(released) - facts.done), released)
         remembered = self.memory.of(pod_group["metadata"]["uid"])
         if (
             visit.stands is phase.Phase.RUNNING
