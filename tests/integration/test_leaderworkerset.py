@@ -144,7 +144,10 @@ def test_two_replicas_on_room_for_one_one_runs_whole_the_other_waits_holding_not
     pinned = _bound(_replica(_pods(cluster, namespace, "serve"), running))
     assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in pinned), "Phalanx placed each"
     explained = cluster.explain("serve", namespace)
-    assert explained.splitlines()[0].startswith(f"LeaderWorkerSet {namespace}/serve  PodGroup "), explained
+    assert explained.splitlines()[0] == f"LeaderWorkerSet {namespace}/serve  PodGroup {groups[str(waiting)]['metadata']['name']}", (
+        f"the replica that waits is the one explained: {explained}"
+    )
+    assert f"other groups: {groups[str(running)]['metadata']['name']} (Scheduled)" in explained, explained
 
     cluster.kubectl("-n", namespace, "delete", "job", "holder", "--wait=false")
     wait_for(lambda: len(_bound(_replica(_pods(cluster, namespace, "serve"), waiting))) == 3, "the second replica bound whole", timeout=120)

@@ -158,3 +158,32 @@ def test_a_waiting_gang_says_where_it_stands_in_the_queue() -> None:
     assert head.queue == "position 1 of 2 waiting (priority, then age)"
     running = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "low", JOBS), NOW, JOBS)
     assert running.queue is None
+
+
+def test_an_owner_of_several_groups_explains_the_first_still_waiting_and_names_the_others() -> None:
+    """A LeaderWorkerSet's replicas are one group each: explain by the owner's name shows the first replica still
+    waiting (not the newest, which may run) and names the others; an earlier owner of that name is no other of its."""
+
+    def replica(i: int, lws_uid: str, scheduled: bool, created: str) -> dict[str, Any]:
+        group = _group("serve", lws_uid, priority=0)
+        group["metadata"] |= {"name": f"serve-{i}-pg", "uid": f"serve-{i}-{lws_uid}", "creationTimestamp": created}
+        group["metadata"]["ownerReferences"] = [{"kind": "Job", "controller": True, "uid": lws_uid, "name": "serve"}]
+        reason = keys.SCHEDULED if scheduled else keys.UNSCHEDULABLE
+        group["status"]["conditions"] = [{"type": keys.INITIALLY_SCHEDULED, "status": str(scheduled), "reason": reason, "message": "m"}]
+        return group
+
+    groups = (
+        replica(0, "old", False, "2026-08-26T09:00:00Z"),
+        replica(0, "now", True, "2026-08-26T10:00:00Z"),
+        replica(1, "now", False, "2026-08-26T10:00:00Z"),
+        replica(2, "now", True, "2026-08-26T10:00:01Z"),
+    )
+    objects = replace(_objects(), podgroups=groups)
+    first, *rest = explanation.find_pod_groups(objects, "ml", "serve", JOBS)
+    assert first["metadata"]["uid"] == "serve-1-now", "the replica still waiting, not the newest"
+    assert explanation.others(rest) == ("serve-0-pg (Scheduled)", "serve-2-pg (Scheduled)")
+    result = replace(explanation.explain(objects, first, NOW, JOBS), others=explanation.others(rest))
+    assert "Also:        Job serve's other groups: serve-0-pg (Scheduled), serve-2-pg (Scheduled)" in explain_text.text(result)
+    running = tuple(g for g in groups if g["metadata"]["uid"] != "serve-1-now")
+    first, *_ = explanation.find_pod_groups(replace(objects, podgroups=running), "ml", "serve", JOBS)
+    assert first["metadata"]["uid"] == "serve-2-now", "none waits: the newest"

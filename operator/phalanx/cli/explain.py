@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -68,8 +69,8 @@ async def _explain(namespace: str | None, job: str, context: str | None) -> expl
     namespace = namespace or (loader.current_context or {}).get("context", {}).get("namespace") or "default"
     async with client.ApiClient(configuration) as api:
         objects = await read(Kube(api), namespace)
-    pod_group = explanation.find_pod_group(objects, namespace, job, KINDS)
-    return explanation.explain(objects, pod_group, times.now(), KINDS)
+    pod_group, *rest = explanation.find_pod_groups(objects, namespace, job, KINDS)
+    return dataclasses.replace(explanation.explain(objects, pod_group, times.now(), KINDS), others=explanation.others(rest))
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -36,6 +36,8 @@ def text(e: Explanation) -> str:
         + (f"; topology {e.topology}" if e.topology else ""),
         f"Held below minCount: {e.devices_below_min_count} device(s)",
     ]
+    if e.others:
+        lines.append(f"Also:        {e.kind} {e.job}'s other groups: {', '.join(e.others)} (`phalanx explain NAME` for one)")
     if e.roles:
         lines.append(
             "Roles:       " + ", ".join(f"{r.name}: minCount {r.min_count}, {r.members} members, {r.bound} bound" for r in e.roles)

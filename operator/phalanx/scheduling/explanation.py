@@ -202,14 +202,18 @@ class Explanation:
     events: tuple[EventRow, ...] = field(default_factory=tuple)
     roles: tuple[RoleRow, ...] = ()
     """A CompositePodGroup's roles (`scheduling.composites`), each against its minimum."""
+    others: tuple[str, ...] = ()
+    """The owner's other groups (a LeaderWorkerSet's other replicas), each with where it stands (`others`)."""
 
 
 class NotFoundError(LookupError):
     """No PodGroup for the Job the user named."""
 
 
-def find_pod_group(objects: Objects, namespace: str, job: str, kind: OwnerKind) -> JSON:
-    """The PodGroup of owner `job` of this kind (by the name the group records), or the PodGroup named `job`."""
+def find_pod_groups(objects: Objects, namespace: str, job: str, kind: OwnerKind) -> list[JSON]:
+    """The groups of owner `job` of this kind (by the name the groups record; a LeaderWorkerSet has one per replica),
+    or the group named `job`; of an owner made again under its name, the newest one's only. The one to explain comes
+    first: the first still waiting for its placement, else the newest."""
     mine = [g for g in objects.podgroups if g["metadata"]["namespace"] == namespace]
     found = [g for g in mine if kind.name(g) == job]
     found = found or [g for g in mine if g["metadata"]["name"] == job]
@@ -219,7 +223,33 @@ def find_pod_group(objects: Objects, namespace: str, job: str, kind: OwnerKind) 
             f"(spec.scheduling or the {keys.MIN_COUNT} annotation on its owner, or a PodGroup of its own), and is the "
             "namespace right (-n)?"
         )
-    return max(found, key=lambda g: g["metadata"].get("creationTimestamp", ""))
+    newest = max(found, key=_created)
+    owner = _owner_uid(newest, kind)
+    found = sorted((g for g in found if _owner_uid(g, kind) == owner), key=lambda g: (_created(g), g["metadata"]["name"]))
+    waiting = next((g for g in found if not conditions.true(g, keys.INITIALLY_SCHEDULED)), None)
+    first = waiting if waiting is not None else newest
+    return [first, *(g for g in found if g is not first)]
+
+
+def find_pod_group(objects: Objects, namespace: str, job: str, kind: OwnerKind) -> JSON:
+    """The group to explain for `job` (`find_pod_groups`)."""
+    return find_pod_groups(objects, namespace, job, kind)[0]
+
+
+def _created(group: Mapping[str, Any]) -> str:
+    return group["metadata"].get("creationTimestamp", "")
+
+
+def _owner_uid(group: Mapping[str, Any], kind: OwnerKind) -> str | None:
+    """The uid of the object the group answers to (a LeaderWorkerSet's for each of its replicas' groups)."""
+    return ((kind.ref(group) or {}).get("metadata") or {}).get("uid")
+
+
+def others(groups: Sequence[JSON]) -> tuple[str, ...]:
+    """The owner's other groups, each with where it stands (its PodGroupInitiallyScheduled reason), to explain by name."""
+    return tuple(
+        f"{g['metadata']['name']} ({(conditions.find(g, keys.INITIALLY_SCHEDULED) or {}).get('reason') or keys.PENDING})" for g in groups
+    )
 
 
 def _condition_order(condition: Mapping[str, Any]) -> tuple[int, str]:
