@@ -151,8 +151,9 @@ def _sum(samples: dict[str, float], prefix: str) -> float:
     return sum(v for k, v in samples.items() if k.startswith(prefix + "{"))
 
 
-async def burst_run(way: tw.Way, gangs: int, timeout: float) -> dict[str, Any]:
-    """`gangs` gangs of 3 submitted at once, room for all: when each had its 3 members bound."""
+async def burst_run(way: tw.Way, gangs: int, timeout: float, kept: dict[str, Any]) -> None:
+    """`gangs` gangs of 3 submitted at once, room for all: when each had its 3 members bound, kept under the way's
+    name before the gangs are drained (a run stopped while they drain keeps its figures)."""
     names = [f"burst-{i:04d}" for i in range(gangs)]
     before = scrape(way.operator) if way.operator else {}
     started = time.monotonic()
@@ -199,10 +200,10 @@ async def burst_run(way: tw.Way, gangs: int, timeout: float) -> dict[str, Any]:
                 * (_sum(after, algo + "_sum") - _sum(before, algo + "_sum"))
                 / max(1, _sum(after, algo + "_count") - _sum(before, algo + "_count"))
             )
+    kept[way.name] = {**out, "load": _load()}
     say(f"burst {way.name}: {out}")
     await asyncio.gather(*(way.finish(n) for n in names))
     await way.drained(timeout=900)
-    return out
 
 
 def _cpu(pid: int) -> float:
@@ -433,7 +434,7 @@ async def measure(
                 noted(f"latency {size}")
         if "burst" in plan.workloads:
             for w in tw.WAYS:
-                out["burst"][w] = {**await burst_run(ways[w], plan.burst, timeout=1200), "load": _load()}
+                await burst_run(ways[w], plan.burst, timeout=1200, kept=out["burst"])
             noted("burst")
         with contextlib.suppress(client.ApiException):
             await client.CoreV1Api(p.api).create_namespace({"metadata": {"name": "ballast"}})

@@ -34,6 +34,7 @@ from phalanx.leaderworkersets import controller as lws_controller
 from phalanx.leaderworkersets import webhooks as lws_webhooks
 from phalanx.owners import webhook_config
 from phalanx.podgroups import webhooks as pod_group_webhooks
+from phalanx.scheduling import assumed
 from phalanx.scheduling.loop import SchedulingLoop
 
 __all__ = [
@@ -82,7 +83,7 @@ class OperatorConfig:
     ready_backoff: float = 60.0
     ready_backoff_max: float = 3600.0
     hold_after: float = 300.0
-    release_concurrency: int = 4
+    release_concurrency: int = assumed.CONCURRENCY
     metrics_port: int | None = 8000
     metrics_listen: str = "0.0.0.0"
     readiness: str | None = "http://0.0.0.0:8081/readyz"

@@ -287,3 +287,37 @@ def test_a_jobset_of_roles_needs_each_replicated_jobs_minimum_together(cluster: 
     )
     made = cluster.get("-n", namespace, "events", "--field-selector", "involvedObject.kind=JobSet,involvedObject.name=train")["items"]
     assert any(e["reason"] == "PodGroupCreated" and "CompositePodGroup" in e["message"] for e in made), [e["message"] for e in made]
+
+
+def test_a_jobset_of_roles_whose_leader_finished_is_placed_again_without_it(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """The leader exits 0, and its Job does not run it again; a worker is then evicted in mode all: the workers are
+    taken down, made again by their Job, and placed whole without waiting for a leader that never comes (its role's
+    minimum is met by the one that finished, as a count over all members counts those done)."""
+    demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
+    roles = {keys.POLICY: "gang", keys.DISRUPTION_MODE: "all", keys.ROLE_MIN_COUNTS: json.dumps({"workers": 2})}
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", stdin=json.dumps(gpu_jobset("train", 2, roles)))
+
+    def of(role: str) -> list[dict]:
+        return [p for p in _members(cluster, namespace, "train") if p["metadata"]["labels"].get(keys.ROLE_LABEL) == role]
+
+    first = wait_for(lambda: len(r := [p for p in of("workers") if p["status"].get("phase") == "Running"]) == 2 and r, "2 workers running")
+    (leader,) = wait_for(lambda: [p for p in of("leader") if p["status"].get("phase") == "Running"] or None, "the leader running")
+    cluster.kubectl("-n", namespace, "annotate", "pod", leader["metadata"]["name"], "localcluster.phalanx.dev/exit=0")
+    wait_for(lambda: [p["status"].get("phase") for p in of("leader")] == ["Succeeded"], "the leader Succeeded")
+
+    victim = first[0]["metadata"]["name"]
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": namespace}}
+    cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{victim}/eviction", "-f", "-", stdin=json.dumps(eviction))
+    old = {p["metadata"]["uid"] for p in first}
+
+    def again() -> list[dict] | None:
+        running = [
+            p
+            for p in of("workers")
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp") and p["metadata"]["uid"] not in old
+        ]
+        return running if len(running) == 2 else None
+
+    placed = wait_for(again, "both workers made again and placed whole, the leader's role met by the one done", timeout=180)
+    assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in placed), "placed by Phalanx"
+    assert [p["status"].get("phase") for p in of("leader")] == ["Succeeded"], "the leader was not run again"

@@ -11,7 +11,7 @@ from phalanx.api import keys, schema
 from phalanx.api.intent import GangSpecError
 from phalanx.podgroups import admission
 from phalanx.podgroups.owner import PODGROUPS, composite_key, member_key
-from phalanx.scheduling import accessors, composites, inputs
+from phalanx.scheduling import accessors, composites, disruption, inputs
 
 
 def composite(name: str = "train", min_groups: int = 2, *, gang: bool = True, **spec: Any) -> dict[str, Any]:
@@ -171,8 +171,22 @@ def test_late_members_of_a_role_at_its_minimum_are_planned_alone() -> None:
     the workers' full minimum it could never fit alone); a role left below its minimum (mode single) needs the rest."""
     group = composites.as_group(composite(), [child("launcher", "train", 1), child("workers", "train", 3)])
     running = [pod("l", "launcher", "train"), *(pod(f"w{i}", "workers", "train") for i in range(3))]
-    assert composites.roles(composites.joining(group, running)) == (("launcher", 0), ("workers", 0))
-    assert composites.roles(composites.joining(group, running[:3])) == (("launcher", 0), ("workers", 1))
-    assert composites.joining(child("alone", None, 2), running) == child("alone", None, 2), "a group without roles is as it was"
-    late = inputs.group(composites.joining(group, running), [pod("w3", "workers", "train")], 1)
+    assert composites.roles(composites.less(group, running)) == (("launcher", 0), ("workers", 0))
+    assert composites.roles(composites.less(group, running[:3])) == (("launcher", 0), ("workers", 1))
+    assert composites.less(child("alone", None, 2), running) == child("alone", None, 2), "a group without roles is as it was"
+    late = inputs.group(composites.less(group, running), [pod("w3", "workers", "train")], 1)
     assert [(r.name, r.min_count) for r in late.roles] == [("launcher", 0), ("workers", 0)]
+
+
+def test_a_role_whose_members_finished_needs_only_the_rest() -> None:
+    """The launcher exited 0 and its Job does not run it again: a gang of the workers made again (a worker lost in
+    mode all) must not wait for a launcher that never comes, as a count over all members counts those done."""
+    group = composites.as_group(composite(), [child("launcher", "train", 1), child("workers", "train", 3)])
+    launcher = {**pod("l", "launcher", "train"), "status": {"phase": "Succeeded"}}
+    workers = [{**pod(f"w{i}", "workers", "train"), "status": {"phase": "Running"}} for i in range(3)]
+    assert disruption.done([launcher, *workers]) == [launcher]
+    counted = composites.less(group, disruption.done([launcher, *workers]))
+    assert composites.roles(counted) == (("launcher", 0), ("workers", 3))
+    assert composites.below(counted, workers) == [], "no role short: the launcher's is met by the one done"
+    assert composites.below(group, workers) == ["launcher 0 of minCount 1"], "without it, the launcher's role is short for ever"
+    assert composites.less(group, workers[:0]) is group, "nothing counted: the same group (kept by identity downstream)"

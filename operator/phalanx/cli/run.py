@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from phalanx.scheduling import assumed
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run = commands.add_parser("run", help="run the operator (webhooks and controllers) with the current kubeconfig")
@@ -112,9 +114,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument(
         "--release-concurrency",
         type=_at_least_one,
-        default=4,
+        default=assumed.CONCURRENCY,
         help="gang releases written at once while the loop plans the next group, each counted as done by those plans "
-        "(default 4); 1: one release at a time, the loop waiting for each",
+        f"(default {assumed.CONCURRENCY}); 1: one release at a time, the loop waiting for each",
     )
     run.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="Kopf liveness endpoint (default http://0.0.0.0:8080/healthz)"

@@ -134,18 +134,10 @@ async def _pod_group(kube: Kube, source: objects.GangSource, workload_uid: str, 
 
 
 async def _composite(kube: Kube, source: objects.GangSource, workload_uid: str, logger: Any) -> dict[str, Any] | None:
-    """An owner of roles: its CompositePodGroup, then a child PodGroup per role, each made or brought to its minimum.
-    Until every child exists the loop counts the missing ones as roles with no members, so the gang waits whole."""
+    """An owner of roles: a child PodGroup per role, each made or brought to its minimum, then their CompositePodGroup.
+    Children first: a role Phalanx made is no group until its composite exists (`composites.groups`), and a composite
+    met before its children would be judged short of roles not made yet (said in its status, for nothing)."""
     job_ref = source.reference()
-    made = await _ensure(
-        kube, source, "compositepodgroups", source.pod_group_name, lambda: objects.composite(source, workload_uid).wire(), logger
-    )
-    if made is None:
-        return None
-    group, created = made
-    if created:
-        message = f"Created CompositePodGroup {source.pod_group_name} ({_policy_text(source)})"
-        await kube.event(job_ref, type_="Normal", reason=keys.POD_GROUP_CREATED, message=message)
     for role, minimum in source.roles:
         name = source.role_pod_group_name(role)
         child = await _ensure(
@@ -158,6 +150,15 @@ async def _composite(kube: Kube, source: objects.GangSource, workload_uid: str, 
             await kube.event(
                 job_ref, type_="Normal", reason=keys.MIN_COUNT_UPDATED, message=f"minCount of role {role} ({name}) is now {minimum}"
             )
+    made = await _ensure(
+        kube, source, "compositepodgroups", source.pod_group_name, lambda: objects.composite(source, workload_uid).wire(), logger
+    )
+    if made is None:
+        return None
+    group, created = made
+    if created:
+        message = f"Created CompositePodGroup {source.pod_group_name} ({_policy_text(source)})"
+        await kube.event(job_ref, type_="Normal", reason=keys.POD_GROUP_CREATED, message=message)
     return group
 
 

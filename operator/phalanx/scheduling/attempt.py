@@ -204,13 +204,13 @@ class Attempts:
         A gang whose minCount was raised past its released members needs the difference placed together; a
         replacement of a lost member, or one beyond minCount, goes alone. A late member joins the group's
         incarnation (its record), so its loss counts as a member's. Of a gang of roles, each role needs only what
-        its members already past the gate (`placed`) leave of its minimum (`composites.joining`).
+        its members already past the gate (`placed`) leave of its minimum (`composites.less`).
         """
         joined: list[schema.Reservation] = []
         ready = [p for p in waiting if self.claims_ready(p)]
         if len(ready) >= quorum:
             # one plan, in a worker thread as every plan
-            group = inputs.group(composites.joining(pod_group, placed), ready, quorum, self.derived)
+            group = inputs.group(composites.less(pod_group, placed), ready, quorum, self.derived)
             snapshot = await self.cache.snapshot()
             result = await asyncio.to_thread(plan, snapshot, group, self.matcher)
             ahead = await self.held_back(result) if isinstance(result, Fits) else None

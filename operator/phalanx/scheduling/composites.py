@@ -88,16 +88,19 @@ def below(group: Mapping[str, Any], bound: Iterable[Mapping[str, Any]]) -> list[
     return [f"{name} {counts[name]} of minCount {minimum}" for name, minimum in found if counts[name] < minimum]
 
 
-def joining(group: Mapping[str, Any], placed: Iterable[Mapping[str, Any]]) -> Mapping[str, Any]:
-    """The group as its late members are planned: each role's minimum less its members already past the gate. A
-    late member of a role at its minimum goes alone (planned at the role's full minimum, one worker could never
-    fit); a role below it (a member lost in mode single) needs the rest together."""
+def less(group: JSON, counted: Iterable[Mapping[str, Any]]) -> JSON:
+    """The group with each role's minimum less its members in `counted`, as a count over all members is judged less
+    the members done: a role's members that finished their work (a launcher that exited 0 is not run again, and a
+    gang made again without it would wait for it for ever), and, as late members are planned, those already past
+    the gate (a late worker of a role at its minimum goes alone; a role below it needs the rest together)."""
     found = roles(group)
     if not found:
         return group
     counts: dict[str, int] = defaultdict(int)
-    for pod in placed:
+    for pod in counted:
         counts[role_of(pod)] += 1
+    if not any(counts[name] for name, _ in found):
+        return group
     return {**group, keys.ROLES: tuple((name, max(0, minimum - counts[name])) for name, minimum in found)}
 
 

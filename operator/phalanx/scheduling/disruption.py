@@ -109,6 +109,11 @@ def record(lost: Iterable[Loss]) -> list[dict[str, str]]:
     return [{"name": loss.name, "uid": loss.uid, "cause": loss.cause} for loss in lost]
 
 
+def done(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The pods that Succeeded: members whose work is done, whichever incarnation ran them."""
+    return [p for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"]
+
+
 def finished_uids(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], gone: Container[str] = ()) -> set[str]:
     """The members that finished their work: done, not missing, and counted toward minCount wherever it is judged.
 
@@ -117,7 +122,7 @@ def finished_uids(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]
     they Succeeded (`gone`); and those an earlier teardown kept (`status.finished`), whose pods may be gone since.
     Without them a Job whose ranks 0-2 finished while rank 3 was lost waits for a quorum of 4 that can never exist
     again."""
-    succeeded = {p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
+    succeeded = {p["metadata"]["uid"] for p in done(pods)}
     reservation = accessors.reservation(pod_group)
     removed = {p.uid for p in reservation.placements if p.uid in gone} if reservation is not None else set()
     kept = (pod_group.get("status") or {}).get("finished") or ()

@@ -461,6 +461,8 @@ def explain(
     released = reservation is not None and reservation.state == "Released"
     losses = disruption.losses(reservation, every, node_names, known=disruption.recorded(pod_group)) if released else []  # type: ignore[arg-type]
     done = disruption.finished(pod_group, every) if accessors.gang(pod_group) else 0
+    if done:  # as the loop reads it (`visit`): a role's members done count toward its minimum
+        pod_group = composites.less(pod_group, disruption.done(every))
     facts = phase.read(pod_group, live, lambda ns, n: claims.get((ns, n)), lost=bool(losses), done=done)
     now_in = phase.classify(facts)
     min_count = facts.min_count

@@ -101,7 +101,7 @@ class SchedulingLoop:
         ready_deadline: float = 0.0,
         ready_backoff: tuple[float, float] = (60.0, 3600.0),
         hold_after: float = headhold.DEFAULT_HOLD_AFTER,
-        release_concurrency: int = 4,
+        release_concurrency: int = assumed.CONCURRENCY,
     ) -> None:
         self.kube = kube
         self.view = view

@@ -137,6 +137,8 @@ class Visits:
         if lost:
             owner_state = phase.OwnerState.GONE if owner is None else self.owner.state(owner, reservation.released_at)  # type: ignore[union-attr]
         done = disruption.finished(pod_group, self.members.get(uid, []), self.view.finished) if gang else 0
+        if done:  # a role's members done count toward its minimum, as all members done count toward minCount
+            pod_group = composites.less(pod_group, disruption.done(self.members.get(uid, [])))
         facts = phase.read(pod_group, pods, self.view.claims.get, lost=bool(lost), owner=owner_state, done=done)
         return Visit(pod_group, pods, reservation, lost, owner_state, facts, phase.classify(facts))
 
