@@ -8,8 +8,8 @@ the shape upstream gives a gang of gangs (KEP-6012): a CompositePodGroup whose g
 PodGroup per replicated Job carrying its minimum (`owners.objects`); each replicated Job's pod template carries the
 role label, so the loop counts each member in its role (`scheduling.composites.role_of`).
 
-The roles are read from the JobSet, never from the annotation alone: a replicated Job added later, or one whose size
-moved, has its role and its default minimum from the JobSet as it is.
+The roles are read from the JobSet, never from the annotation alone: every replicated Job is a role, and one the
+annotation does not name has its default minimum from the JobSet as it is (its replicas x parallelism now).
 """
 
 from __future__ import annotations
