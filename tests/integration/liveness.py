@@ -48,7 +48,7 @@ from phalanx.kinds import KINDS
 from phalanx.planner import DeviceMatcher, Fits, plan
 from phalanx.planner.model import DeviceId, Group, Snapshot
 from phalanx.planner.queue import takes_room
-from phalanx.scheduling import accessors, disruption, explanation, headhold, inputs, phase, podsready, queue, snapshots
+from phalanx.scheduling import accessors, disruption, explain_view, explanation, headhold, inputs, phase, podsready, queue, snapshots
 
 JSON = dict[str, Any]
 
@@ -290,7 +290,7 @@ def explained(objects: Objects, uid: str, now: datetime.datetime) -> str:
     pod_group = next((g for g in objects.podgroups if g["metadata"]["uid"] == uid), None)
     if pod_group is None:
         return ""
-    lists = explanation.Objects(
+    lists = explain_view.Objects(
         nodes=objects.nodes,
         pods=objects.pods,
         slices=objects.slices,

@@ -8,7 +8,7 @@ from typing import Any
 
 from phalanx.api import keys
 from phalanx.jobs.owner import JOBS
-from phalanx.scheduling import explain_text, explanation
+from phalanx.scheduling import explain_lookup, explain_text, explain_view, explanation
 
 NOW = datetime.datetime(2026, 8, 26, 12, 0, tzinfo=datetime.UTC)
 DRIVER = "gpu.example.com"
@@ -81,8 +81,8 @@ def _group(name: str, job_uid: str, *, priority: int) -> dict[str, Any]:
     }
 
 
-def _objects() -> explanation.Objects:
-    return explanation.Objects(
+def _objects() -> explain_view.Objects:
+    return explain_view.Objects(
         nodes=(_node("n1"),),
         slices=(_slice("n1"),),
         classes=({"metadata": {"name": "gpu"}, "spec": {}},),
@@ -97,11 +97,11 @@ def _objects() -> explanation.Objects:
 
 def test_a_pending_gang_shows_what_is_short_where_and_the_victims_preemption_would_take() -> None:
     objects = _objects()
-    result = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "urgent", JOBS), NOW, JOBS)
+    result = explanation.explain(objects, explain_lookup.find_pod_group(objects, "ml", "urgent", JOBS), NOW, JOBS)
     assert result.state == "Pending" and result.plan is not None and result.plan.fit == 0
     assert [(s.resource, s.needed, s.free) for s in result.plan.shortages] == [("gpu", 1, 0)]
     assert [(n.name, n.devices_free, n.devices, n.excluded_by) for n in result.plan.nodes] == [("n1", 0, 1, None)]
-    assert result.preemption == explanation.PreemptionView(False, (explanation.VictimRow("group ml/low-pg", 10, ("low-0",)),))
+    assert result.preemption == explain_view.PreemptionView(False, (explain_view.VictimRow("group ml/low-pg", 10, ("low-0",)),))
     lines = explain_text.text(result).splitlines()
     assert "Preemption:  would evict 1 pod(s) in 1 unit(s) (dry run; the operator does it next cycle)" in lines
     assert "  group ml/low-pg  10        low-0" in lines
@@ -109,7 +109,7 @@ def test_a_pending_gang_shows_what_is_short_where_and_the_victims_preemption_wou
 
 def test_a_topology_key_no_node_has_is_named_with_what_would_let_it_run() -> None:
     objects = _objects()
-    urgent = explanation.find_pod_group(objects, "ml", "urgent", JOBS)
+    urgent = explain_lookup.find_pod_group(objects, "ml", "urgent", JOBS)
     urgent = {**urgent, "spec": {**urgent["spec"], "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/zone"}]}}}
     result = explanation.explain(objects, urgent, NOW, JOBS)
     assert result.plan is not None and result.plan.nowhere == "no node has label topology.kubernetes.io/zone, the group's topology key"
@@ -124,7 +124,7 @@ def test_a_topology_key_no_node_has_is_named_with_what_would_let_it_run() -> Non
 
 def test_no_victims_below_the_gangs_priority_says_so() -> None:
     objects = _objects()
-    urgent = explanation.find_pod_group(objects, "ml", "urgent", JOBS)
+    urgent = explain_lookup.find_pod_group(objects, "ml", "urgent", JOBS)
     urgent = {**urgent, "spec": {**urgent["spec"], "priority": 5}}
     result = explanation.explain(objects, urgent, NOW, JOBS)
     assert result.preemption is not None and result.preemption.reason is not None
@@ -133,8 +133,8 @@ def test_no_victims_below_the_gangs_priority_says_so() -> None:
 
 def test_an_unknown_job_names_the_fix() -> None:
     try:
-        explanation.find_pod_group(_objects(), "ml", "nope", JOBS)
-    except explanation.NotFoundError as exc:
+        explain_lookup.find_pod_group(_objects(), "ml", "nope", JOBS)
+    except explain_lookup.NotFoundError as exc:
         assert "no PodGroup for Job 'nope' in namespace 'ml'" in str(exc) and "-n" in str(exc)
     else:
         raise AssertionError("an unknown Job must be an error")
@@ -151,12 +151,12 @@ def test_a_waiting_gang_says_where_it_stands_in_the_queue() -> None:
         claims=(*base.claims, _claim("older-0-gpu", None)),
         podgroups=(*base.podgroups, older),
     )
-    behind = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "older", JOBS), NOW, JOBS)
+    behind = explanation.explain(objects, explain_lookup.find_pod_group(objects, "ml", "older", JOBS), NOW, JOBS)
     assert behind.queue == "position 2 of 2 waiting (priority, then age); next ahead: ml/urgent-pg, priority 1000"
     assert "Queue:       position 2 of 2 waiting (priority, then age); next ahead: ml/urgent-pg, priority 1000" in explain_text.text(behind)
-    head = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "urgent", JOBS), NOW, JOBS)
+    head = explanation.explain(objects, explain_lookup.find_pod_group(objects, "ml", "urgent", JOBS), NOW, JOBS)
     assert head.queue == "position 1 of 2 waiting (priority, then age)"
-    running = explanation.explain(objects, explanation.find_pod_group(objects, "ml", "low", JOBS), NOW, JOBS)
+    running = explanation.explain(objects, explain_lookup.find_pod_group(objects, "ml", "low", JOBS), NOW, JOBS)
     assert running.queue is None
 
 
@@ -179,11 +179,11 @@ def test_an_owner_of_several_groups_explains_the_first_still_waiting_and_names_t
         replica(2, "now", True, "2026-08-26T10:00:01Z"),
     )
     objects = replace(_objects(), podgroups=groups)
-    first, *rest = explanation.find_pod_groups(objects, "ml", "serve", JOBS)
+    first, *rest = explain_lookup.find_pod_groups(objects, "ml", "serve", JOBS)
     assert first["metadata"]["uid"] == "serve-1-now", "the replica still waiting, not the newest"
-    assert explanation.others(rest) == ("serve-0-pg (Scheduled)", "serve-2-pg (Scheduled)")
-    result = replace(explanation.explain(objects, first, NOW, JOBS), others=explanation.others(rest))
+    assert explain_lookup.others(rest) == ("serve-0-pg (Scheduled)", "serve-2-pg (Scheduled)")
+    result = replace(explanation.explain(objects, first, NOW, JOBS), others=explain_lookup.others(rest))
     assert "Also:        Job serve's other groups: serve-0-pg (Scheduled), serve-2-pg (Scheduled)" in explain_text.text(result)
     running = tuple(g for g in groups if g["metadata"]["uid"] != "serve-1-now")
-    first, *_ = explanation.find_pod_groups(replace(objects, podgroups=running), "ml", "serve", JOBS)
+    first, *_ = explain_lookup.find_pod_groups(replace(objects, podgroups=running), "ml", "serve", JOBS)
     assert first["metadata"]["uid"] == "serve-2-now", "none waits: the newest"

@@ -9,7 +9,7 @@ import pytest
 
 from apiobjects import claim, pod, pod_group
 from phalanx.jobs.owner import JOBS
-from phalanx.scheduling import accessors, disruption, explanation, phase
+from phalanx.scheduling import accessors, disruption, explain_view, explanation, phase
 from phalanx.scheduling.phase import OwnerState, Phase
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
@@ -104,8 +104,10 @@ def test_a_podgroup_without_a_disruption_mode_is_refused_not_read_as_single() ->
         _classify(group, GATED)
 
 
-def _explained(group: dict[str, Any], pods: list[dict[str, Any]], claims: dict[tuple[str, str], dict[str, Any]]) -> explanation.Explanation:
-    objects = explanation.Objects(pods=pods, claims=list(claims.values()), podgroups=[group], nodes=[{"metadata": {"name": "n1"}}])
+def _explained(
+    group: dict[str, Any], pods: list[dict[str, Any]], claims: dict[tuple[str, str], dict[str, Any]]
+) -> explain_view.Explanation:
+    objects = explain_view.Objects(pods=pods, claims=list(claims.values()), podgroups=[group], nodes=[{"metadata": {"name": "n1"}}])
     return explanation.explain(objects, group, NOW, JOBS)
 
 

@@ -24,7 +24,7 @@ from phalanx.api.keys import GROUP, VERSION
 from phalanx.kinds import KINDS
 from phalanx.kube.client import ApiError, Kube, NotFound
 from phalanx.owners import seam
-from phalanx.scheduling import composites, explain_text, explanation
+from phalanx.scheduling import composites, explain_lookup, explain_text, explain_view, explanation
 
 PATHS = {
     "nodes": "/api/v1/nodes",
@@ -50,7 +50,7 @@ async def _list(kube: Kube, kind: str) -> dict:
         raise
 
 
-async def read(kube: Kube, namespace: str) -> explanation.Objects:
+async def read(kube: Kube, namespace: str) -> explain_view.Objects:
     """One list of each kind the planner reads (cluster-wide: other namespaces' pods take room too), and the namespace's
     Events and Jobs (a torn-down gang's Job says whether its back-off holds the new pods)."""
     kinds = list(PATHS)
@@ -60,17 +60,17 @@ async def read(kube: Kube, namespace: str) -> explanation.Objects:
     lists = {k: tuple(b.get("items") or ()) for k, b in zip(kinds, bodies, strict=True)}
     # the loop's groups, as the loop sees them: a gang CompositePodGroup stands for its roles (`scheduling.composites`)
     lists["podgroups"] = tuple(composites.groups(lists["podgroups"], lists.pop("composites")))
-    return explanation.Objects(**lists, events=tuple(events.get("items") or ()), owners=tuple(owners))
+    return explain_view.Objects(**lists, events=tuple(events.get("items") or ()), owners=tuple(owners))
 
 
-async def _explain(namespace: str | None, job: str, context: str | None) -> explanation.Explanation:
+async def _explain(namespace: str | None, job: str, context: str | None) -> explain_view.Explanation:
     configuration = client.Configuration()
     loader = await config.load_kube_config(client_configuration=configuration, context=context, persist_config=False)
     namespace = namespace or (loader.current_context or {}).get("context", {}).get("namespace") or "default"
     async with client.ApiClient(configuration) as api:
         objects = await read(Kube(api), namespace)
-    pod_group, *rest = explanation.find_pod_groups(objects, namespace, job, KINDS)
-    return dataclasses.replace(explanation.explain(objects, pod_group, times.now(), KINDS), others=explanation.others(rest))
+    pod_group, *rest = explain_lookup.find_pod_groups(objects, namespace, job, KINDS)
+    return dataclasses.replace(explanation.explain(objects, pod_group, times.now(), KINDS), others=explain_lookup.others(rest))
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -85,7 +85,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(_explain(args.namespace, args.job, args.context))
-    except explanation.NotFoundError as exc:
+    except explain_lookup.NotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except ApiError as exc:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from phalanx.scheduling.explanation import Explanation
+from phalanx.scheduling.explain_view import Explanation
 
 JSON = dict[str, Any]
 

@@ -39,217 +39,22 @@ from phalanx.scheduling import (
     snapshots,
     victims,
 )
-
-JSON = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Objects:
-    """One list of each kind the operator reads, plus the namespace's Events."""
-
-    nodes: Sequence[JSON] = ()
-    pods: Sequence[JSON] = ()
-    slices: Sequence[JSON] = ()
-    claims: Sequence[JSON] = ()
-    classes: Sequence[JSON] = ()
-    priorities: Sequence[JSON] = ()
-    podgroups: Sequence[JSON] = ()
-    budgets: Sequence[JSON] = ()
-    taint_rules: Sequence[JSON] = ()
-    events: Sequence[JSON] = ()
-    owners: Sequence[JSON] = ()
-    """The namespace's owners of the group's kind: after a teardown, the owner's status says what it owes."""
-
-
-@dataclass(frozen=True)
-class MemberRow:
-    name: str
-    state: str
-    node: str | None
-    devices: tuple[str, ...]
-    """pool/device of each device its claims hold."""
-
-
-@dataclass(frozen=True)
-class ShortRow:
-    resource: str
-    needed: int
-    free: int
-    total: int
-
-
-@dataclass(frozen=True)
-class NodeRow:
-    name: str
-    excluded_by: str | None
-    """The filter that keeps the group's members off this node (the scheduler's words), or None."""
-    free: Mapping[str, str]
-    """What the members request, free on this node."""
-    devices_free: int
-    devices: int
-    """Node-local devices of the classes the members' claims ask for: free, and in all."""
-
-
-@dataclass(frozen=True)
-class VictimRow:
-    victim: str
-    priority: int
-    pods: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class PlanView:
-    """The planner's answer for the members waiting now."""
-
-    fits: bool
-    fit: int
-    members: int
-    min_count: int
-    message: str
-    shortages: tuple[ShortRow, ...] = ()
-    blocked: tuple[tuple[str, int], ...] = ()
-    unmodelled: tuple[str, ...] = ()
-    nowhere: str | None = None
-    """Why no node can ever take it (`Short.nowhere`)."""
-    placements: tuple[tuple[str, str], ...] = ()
-    nodes: tuple[NodeRow, ...] = ()
-    network_devices_free: int = 0
-    network_devices: int = 0
-
-
-@dataclass(frozen=True)
-class PreemptionView:
-    """What preemption would take (a dry run of the loop's search), or why it cannot help, or the one under way."""
-
-    under_way: bool
-    victims: tuple[VictimRow, ...] = ()
-    reason: str | None = None
-
-
-@dataclass(frozen=True)
-class ConditionRow:
-    type: str
-    status: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class EventRow:
-    age: str
-    type: str
-    reason: str
-    object: str
-    message: str
-
-
-@dataclass(frozen=True)
-class LossRow:
-    member: str
-    cause: str
-
-
-@dataclass(frozen=True)
-class HolderRow:
-    resource: str
-    holder: str
-    held: str
-    total: str
-    priority: int
-
-
-@dataclass(frozen=True)
-class RoleRow:
-    name: str
-    min_count: int
-    members: int
-    bound: int
-
-
-@dataclass(frozen=True)
-class Explanation:
-    namespace: str
-    kind: str
-    """The owner's kind."""
-    job: str
-    """The owner's name."""
-    pod_group: str
-    state: str
-    """Waiting (quorum not there), Pending, Preempting, Releasing, Running, Disrupted."""
-    summary: str
-    min_count: int
-    members: int
-    bound: int
-    priority: int
-    disruption_mode: str
-    topology: str | None
-    """The group's topology key (`schedulingConstraints.topology`): every member in one domain of it."""
-    devices_below_min_count: int
-    """What this group adds to phalanx_incomplete_group_devices."""
-    plan: PlanView | None = None
-    preemption: PreemptionView | None = None
-    losses: tuple[LossRow, ...] = ()
-    holders: tuple[HolderRow, ...] = ()
-    """Who holds what the group is short of (a shortage that can never be met has none worth naming)."""
-    to_run: tuple[str, ...] = ()
-    """What would let the group run: capacity to free, a priority to outrank, or that nothing will."""
-    job_pods: str | None = None
-    """After a teardown: what the Job's status says of the pods it owes, and when its back-off lets them come."""
-    queue: str | None = None
-    """A gang waiting for its first placement: where it stands in the queue (priority, then age) and who is ahead."""
-    member_rows: tuple[MemberRow, ...] = ()
-    conditions: tuple[ConditionRow, ...] = ()
-    events: tuple[EventRow, ...] = field(default_factory=tuple)
-    roles: tuple[RoleRow, ...] = ()
-    """A CompositePodGroup's roles (`scheduling.composites`), each against its minimum."""
-    others: tuple[str, ...] = ()
-    """The owner's other groups (a LeaderWorkerSet's other replicas), each with where it stands (`others`)."""
-
-
-class NotFoundError(LookupError):
-    """No PodGroup for the Job the user named."""
-
-
-def find_pod_groups(objects: Objects, namespace: str, job: str, kind: OwnerKind) -> list[JSON]:
-    """The groups of owner `job` of this kind (by the name the groups record; a LeaderWorkerSet has one per replica),
-    or the group named `job`; of an owner made again under its name, the newest one's only. The one to explain comes
-    first: the first still waiting for its placement, else the newest."""
-    mine = [g for g in objects.podgroups if g["metadata"]["namespace"] == namespace]
-    found = [g for g in mine if kind.name(g) == job]
-    found = found or [g for g in mine if g["metadata"]["name"] == job]
-    if not found:
-        raise NotFoundError(
-            f"no PodGroup for {kind.kind} {job!r} in namespace {namespace!r}, nor one of that name: is it a gang "
-            f"(spec.scheduling or the {keys.MIN_COUNT} annotation on its owner, or a PodGroup of its own), and is the "
-            "namespace right (-n)?"
-        )
-    newest = max(found, key=_created)
-    owner = _owner_uid(newest, kind)
-    found = sorted((g for g in found if _owner_uid(g, kind) == owner), key=lambda g: (_created(g), g["metadata"]["name"]))
-    waiting = next((g for g in found if not conditions.true(g, keys.INITIALLY_SCHEDULED)), None)
-    first = waiting if waiting is not None else newest
-    return [first, *(g for g in found if g is not first)]
-
-
-def find_pod_group(objects: Objects, namespace: str, job: str, kind: OwnerKind) -> JSON:
-    """The group to explain for `job` (`find_pod_groups`)."""
-    return find_pod_groups(objects, namespace, job, kind)[0]
-
-
-def _created(group: Mapping[str, Any]) -> str:
-    return group["metadata"].get("creationTimestamp", "")
-
-
-def _owner_uid(group: Mapping[str, Any], kind: OwnerKind) -> str | None:
-    """The uid of the object the group answers to (a LeaderWorkerSet's for each of its replicas' groups)."""
-    return ((kind.ref(group) or {}).get("metadata") or {}).get("uid")
-
-
-def others(groups: Sequence[JSON]) -> tuple[str, ...]:
-    """The owner's other groups, each with where it stands (its PodGroupInitiallyScheduled reason), to explain by name."""
-    return tuple(
-        f"{g['metadata']['name']} ({(conditions.find(g, keys.INITIALLY_SCHEDULED) or {}).get('reason') or keys.PENDING})" for g in groups
-    )
+from phalanx.scheduling.explain_view import (
+    JSON,
+    ConditionRow,
+    EventRow,
+    Explanation,
+    HolderRow,
+    LossRow,
+    MemberRow,
+    NodeRow,
+    Objects,
+    PlanView,
+    PreemptionView,
+    RoleRow,
+    ShortRow,
+    VictimRow,
+)
 
 
 def _condition_order(condition: Mapping[str, Any]) -> tuple[int, str]:
@@ -444,8 +249,6 @@ def explain(
 ) -> Explanation:
     """`kind`: the workload kind of the group's owner (its members, its status)."""
     matcher = matcher or DeviceMatcher()
-    namespace, name = pod_group["metadata"]["namespace"], pod_group["metadata"]["name"]
-    job = kind.name(pod_group) or ""
     uid = pod_group["metadata"]["uid"]
     pods_of = accessors.pods_by_group(objects.podgroups, objects.pods, kind)
     every = sorted(pods_of.get(uid, []), key=kind.member_order)
@@ -454,7 +257,6 @@ def explain(
     priorities = {p["metadata"]["name"]: p for p in objects.priorities}
     bound = [p for p in live if accessors.bound(p)]
     reservation = accessors.reservation(pod_group)
-    nomination = accessors.nomination(pod_group)
     scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED)
     disrupted = conditions.find(pod_group, keys.DISRUPTION_TARGET)
     node_names = {n["metadata"]["name"] for n in objects.nodes}
@@ -465,124 +267,156 @@ def explain(
         pod_group = composites.less(pod_group, disruption.done(every))
     facts = phase.read(pod_group, live, lambda ns, n: claims.get((ns, n)), lost=bool(losses), done=done)
     now_in = phase.classify(facts)
-    min_count = facts.min_count
-    mode = "all" if facts.all_mode else "single"
     priority = accessors.priority(pod_group, priorities.get)
-    held = quorum.held_devices(pod_group, every, lambda ns, n: claims.get((ns, n)))
-
-    plan_view: PlanView | None = None
-    preemption: PreemptionView | None = None
-    found: list[holders.Holder] = []
-    to_run: tuple[str, ...] = ()
-    job_pods: str | None = None
-    state = _STATES[now_in]
+    why = _Why(_STATES[now_in])
     if facts.scheduled and (losses or (disrupted is not None and disrupted["status"] == "True")):
-        state = "Disrupted"
-        summary = (disrupted or {}).get("message") or f"lost {', '.join(str(loss) for loss in losses)}"
-    elif state == "Running":
-        summary = f"{len(bound)} of {len(live)} members bound to {len({p['spec']['nodeName'] for p in bound})} node(s)"
-    elif state == "Releasing":
-        summary = (scheduled or {}).get("message") or f"reservation {reservation.state if reservation else None}"
+        why.state = "Disrupted"
+        why.summary = (disrupted or {}).get("message") or f"lost {', '.join(str(loss) for loss in losses)}"
+    elif why.state == "Running":
+        why.summary = f"{len(bound)} of {len(live)} members bound to {len({p['spec']['nodeName'] for p in bound})} node(s)"
+    elif why.state == "Releasing":
+        why.summary = (scheduled or {}).get("message") or f"reservation {reservation.state if reservation else None}"
     else:
-        waiting = [p for p in live if accessors.gated(p)]
-        ready = [p for p in waiting if accessors.claims_ready(p, lambda ns, n: claims.get((ns, n)))]
+        ready = [p for p in live if accessors.gated(p) and accessors.claims_ready(p, lambda ns, n: claims.get((ns, n)))]
         torn = scheduled is not None and scheduled["reason"] in keys.TEARDOWNS
         if now_in in (phase.Phase.IDLE, phase.Phase.QUORUM):
-            state = "Disrupted" if torn else "Waiting"
+            why.state = "Disrupted" if torn else "Waiting"
             finished = f", {done} finished" if done else ""
-            summary = f"waiting for quorum: {len(ready)} of minCount {min_count} members created with their claims{finished}"
+            why.summary = f"waiting for quorum: {len(ready)} of minCount {facts.min_count} members created with their claims{finished}"
             owner_uid = ((kind.ref(pod_group) or {}).get("metadata") or {}).get("uid")  # a LeaderWorkerSet's, not its replica's key
             owner = next((j for j in objects.owners if j["metadata"]["uid"] == owner_uid), None)
-            job_pods = kind.pods_owed(owner, pod_group, len(live), now) if torn else None
+            why.job_pods = kind.pods_owed(owner, pod_group, len(live), now) if torn else None
         else:
-            snapshot = snapshots.snapshot(
-                objects.nodes,
-                objects.pods,
-                objects.slices,
-                objects.claims,
-                objects.classes,
-                objects.podgroups,
-                for_group=pod_group,
-                taint_rules=objects.taint_rules,
-            )
-            rank = functools.partial(accessors.priority, priority_class=priorities.get)
-            snapshot = headhold.elsewhere(snapshot, headhold.from_status(objects.podgroups, rank), pod_group, rank)
-            group = inputs.group(pod_group, ready, facts.needed)
-            plan_view, fits = _plan_view(snapshot, group, matcher)
-            state = "Disrupted" if torn else state
-            summary = _summary(plan_view)
-            if fits is None:
-                found = _holders(objects, snapshot, group, plan_view, matcher, pods_of, kind)
-            if nomination is not None:
-                gone = {(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"]["uid"]) for p in objects.pods}
-                standing = tuple(v.name for v in nomination.victims if (v.namespace, v.name, v.uid) in gone)
-                preemption = PreemptionView(True, (VictimRow("nominated", 0, standing),) if standing else (), None)
-            elif fits is None:
-                candidates = victims.for_preemptor(
-                    pod_group,
-                    (m.uid for m in group.members),
-                    objects.pods,
-                    objects.claims,
-                    objects.podgroups,
-                    pods_of,
-                    objects.budgets,
-                    pinned=accessors.pins(objects.podgroups),
-                )
-                outranked: Preemption | NoVictims | None = None
-                if candidates is None:
-                    preemption = PreemptionView(False, reason="preemptionPolicy is Never")
-                else:
-                    budgets = victims.allowed(objects.budgets)
-                    verdict = plan_preemption(snapshot, group, candidates, priority, matcher, budgets)
-                    if isinstance(verdict, NoVictims):
-                        preemption = PreemptionView(False, reason=verdict.reason)
-                        top = max((h.priority for h in found), default=None)
-                        if top is not None and top >= priority:  # would outranking the holders help? the same search, asked
-                            outranked = plan_preemption(snapshot, group, candidates, top + 1, matcher, budgets)
-                    else:
-                        preemption = PreemptionView(False, victims=_victim_rows(verdict))
-                if preemption.victims == () and preemption.reason is not None:
-                    to_run = _to_run(plan_view, found, priority, outranked, candidates is None)
-
+            _short(why, objects, pod_group, inputs.group(pod_group, ready, facts.needed), priority, pods_of, kind, matcher)
+            why.state = "Disrupted" if torn else why.state
     lost_rows = tuple(LossRow(loss.name, loss.cause) for loss in losses)
-    in_line = _queue(objects, pod_group, pods_of, priorities)
     if not lost_rows and (scheduled or {}).get("reason") == keys.DISRUPTED:  # torn down for a loss: the record outlives the pods
         lost_rows = tuple(LossRow(m["name"], m["cause"]) for m in (pod_group.get("status") or {}).get("lost") or [])
-    members = tuple(
-        MemberRow(p["metadata"]["name"], _state(p), accessors.placed_on(p), _devices(p, claims))
-        for p in every
-        if p in live or p["metadata"]["uid"] in {loss.uid for loss in losses}
-    )
-    condition_rows = tuple(
-        ConditionRow(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
-        for c in sorted((pod_group.get("status") or {}).get("conditions") or [], key=_condition_order)
-    )
+    lost_uids = {loss.uid for loss in losses}
     return Explanation(
-        namespace=namespace,
-        job=job,
-        pod_group=name,
-        state=state,
-        summary=summary,
-        min_count=min_count,
+        namespace=pod_group["metadata"]["namespace"],
+        job=kind.name(pod_group) or "",
+        pod_group=pod_group["metadata"]["name"],
+        state=why.state,
+        summary=why.summary,
+        min_count=facts.min_count,
         members=len(live),
         bound=len(bound),
         priority=priority,
-        disruption_mode=mode,
+        disruption_mode="all" if facts.all_mode else "single",
         topology=accessors.topology_key(pod_group),
-        devices_below_min_count=held,
-        plan=plan_view,
-        preemption=preemption,
+        devices_below_min_count=quorum.held_devices(pod_group, every, lambda ns, n: claims.get((ns, n))),
+        plan=why.plan,
+        preemption=why.preemption,
         losses=lost_rows,
-        holders=tuple(HolderRow(h.resource, h.unit, _amount(h.resource, h.held), _amount(h.resource, h.total), h.priority) for h in found),
-        to_run=to_run,
-        job_pods=job_pods,
-        queue=in_line,
-        member_rows=members,
-        conditions=condition_rows,
+        holders=tuple(
+            HolderRow(h.resource, h.unit, _amount(h.resource, h.held), _amount(h.resource, h.total), h.priority) for h in why.holders
+        ),
+        to_run=why.to_run,
+        job_pods=why.job_pods,
+        queue=_queue(objects, pod_group, pods_of, priorities),
+        member_rows=tuple(
+            MemberRow(p["metadata"]["name"], _state(p), accessors.placed_on(p), _devices(p, claims))
+            for p in every
+            if p in live or p["metadata"]["uid"] in lost_uids
+        ),
+        conditions=tuple(
+            ConditionRow(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
+            for c in sorted((pod_group.get("status") or {}).get("conditions") or [], key=_condition_order)
+        ),
         events=_events(objects.events, pod_group, every, now),
         kind=(kind.ref(pod_group) or {}).get("kind", kind.kind),
         roles=_roles(pod_group, live),
     )
+
+
+@dataclass
+class _Why:
+    """Where the group stands, filled as `explain` finds out: the verdict, and for a gang that could be planned, the
+    planner's answer, who holds what it lacks, and what preemption would do."""
+
+    state: str
+    summary: str = ""
+    plan: PlanView | None = None
+    preemption: PreemptionView | None = None
+    holders: list[holders.Holder] = field(default_factory=list)
+    to_run: tuple[str, ...] = ()
+    job_pods: str | None = None
+
+
+def _short(
+    why: _Why,
+    objects: Objects,
+    pod_group: JSON,
+    group: Group,
+    priority: int,
+    pods_of: Mapping[str, Sequence[JSON]],
+    kind: OwnerKind,
+    matcher: DeviceMatcher,
+) -> None:
+    """A gang that could be planned: the plan the loop would make on the same objects, and, when it does not fit,
+    who holds what it lacks and what preemption would (or could not) do."""
+    snapshot = snapshots.snapshot(
+        objects.nodes,
+        objects.pods,
+        objects.slices,
+        objects.claims,
+        objects.classes,
+        objects.podgroups,
+        for_group=pod_group,
+        taint_rules=objects.taint_rules,
+    )
+    rank = functools.partial(accessors.priority, priority_class={p["metadata"]["name"]: p for p in objects.priorities}.get)
+    snapshot = headhold.elsewhere(snapshot, headhold.from_status(objects.podgroups, rank), pod_group, rank)
+    why.plan, fits = _plan_view(snapshot, group, matcher)
+    why.summary = _summary(why.plan)
+    if fits is None:
+        why.holders = _holders(objects, snapshot, group, why.plan, matcher, pods_of, kind)
+    nomination = accessors.nomination(pod_group)
+    if nomination is not None:
+        gone = {(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"]["uid"]) for p in objects.pods}
+        standing = tuple(v.name for v in nomination.victims if (v.namespace, v.name, v.uid) in gone)
+        why.preemption = PreemptionView(True, (VictimRow("nominated", 0, standing),) if standing else (), None)
+    elif fits is None:
+        _preemption(why, objects, pod_group, group, snapshot, priority, pods_of, matcher)
+
+
+def _preemption(
+    why: _Why,
+    objects: Objects,
+    pod_group: JSON,
+    group: Group,
+    snapshot: Snapshot,
+    priority: int,
+    pods_of: Mapping[str, Sequence[JSON]],
+    matcher: DeviceMatcher,
+) -> None:
+    """The loop's preemption search as a dry run; when it finds nothing, whether outranking the holders would."""
+    candidates = victims.for_preemptor(
+        pod_group,
+        (m.uid for m in group.members),
+        objects.pods,
+        objects.claims,
+        objects.podgroups,
+        pods_of,
+        objects.budgets,
+        pinned=accessors.pins(objects.podgroups),
+    )
+    outranked: Preemption | NoVictims | None = None
+    if candidates is None:
+        why.preemption = PreemptionView(False, reason="preemptionPolicy is Never")
+    else:
+        budgets = victims.allowed(objects.budgets)
+        verdict = plan_preemption(snapshot, group, candidates, priority, matcher, budgets)
+        if isinstance(verdict, NoVictims):
+            why.preemption = PreemptionView(False, reason=verdict.reason)
+            top = max((h.priority for h in why.holders), default=None)
+            if top is not None and top >= priority:  # would outranking the holders help? the same search, asked
+                outranked = plan_preemption(snapshot, group, candidates, top + 1, matcher, budgets)
+        else:
+            why.preemption = PreemptionView(False, victims=_victim_rows(verdict))
+    if why.preemption.victims == () and why.preemption.reason is not None and why.plan is not None:
+        why.to_run = _to_run(why.plan, why.holders, priority, outranked, candidates is None)
 
 
 def _roles(pod_group: JSON, live: Sequence[JSON]) -> tuple[RoleRow, ...]:

@@ -207,8 +207,6 @@ class SchedulingLoop:
             releaser=self.releaser,
         )
         """One group's visit: where it stands, and its phase's action."""
-        self._pointed: tuple[Any, ...] | None = None
-        """The groups' and their pods' `written` when every gated member was found pointed at."""
         self._hold_line: tuple[list[queue.Ahead], shortfall.Standing, Any] | None = None
         """The line a settled head-of-line hold was last updated on, the verdicts of its gangs passed over, and the
         groups' `written` then (another replica's `status.hold` on any group is cleared on the next update)."""
@@ -278,11 +276,9 @@ class SchedulingLoop:
             lambda: waits.since([(g, f.waits_in) for g, f in zip(scheduled, facts, strict=True)], remembered.quorum_at),
         )
         waits.publish(waits.at(waiting, time.monotonic()))  # every cycle: fresh on a quiet cluster
-        if self.leading() and self._pointed != reads[:2]:
-            try:
+        if self.leading():
+            try:  # a group whose members were all pointed at costs a lookup (`Pointers.point`)
                 await self.pointers.point((g, f.gated) for g, f in zip(scheduled, facts, strict=True))
-                if not self.pointers.owed:
-                    self._pointed = reads[:2]  # none was due: none is until a group or a member is written
             except asyncio.CancelledError:
                 raise
             except Exception:  # an Event refused holds no gang: the pods not pointed are tried next cycle

@@ -59,8 +59,6 @@ class Pointers:
         self.owner = owner
         self.done: set[str] = set()
         """Uids of pods whose Event exists: not written again while they live."""
-        self.owed = 0
-        """Members the last `point` found not yet pointed at (before it wrote any)."""
         self._complete: dict[str, list[Mapping[str, Any]]] = {}
         """PodGroup uid -> its members as last given, every one of them pointed: the loop gives the same list while
         the group and its pods are unchanged (`membership`), so a thousand waiting gangs are not looked through again."""
@@ -81,7 +79,6 @@ class Pointers:
             else:
                 complete[uid] = pods
         self._complete = complete
-        self.owed = len(due)
         written = await all_answered(self._point(pod_group, pod) for pod_group, pod in due[:PER_CYCLE])
         return sum(written)
 
