@@ -6,7 +6,7 @@ what its informers and loop would hold for N pods on NODES nodes: each object
 decoded from its own JSON text (a watch event is decoded alone) and kept as
 `kube/trim.py` keeps it, then one planner snapshot of them and its shortfall
 capacity (the loop keeps the last of each), built once afresh and once more
-reusing what the first derived (`inputs.Reuse`, which the loop also keeps). The objects are a pod, a node and
+reusing what the first derived (`deviceinputs.Reuse`, which the loop also keeps). The objects are a pod, a node and
 a ResourceSlice as a kwok cluster's API server returned them
 (`benchmarks/fixtures/`), renamed: pod i on node i mod NODES, each slice on its own node (so the
 snapshot places every pod and device, as the loop's does). RSS (VmRSS) is read after each level; the
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import phalanx.manager  # noqa: F401  (the operator's imports: most of its memory at rest)
 from phalanx.kube import trim
-from phalanx.scheduling import inputs, shortfall, snapshots
+from phalanx.scheduling import deviceinputs, shortfall, snapshots
 from phalanx.scheduling.occupancy import Occupancy, Writes
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -88,15 +88,15 @@ def main() -> int:
             for i in range(len(pods), level)
         ]
         last = None  # the loop holds one snapshot, one capacity, its occupancy and what the slices published at a time
-        occupancy, reuse = Occupancy(), inputs.Reuse()
+        occupancy, reuse = Occupancy(), deviceinputs.Reuse()
         started = time.process_time()
         held = occupancy.assemble(occupancy.apply(Writes.of(nodes), Writes.of(pods)), {}, {}, [])
-        snapshot = snapshots.compose(held, slices, inputs.modelled([]), [], reuse=reuse)
+        snapshot = snapshots.compose(held, slices, deviceinputs.modelled([]), [], reuse=reuse)
         last = (snapshot, shortfall.capacity(snapshot), occupancy, reuse)
         built = time.process_time() - started
         started = time.process_time()
         held = occupancy.assemble(occupancy.apply(Writes({}), Writes({})), {}, {}, [])  # the next cycle's, nothing written
-        snapshot = snapshots.compose(held, slices, inputs.modelled([]), [], reuse=reuse)
+        snapshot = snapshots.compose(held, slices, deviceinputs.modelled([]), [], reuse=reuse)
         last = (snapshot, shortfall.capacity(snapshot), occupancy, reuse)
         rebuilt = time.process_time() - started
         now = rss_mib()

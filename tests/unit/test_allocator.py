@@ -22,7 +22,7 @@ from phalanx.planner.model import (
     Toleration,
     frozen_map,
 )
-from phalanx.scheduling import accessors, inputs
+from phalanx.scheduling import accessors, deviceinputs
 from phalanx.scheduling.record import allocation, reservation_of
 
 DRIVER = "features.example.com"
@@ -207,8 +207,8 @@ def test_device_taint_rules_apply_except_phalanx_own() -> None:
     from phalanx.api import keys
 
     ours["metadata"]["labels"] = {keys.MANAGED_BY_LABEL: keys.MANAGER_NAME}
-    assert inputs.devices(slices, [ours])[0].taints == ()
-    assert inputs.devices(slices, [theirs])[0].taints == (Taint("k", "", "NoSchedule"),)
+    assert deviceinputs.devices(slices, [ours])[0].taints == ()
+    assert deviceinputs.devices(slices, [theirs])[0].taints == (Taint("k", "", "NoSchedule"),)
 
 
 # --- DRAConsumableCapacity ---
@@ -320,7 +320,7 @@ def test_unknown_request_fields_are_named() -> None:
         "metadata": {"namespace": "ml", "name": "c", "uid": "u"},
         "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x", "future": 1}}]}},
     }
-    assert inputs.claim(obj).unmodelled == ("spec.devices.requests[0].exactly.future is not modelled",)
+    assert deviceinputs.claim(obj).unmodelled == ("spec.devices.requests[0].exactly.future is not modelled",)
 
 
 def test_a_pods_claims_are_searched_together_so_an_earlier_claim_backs_off() -> None:
@@ -363,8 +363,8 @@ def test_incomplete_pools_are_found_from_slices() -> None:
             },
         }
 
-    assert [d.node_name for d in inputs.incomplete_pools([piece("a", 2)])] == ["n1"]
-    assert inputs.incomplete_pools([piece("a", 2), piece("b", 2)]) == []
+    assert [d.node_name for d in deviceinputs.incomplete_pools([piece("a", 2)])] == ["n1"]
+    assert deviceinputs.incomplete_pools([piece("a", 2), piece("b", 2)]) == []
 
 
 def test_a_victims_share_is_given_back_when_it_goes() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phalanx.scheduling import inputs, snapshots
+from phalanx.scheduling import deviceinputs, inputs, snapshots
 from phalanx.scheduling.cache import ClaimsTally
 from phalanx.scheduling.derived import Derived
 
@@ -47,7 +47,7 @@ def _slice(node: str, version: str = "1", devices: int = 2) -> JSON:
     }
 
 
-def _both(reuse: inputs.Reuse, nodes: list[JSON], pods: list[JSON], slices: list[JSON], pinned: dict[str, str] | None = None) -> Any:
+def _both(reuse: deviceinputs.Reuse, nodes: list[JSON], pods: list[JSON], slices: list[JSON], pinned: dict[str, str] | None = None) -> Any:
     """The reused build, checked against a fresh one of the same objects (deep copies: nothing shared with the cache)."""
     reused = snapshots.build(nodes, pods, slices, [], [], pinned=pinned, reuse=reuse)
     fresh = snapshots.build(copy.deepcopy(nodes), copy.deepcopy(pods), copy.deepcopy(slices), [], [], pinned=pinned)
@@ -95,7 +95,7 @@ def _rule(version: str) -> JSON:
 
 
 def test_what_the_slices_publish_is_served_whole_until_a_slice_or_a_taint_rule_changes() -> None:
-    reuse = inputs.Reuse()
+    reuse = deviceinputs.Reuse()
     nodes, pods = [_node("n1"), _node("n2")], [_pod("a", "1")]
     slices = [_slice("n1"), _slice("n2")]
     first = _both(reuse, nodes, pods, slices)
@@ -178,8 +178,8 @@ def test_the_claims_tally_always_counts_as_a_model_of_the_whole_store_would(even
             store = {k: _claim(k[1], str(version), d) for k, d in ((k, _held(v)) for k, v in store.items())}
             tally.rebuild(store)
         if version % 3 == 0:
-            assert tally.modelled() == inputs.modelled(inputs.claim_view(c) for c in store.values())
-    assert tally.modelled() == inputs.modelled(inputs.claim_view(c) for c in store.values())
+            assert tally.modelled() == deviceinputs.modelled(deviceinputs.claim_view(c) for c in store.values())
+    assert tally.modelled() == deviceinputs.modelled(deviceinputs.claim_view(c) for c in store.values())
 
 
 def _held(claim: JSON) -> str | None:

@@ -9,7 +9,7 @@ from builders import GPU, GPU_CLASS, gpus, node
 from phalanx.planner import Fits, Short, plan
 from phalanx.planner import extended as extres
 from phalanx.planner.model import Claim, Container, DeviceRequest, Group, Member, Snapshot, frozen_map
-from phalanx.scheduling import inputs, snapshots
+from phalanx.scheduling import deviceinputs, inputs, snapshots
 from phalanx.scheduling.record import planned_devices, reservation_of
 
 RESOURCE = "example.com/gpu"
@@ -121,10 +121,10 @@ def test_of_two_classes_naming_one_resource_the_newest_serves_it_and_a_tie_goes_
         return {"metadata": {"name": name, "creationTimestamp": created}, "spec": {"extendedResourceName": RESOURCE}}
 
     older, newer = cls("b", "2026-01-01T00:00:00Z"), cls("c", "2026-01-02T00:00:00Z")
-    assert inputs.extended_resources([newer, older])[RESOURCE] == "c"
-    assert inputs.extended_resources([older, newer])[RESOURCE] == "c"
-    assert inputs.extended_resources([cls("z", "2026-01-02T00:00:00Z"), newer])[RESOURCE] == "c"
-    mapped = inputs.extended_resources([older, newer])
+    assert deviceinputs.extended_resources([newer, older])[RESOURCE] == "c"
+    assert deviceinputs.extended_resources([older, newer])[RESOURCE] == "c"
+    assert deviceinputs.extended_resources([cls("z", "2026-01-02T00:00:00Z"), newer])[RESOURCE] == "c"
+    mapped = deviceinputs.extended_resources([older, newer])
     assert mapped["deviceclass.resource.kubernetes.io/b"] == "b", "every class keeps its implicit name"
 
 

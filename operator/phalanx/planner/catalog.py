@@ -2,7 +2,7 @@
 
 Indexing 40,000 devices (5,000 nodes x 8) took half of a gang of 3's plan, done again for every plan. The index
 depends on the tuple of devices alone, and the snapshot builder hands the planner the very same tuple while no
-ResourceSlice or DeviceTaintRule changed (`scheduling.inputs.published`), so it is kept by that tuple's identity,
+ResourceSlice or DeviceTaintRule changed (`scheduling.deviceinputs.published`), so it is kept by that tuple's identity,
 the tuple held beside it (an id is never reused while its object lives). Pure in effect: the same tuple gives the
 same index, however it was reached.
 """

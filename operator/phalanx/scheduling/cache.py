@@ -5,7 +5,7 @@ A snapshot is built once per state of the view, of this process's pins and of
 the releases under way (`revision`), however many groups and members are
 planned on it; each build applies only the node and pod writes since the one
 before (`occupancy`: only the nodes they touched are made again), serves what
-the slices publish again while none was written (`inputs.Reuse`), and is what
+the slices publish again while none was written (`deviceinputs.Reuse`), and is what
 `shortfalls` compares capacity on. A release decided is counted in the next snapshot at
 once (`assumed`), so the next gang is planned as if it had gone.
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from phalanx.kube.informers import ClusterView, Key, key_of
 from phalanx.planner.model import Claim, DeviceId, Snapshot, frozen_map
-from phalanx.scheduling import accessors, assumed, inputs, shortfall, snapshots
+from phalanx.scheduling import accessors, assumed, deviceinputs, shortfall, snapshots
 from phalanx.scheduling.headhold import HeadHold
 from phalanx.scheduling.occupancy import Marks, Occupancy, Writes
 from phalanx.scheduling.reserve import Releaser
@@ -49,7 +49,7 @@ class ClaimsTally:
         self._held: dict[Key, tuple[DeviceId, ...]] = {}
         self._shares: dict[Key, tuple[tuple[DeviceId, Mapping[str, Decimal]], ...]] = {}
         self._whole: dict[DeviceId, int] = {}
-        self._modelled: inputs.Modelled | None = None
+        self._modelled: deviceinputs.Modelled | None = None
         self.remodelled = 0
         """Claims modelled so far (a test reads it: only claims written are modelled again)."""
 
@@ -70,7 +70,7 @@ class ClaimsTally:
         self._objects = dict(store)
         self._modelled = None
 
-    def modelled(self) -> inputs.Modelled:
+    def modelled(self) -> deviceinputs.Modelled:
         """Every claim as the planner counts it, the marked ones modelled again first."""
         if self._modelled is not None:
             return self._modelled
@@ -86,7 +86,7 @@ class ClaimsTally:
             obj = self._objects.get(key)
             if obj is None:
                 continue
-            model, whole, shares = inputs.claim_view(obj)
+            model, whole, shares = deviceinputs.claim_view(obj)
             self.remodelled += 1
             self._models[key] = model
             if whole:
@@ -96,7 +96,7 @@ class ClaimsTally:
             if shares:
                 self._shares[key] = shares
         self._marked.clear()
-        self._modelled = inputs.Modelled(
+        self._modelled = deviceinputs.Modelled(
             frozen_map(self._models), frozenset(self._whole), tuple(s for held in self._shares.values() for s in held)
         )
         return self._modelled
@@ -125,7 +125,7 @@ class ClusterCache:
         """Every pod by its uid (the loop's too: what it remembers of pods is kept only for those that exist)."""
         self._base: tuple[tuple[Any, ...], Snapshot] | None = None
         """(view revision and pins, snapshot): built once per state of the view, not once per group or member."""
-        self._reuse = inputs.Reuse()
+        self._reuse = deviceinputs.Reuse()
         """What the slices published, served again while no slice was written."""
         self.occupancy = Occupancy()
         """What each node holds, kept as the watch writes it (`occupancy`)."""
@@ -204,7 +204,7 @@ class ClusterCache:
         policy: tuple[Any, ...],
         under_way: assumed.Assumption,
         members: list[dict[str, Any]],
-        claims: inputs.Modelled,
+        claims: deviceinputs.Modelled,
         nominating: list[dict[str, Any]],
     ) -> tuple[Snapshot, shortfall.Capacity | Callable[[], shortfall.Capacity]]:
         """In the worker thread. `podgroups`, `every` pod and the claims' objects: read only when some reservation

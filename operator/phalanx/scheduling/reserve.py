@@ -48,8 +48,8 @@ from phalanx.planner import Fits
 from phalanx.planner.model import DeviceId
 from phalanx.scheduling import accessors, composites, deallocation, inflight, metrics
 from phalanx.scheduling.accessors import allocated_ids, claim_name, claim_names, dedicated_ids, shares, started
+from phalanx.scheduling.deviceinputs import extended_resources
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.inputs import extended_resources
 from phalanx.scheduling.record import allocation, pinned_affinity, reservation_of, takes_whole
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from phalanx.api import keys
 from phalanx.planner.model import DeviceId, Node, Pod, Snapshot, frozen_map
 from phalanx.scheduling.accessors import allocated_ids, nominated_devices, nomination, pins, terminal
 from phalanx.scheduling.assumed import NOTHING, Assumption
-from phalanx.scheduling.inputs import Modelled, Reuse, claim_view, device_class, extended_resources, modelled, published
+from phalanx.scheduling.deviceinputs import Modelled, Reuse, claim_view, device_class, extended_resources, modelled, published
 from phalanx.scheduling.occupancy import Occupancy, Writes
 
 
@@ -97,7 +97,7 @@ def compose(
 ) -> Snapshot:
     """The snapshot of the nodes and pods `held` (`Occupancy.assemble`), the devices the slices publish and the
     `claims` as the planner counts them. `reuse`, `written`: what the slices published before, and the stores'
-    `written` it is served by (`inputs.published`)."""
+    `written` it is served by (`deviceinputs.published`)."""
     classes = list(classes)
     offered = published(slices, taint_rules, reuse, written)
     whole = set(claims.whole)
