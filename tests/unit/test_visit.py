@@ -3,6 +3,7 @@ its phase gets the PodGroup as that write left it."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -10,6 +11,7 @@ import apiobjects as api
 from phalanx.kinds import KINDS
 from phalanx.kube.informers import Informer
 from phalanx.scheduling import hints, memory, phase, status
+from phalanx.scheduling.background import Background
 from phalanx.scheduling.cycle import Cycle
 from phalanx.scheduling.membership import Membership
 from phalanx.scheduling.visit import Visit, Visits
@@ -20,9 +22,13 @@ class _Kube:
 
     def __init__(self) -> None:
         self.patched: list[tuple[str, dict[str, Any]]] = []
+        self.answer = asyncio.Event()
+        """Set: the API server answers; clear: each write waits for it (a saturated API server)."""
+        self.answer.set()
 
     async def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
         self.patched.append((path, patch))
+        await self.answer.wait()
         written = api.pod_group("train")
         written["metadata"]["resourceVersion"] = "2"
         written["status"].update(patch["status"])
@@ -54,6 +60,7 @@ def _visits(kube: _Kube) -> tuple[Visits, list[Visit]]:
         tear_down=None,  # type: ignore[arg-type]
         attempts=None,  # type: ignore[arg-type]
         releaser=None,  # type: ignore[arg-type]
+        background=Background(lambda: True),
     )
     seen: list[Visit] = []
 
@@ -74,10 +81,39 @@ async def test_the_action_gets_the_pod_group_as_the_counts_write_left_it() -> No
     group = api.pod_group("train")
     group["metadata"]["resourceVersion"] = "1"
     visits.members.refresh([group])
-    pods = [api.pod(f"train-{i}", gated=True) for i in range(2)]
+    pods = [api.pod(f"train-{i}", gated=True, claims=()) for i in range(2)]
     assert await visits(group, pods)
+    assert seen[0].stands is phase.Phase.PLANNABLE
     assert [patch["status"] for _, patch in kube.patched] == [{"members": 2, "bound": 0, "lateMembers": 0}]
     assert seen[0].pod_group["metadata"]["resourceVersion"] == "2", "the action starts from the written version"
-
     assert await visits(seen[0].pod_group, pods)
     assert len(kube.patched) == 1 and seen[1].pod_group is seen[0].pod_group, "counts unchanged: nothing written, the group as read"
+
+
+async def test_a_gang_waiting_for_its_members_is_written_beside_the_walk_once() -> None:
+    """A visit of a gang still waiting for its members decides nothing, so it does not hold the walk while its writes
+    wait on a saturated API server (a burst of 1,000 gangs made the walk take minutes); a second visit while they are
+    under way writes nothing again; and the visit that goes on to a decision waits for them first."""
+    kube = _Kube()
+    kube.answer.clear()
+    visits, seen = _visits(kube)
+    group = api.pod_group("train")
+    group["metadata"]["resourceVersion"] = "1"
+    visits.members.refresh([group])
+    arriving = [api.pod("train-0", gated=True, claims=()), api.pod("train-1", gated=True)]  # the second's claim not made yet
+    assert await asyncio.wait_for(visits(group, arriving), 5), "the visit returns while its writes wait for an answer"
+    await asyncio.sleep(0)
+    assert len(kube.patched) == 1, "the counts write started"
+    assert visits.background.busy(group["metadata"]["uid"]), "and is still waiting for its answer: the visit did not wait"
+    assert await visits(group, arriving)
+    await asyncio.sleep(0)
+    assert len(kube.patched) == 1, "a second visit while the first one's writes are under way writes nothing"
+
+    ready = [api.pod(f"train-{i}", gated=True, claims=()) for i in range(2)]
+    deciding = asyncio.create_task(visits(group, ready))
+    await asyncio.sleep(0.01)
+    assert not deciding.done() and [v.stands for v in seen] == [], "the deciding visit waits for the writes under way"
+    kube.answer.set()
+    assert await deciding
+    assert [v.stands for v in seen] == [phase.Phase.QUORUM, phase.Phase.PLANNABLE], "the waiting visit's action ran first"
+    await visits.background.drain()

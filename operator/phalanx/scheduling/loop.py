@@ -64,6 +64,7 @@ from phalanx.scheduling import (
     waits,
 )
 from phalanx.scheduling.attempt import Attempts
+from phalanx.scheduling.background import Background
 from phalanx.scheduling.cache import ClusterCache
 from phalanx.scheduling.cycle import Cycle
 from phalanx.scheduling.deadlines import Deadlines
@@ -138,6 +139,8 @@ class SchedulingLoop:
         self.leading: Callable[[], bool] = lambda: True
         """False once this replica may have lost its Lease: no group is touched after that."""
         self.releases = assumed.Releases(release_concurrency)
+        self.background = Background(lambda: self.leading())
+        """Writes no decision waits for (a waiting gang's status, pointer Events), beside the walk."""
         """Releases under way beside the loop's next plans, which count each as done."""
         self.cache = ClusterCache(view, self.releaser, self.releases, self.shortfalls, self.headhold, self._priority)
         """The planner's snapshot and what else is derived from whole stores of the view."""
@@ -205,6 +208,7 @@ class SchedulingLoop:
             tear_down=self.tear_down,
             attempts=self.attempts,
             releaser=self.releaser,
+            background=self.background,
         )
         """One group's visit: where it stands, and its phase's action."""
         self._hold_line: tuple[list[queue.Ahead], shortfall.Standing, Any] | None = None
@@ -212,6 +216,12 @@ class SchedulingLoop:
         groups' `written` then (another replica's `status.hold` on any group is cleared on the next update)."""
 
     async def run(self) -> None:
+        try:
+            await self._cycles()
+        finally:
+            self.background.cancel()  # a stopped loop (its Lease lost, the operator stopping) writes nothing more
+
+    async def _cycles(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.view.changed.wait(), timeout=self._next_wake())
@@ -276,14 +286,9 @@ class SchedulingLoop:
             lambda: waits.since([(g, f.waits_in) for g, f in zip(scheduled, facts, strict=True)], remembered.quorum_at),
         )
         waits.publish(waits.at(waiting, time.monotonic()))  # every cycle: fresh on a quiet cluster
-        if self.leading():
-            try:  # a group whose members were all pointed at costs a lookup (`Pointers.point`)
-                await self.pointers.point((g, f.gated) for g, f in zip(scheduled, facts, strict=True))
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # an Event refused holds no gang: the pods not pointed are tried next cycle
-                metrics.ERRORS.labels(stage="pointers").inc()
-                logger.exception("events on gated members not written; retrying next cycle")
+        if self.leading():  # an Event refused holds no gang: the pods not pointed at are tried on the next cycle
+            gated = [(g, f.gated) for g, f in zip(scheduled, facts, strict=True)]
+            self.background.run("pointers", "pointers", lambda: self.pointers.point(gated))
         self.line.clear()
         if self.memory.summary().quiet:
             await self.cache.snapshot()  # capacity freed since the last cycle is observed before any group is passed over

@@ -20,6 +20,7 @@ from phalanx.kube.informers import ClusterView
 from phalanx.owners.seam import OwnerKind
 from phalanx.scheduling import accessors, composites, conditions, disruption, groupclaims, hints, memory, metrics, phase, status, teardown
 from phalanx.scheduling.attempt import Attempts
+from phalanx.scheduling.background import Background
 from phalanx.scheduling.cache import ClusterCache
 from phalanx.scheduling.cycle import Cycle
 from phalanx.scheduling.deadlines import Deadlines
@@ -65,6 +66,11 @@ class Visit:
         return [p for p in self.pods if accessors.gated(p)]
 
 
+WAITING = frozenset({phase.Phase.IDLE, phase.Phase.QUORUM})
+"""Phases of a group that waits for its members: its visit decides nothing, and its writes (counts, the Pending
+condition, its claims' finalizers) go beside the walk."""
+
+
 class Visits:
     """Visits groups: `await visits(pod_group, pods)` reads, writes what every visit writes, and runs its phase's action."""
 
@@ -84,6 +90,7 @@ class Visits:
         tear_down: teardown.TearDown,
         attempts: Attempts,
         releaser: Releaser,
+        background: Background,
     ) -> None:
         self.kube = kube
         self.view = view
@@ -98,6 +105,8 @@ class Visits:
         self.tear_down = tear_down
         self.attempts = attempts
         self.releaser = releaser
+        self.background = background
+        """Writes no decision waits for, beside the walk."""
 
     async def __call__(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         """Read where the group stands (`phase.classify`), write what every visit writes, then run the action of its
@@ -108,8 +117,22 @@ class Visits:
         visit = await self._read(pod_group, pods)
         if visit.stands is phase.Phase.RESUMING:
             return await self.attempts.resume(pod_group, visit.reservation, pods)  # type: ignore[arg-type]
+        uid = pod_group["metadata"]["uid"]
+        if visit.stands in WAITING:
+            # waiting for its members, nothing to decide: its writes go beside the walk (`background`), and none while
+            # its last visit's are under way (they are these: the watch does not show them yet)
+            self.background.run(uid, "waiting", lambda: self._act(visit))
+            return True
+        await self.background.after(uid)  # a group's writes land in the order they were made
+        return await self._act(visit)
+
+    async def _act(self, visit: Visit) -> bool:
+        """What every visit writes (its counts, a Warning for members without the gate), then its phase's action."""
+        pods = visit.pods
         scheduled_or_released = visit.facts.scheduled or visit.released
-        written = await self.status.counters(pod_group, len(pods), len(visit.bound), len(visit.waiting) if scheduled_or_released else 0)
+        written = await self.status.counters(
+            visit.pod_group, len(pods), len(visit.bound), len(visit.waiting) if scheduled_or_released else 0
+        )
         if written is not None:
             visit.pod_group = written  # the visit's conditional writes start from the version it made
         await self._ungated(visit.pod_group, pods)
