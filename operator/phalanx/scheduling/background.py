@@ -11,13 +11,15 @@ anything the loop plans on: so they go here, at most `limit` at once, and the wa
 One task per key at a time (a group's uid): a visit of a group whose last writes are still under way writes nothing
 new (it would write the same again: the watch does not show them yet), and a visit that goes on to decide something
 on the group awaits them first (`after`), so a group's writes land in the order they were made. A write that fails
-is logged and counted; the group's next visit finds its status still behind and writes it again.
+is logged and counted, and a visit of the group after a back-off (0.5 s doubling to 60 s, as a failed visit's)
+finds its status still behind and writes it again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -36,6 +38,8 @@ class Background:
         """Checked before each write starts: a deposed leader starts none."""
         self._limit = asyncio.Semaphore(limit)
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._backoff: dict[str, tuple[float, float]] = {}
+        """Key -> (not before, last delay) of writes that failed: a group whose writes keep failing cannot spin."""
 
     def busy(self, key: str) -> bool:
         """True while writes of `key` are under way."""
@@ -43,9 +47,9 @@ class Background:
         return task is not None and not task.done()
 
     def run(self, key: str, stage: str, writes: Callable[[], Coroutine[Any, Any, Any]]) -> bool:
-        """Start `writes()` for `key` unless writes of `key` are under way (False: not started). `stage`: the error
-        metric's label when they fail."""
-        if self.busy(key):
+        """Start `writes()` for `key` unless writes of `key` are under way, or failed and wait out their back-off
+        (False: not started). `stage`: the error metric's label when they fail."""
+        if self.busy(key) or self._backoff.get(key, (0.0, 0.0))[0] > time.monotonic():
             return False
 
         async def go() -> Any:
@@ -53,16 +57,20 @@ class Background:
                 if not self.leading():
                     return None
                 try:
-                    return await writes()
+                    done = await writes()
                 except asyncio.CancelledError:
                     raise
                 except NotFound:
                     logger.info("%s: went away while its background writes (%s) ran", key, stage)
                     return None
-                except Exception:  # the next visit finds the status still behind and writes it again
+                except Exception:  # a visit after the back-off finds the status still behind and writes it again
                     metrics.ERRORS.labels(stage=stage).inc()
-                    logger.exception("%s: background writes (%s) failed; written again on its next visit", key, stage)
+                    delay = min(60.0, 2 * self._backoff.get(key, (0.0, 0.25))[1])  # 0.5 s doubling, as a failed visit
+                    self._backoff[key] = (time.monotonic() + delay, delay)
+                    logger.exception("%s: background writes (%s) failed; written again on a visit in %.1fs", key, stage, delay)
                     return None
+                self._backoff.pop(key, None)
+                return done
 
         task = asyncio.create_task(go(), name=f"background {stage} {key}")
         self._tasks[key] = task
@@ -80,6 +88,10 @@ class Background:
             if task.cancelled():  # the writes were stopped, not the caller
                 return None
             raise
+
+    def keep_only(self, live: set[str]) -> None:
+        """The back-offs of groups that are gone go with them."""
+        self._backoff = {key: b for key, b in self._backoff.items() if key in live}
 
     def cancel(self) -> None:
         """Stop every write under way (the loop is stopping, or lost its Lease)."""

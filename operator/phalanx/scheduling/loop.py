@@ -139,9 +139,9 @@ class SchedulingLoop:
         self.leading: Callable[[], bool] = lambda: True
         """False once this replica may have lost its Lease: no group is touched after that."""
         self.releases = assumed.Releases(release_concurrency)
+        """Releases under way beside the loop's next plans, which count each as done."""
         self.background = Background(lambda: self.leading())
         """Writes no decision waits for (a waiting gang's status, pointer Events), beside the walk."""
-        """Releases under way beside the loop's next plans, which count each as done."""
         self.cache = ClusterCache(view, self.releaser, self.releases, self.shortfalls, self.headhold, self._priority)
         """The planner's snapshot and what else is derived from whole stores of the view."""
         self.tear_down = teardown.TearDown(kube, view, self.releaser, self.freeing, self.status, self.members, self.cache.pins)
@@ -423,6 +423,7 @@ class SchedulingLoop:
         """What the loop remembers of PodGroups that are gone goes with them (when the groups have changed)."""
         self.memory.keep_only(live)
         self.shortfalls.keep_only(live)
+        self.background.keep_only(live)
         self.hints.keep_only(live, self.members.keys_in_use())
 
     def _forget_due(self) -> None:
@@ -446,11 +447,7 @@ class SchedulingLoop:
         )
 
     def _back_off(self, pod_group: Mapping[str, Any]) -> float:
-        """The group is not tried again for a while (doubling from 0.5 s to 60 s), so one that keeps failing cannot spin."""
-        remembered = self.memory.of(pod_group["metadata"]["uid"])
-        delay = min(60.0, 2 * (remembered.backoff or (0.0, 0.25))[1])
-        remembered.backoff = (time.monotonic() + delay, delay)
-        return delay
+        return self.memory.of(pod_group["metadata"]["uid"]).back_off()
 
     def _priority(self, pod_group: Mapping[str, Any]) -> int:
         return self.members.derived(pod_group, "priority", self._read_priority, also=self.view.priorities.written)

@@ -8,6 +8,7 @@ read it need not repeat while nothing it depends on changed.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -58,6 +59,13 @@ class GroupMemory:
     writes: ClassVar[int] = 0
     """Moves with every field set on any record to another value (but the memos no summary reads, set on each visit
     or pass): what is summed over the records (`Memory.summary`) is summed again only then."""
+
+    def back_off(self) -> float:
+        """Not tried again for a while (doubling from 0.5 s to 60 s), so a group that keeps failing cannot spin; the
+        delay."""
+        delay = min(60.0, 2 * (self.backoff or (0.0, 0.25))[1])
+        self.backoff = (time.monotonic() + delay, delay)
+        return delay
 
     def __setattr__(self, name: str, value: Any) -> None:
         changed = self.__dict__.get(name, _UNSET) is not value

@@ -121,7 +121,7 @@ class Visits:
         if visit.stands in WAITING:
             # waiting for its members, nothing to decide: its writes go beside the walk (`background`), and none while
             # its last visit's are under way (they are these: the watch does not show them yet)
-            self.background.run(uid, "waiting", lambda: self._act(visit))
+            self.background.run(uid, "reconcile", lambda: self._act(visit))
             return True
         await self.background.after(uid)  # a group's writes land in the order they were made
         return await self._act(visit)
