@@ -150,10 +150,12 @@ def test_pending_and_running_gangs(cluster: Cluster, operator: Operator, namespa
     )
     # a gated member points at its group, once: kubectl describe pod shows the PodGroup and the command to ask
     member = sorted(_pods(cluster, namespace, "second"), key=lambda p: p["metadata"]["name"])[0]
+    selector = f"involvedObject.uid={member['metadata']['uid']},reason=WaitingForGang"
+    # written beside the walk (`scheduling.background`): it may land after the verdict above
+    wait_for(lambda: cluster.get("events", "-n", namespace, "--field-selector", selector)["items"], "the pointer Event on a gated member")
     described = cluster.kubectl("describe", "pod", member["metadata"]["name"], "-n", namespace).stdout
     assert f"member of PodGroup {namespace}/{pending['metadata']['name']} (gang, minCount 4)" in described, described
     assert f"why it waits: kubectl phalanx explain second -n {namespace}" in described, described
-    selector = f"involvedObject.uid={member['metadata']['uid']},reason=WaitingForGang"
     (event,) = cluster.get("events", "-n", namespace, "--field-selector", selector)["items"]
     assert event["count"] == 1, event
     data = json.loads(cluster.explain("second", namespace, "-o", "json"))
