@@ -117,3 +117,46 @@ async def test_a_gang_waiting_for_its_members_is_written_beside_the_walk_once() 
     assert await deciding
     assert [v.stands for v in seen] == [phase.Phase.QUORUM, phase.Phase.PLANNABLE], "the waiting visit's action ran first"
     await visits.background.drain()
+
+
+async def test_a_released_gang_bound_whole_is_marked_scheduled_beside_the_walk() -> None:
+    """The visit of a released gang whose quorum kube-scheduler has just bound only reports it (its counts, then
+    Scheduled): the walk does not wait for those writes; a gang released but not yet bound is visited in the walk."""
+    kube = _Kube()
+    kube.answer.clear()
+    visits, seen = _visits(kube)
+    visits.cache = SimpleNamespace(node_names=lambda: {"n1"})  # type: ignore[assignment]
+
+    async def reported(_: Visits, visit: Visit) -> bool:
+        await kube.answer.wait()  # its Scheduled condition, written on an API server that answers when told
+        seen.append(visit)
+        return True
+
+    visits.ACTIONS = {**visits.ACTIONS, phase.Phase.AWAITING_BIND: reported}  # type: ignore[misc]
+    placements = [{"name": f"train-{i}", "uid": f"train-{i}-uid", "node": "n1"} for i in range(2)]
+    group = api.pod_group("train", reservation="Released", placements=placements)
+    group["metadata"]["resourceVersion"] = "1"
+    released = [api.pod(f"train-{i}", claims=()) for i in range(2)]  # gates lifted, not bound yet
+    for pod in released:
+        visits.view.pods.apply("ADDED", pod)
+    visits.members.refresh([group])
+    walked = asyncio.create_task(visits(group, released))
+    await asyncio.sleep(0.01)
+    assert not walked.done() and not visits.background.busy(group["metadata"]["uid"]), "not bound yet: visited in the walk"
+    kube.answer.set()
+    assert await walked
+    assert [v.stands for v in seen] == [phase.Phase.AWAITING_BIND]
+
+    kube.answer.clear()
+    bound = [api.pod(f"train-{i}", node="n1", claims=()) for i in range(2)]
+    for pod in bound:
+        visits.view.pods.apply("MODIFIED", pod)
+    visits.members.refresh([group])
+    assert await asyncio.wait_for(visits(group, bound), 5), "the visit returns while its writes wait for an answer"
+    await asyncio.sleep(0)
+    assert visits.background.busy(group["metadata"]["uid"]), "its writes are under way beside the walk"
+    assert len(seen) == 1, "its Scheduled write waits for an answer"
+    kube.answer.set()
+    await visits.background.drain()
+    assert [v.stands for v in seen] == [phase.Phase.AWAITING_BIND, phase.Phase.AWAITING_BIND]
+    assert len(seen[1].bound) == 2

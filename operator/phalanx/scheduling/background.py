@@ -1,5 +1,6 @@
 """Writes no decision waits for, run beside the walk: a waiting gang's counts, its Pending condition and its claims'
-delete-protection finalizers, and the Events that point gated members at their group.
+delete-protection finalizers, a released gang's Scheduled condition once its quorum is bound, and the Events that
+point gated members at their group.
 
 The walk visits the groups one after another, so every write a visit awaits is a wait for every group behind it. A
 burst of 1,000 gangs of 3 created at once on 5,000 nodes made about three such writes for each gang still waiting

@@ -71,6 +71,17 @@ WAITING = frozenset({phase.Phase.IDLE, phase.Phase.QUORUM})
 condition, its claims' finalizers) go beside the walk."""
 
 
+def beside(visit: Visit) -> bool:
+    """A visit whose writes only report, so they go beside the walk: a group waiting for its members (`WAITING`),
+    or a released gang whose quorum kube-scheduler has just bound, lost none, to be marked Scheduled. At a burst of
+    1,000 gangs of 3 on 5,000 nodes, the walk awaited that condition for every gang released (30-80 ms each), and
+    stopped releasing for 13 s while it wrote the conditions of the ~400 gangs the previous walk had released."""
+    if visit.stands in WAITING:
+        return True
+    bound = len(visit.bound) + visit.facts.done >= visit.facts.min_count
+    return visit.stands is phase.Phase.AWAITING_BIND and not visit.lost and bound
+
+
 class Visits:
     """Visits groups: `await visits(pod_group, pods)` reads, writes what every visit writes, and runs its phase's action."""
 
@@ -118,9 +129,9 @@ class Visits:
         if visit.stands is phase.Phase.RESUMING:
             return await self.attempts.resume(pod_group, visit.reservation, pods)  # type: ignore[arg-type]
         uid = pod_group["metadata"]["uid"]
-        if visit.stands in WAITING:
-            # waiting for its members, nothing to decide: its writes go beside the walk (`background`), and none while
-            # its last visit's are under way (they are these: the watch does not show them yet)
+        if beside(visit):
+            # nothing to decide: its writes go beside the walk (`background`), and none while its last visit's are
+            # under way (they are these: the watch does not show them yet)
             self.background.run(uid, "reconcile", lambda: self._act(visit))
             return True
         await self.background.after(uid)  # a group's writes land in the order they were made
