@@ -100,10 +100,7 @@ def settled(source: objects.GangSource, cached: dict[str, Any] | None) -> bool:
         return False
     if (conditions.find(cached, keys.INITIALLY_SCHEDULED) or {}).get("status") != "True":
         return False
-    if objects.min_count_patch(source, cached, workload_kind=False) is not None:
-        return False
-    existing = (cached.get("status") or {}).get("conditions") or []
-    return conditions.merged(existing, gating_condition(source.gated, cached, source.kind)) is None
+    return objects.min_count_patch(source, cached, workload_kind=False) is None and _gating_update(source, cached) is None
 
 
 async def reconcile(kube: Kube, source: objects.GangSource, logger: Any, cached: dict[str, Any] | None = MISSING) -> None:
@@ -236,12 +233,9 @@ async def _owner_live(kube: Kube, source: objects.GangSource, logger: Any) -> bo
 
 async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.GangSource, pod_group: dict[str, Any], logger: Any) -> None:
     """The PodsGated condition is this controller's; PodGroupInitiallyScheduled belongs to the release loop."""
-    wanted = gating_condition(source.gated, pod_group, source.kind)
-    existing = (pod_group.get("status") or {}).get("conditions") or []
-    merged = conditions.merged(existing, wanted)
-    if merged is None:
+    current = _gating_update(source, pod_group)
+    if current is None:
         return
-    (current,) = [c for c in merged if c["type"] == keys.GATED]
     kind = keys.COMPOSITE_KIND if source.roles else "PodGroup"
     try:
         await kube.apply_status(kind, source.namespace, source.pod_group_name, {"conditions": [current]}, keys.JOB_CONTROLLER)
@@ -258,6 +252,16 @@ async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.Ga
             reason=keys.GANG_NOT_ENFORCED,
             message=NOT_GATED_MESSAGE.format(kind=source.kind, gate=keys.SCHEDULING_GATE),
         )
+
+
+def _gating_update(source: objects.GangSource, pod_group: dict[str, Any]) -> dict[str, Any] | None:
+    """The PodsGated condition to write on `pod_group`, or None when it already reads so."""
+    existing = (pod_group.get("status") or {}).get("conditions") or []
+    merged = conditions.merged(existing, gating_condition(source.gated, pod_group, source.kind))
+    if merged is None:
+        return None
+    (current,) = [c for c in merged if c["type"] == keys.GATED]
+    return current
 
 
 def gating_condition(gated: bool, pod_group: dict[str, Any], kind: str = "Job") -> dict[str, Any]:
