@@ -1,6 +1,6 @@
-"""A Kind cluster of e2e/kind/cluster.sh as `phalanx demo --backend kind` drives it: kubectl run inside the Docker
-engine's network namespace (host.sh exec), where kind publishes the API server on 127.0.0.1; up, down and the
-operator's metrics (each replica's, through the API server's pod proxy). The shell scripts stay the one way to make
+"""A Kind cluster of e2e/kind/cluster.sh as `phalanx demo --backend kind` drives it: kubectl run where the API server
+is reached (on this machine's kind of host, inside the Docker engine's network namespace, host.sh exec, where kind
+publishes it on 127.0.0.1; on a machine with Docker of its own, directly); up, down and the operator's metrics (each replica's, through the API server's pod proxy). The shell scripts stay the one way to make
 and remove the cluster; this only calls them.
 
     KindCluster.of(repo)                                    e2e/kind/kind.yaml: the article's cluster, with Phalanx
@@ -69,15 +69,15 @@ class KindCluster:
     def _kubectl_binary(self) -> str:
         return self.script("kubectl-path", capture=True).stdout.strip()
 
+    @cached_property
+    def _where(self) -> list[str]:
+        """What runs a command where the API server is reached: cluster.sh's mode, asked once (each call of
+        `cluster.sh exec` would ask Docker again)."""
+        local = self.script("mode", capture=True).stdout.strip() == "local"
+        return [str(self.repo / "e2e" / "kind" / "host.sh"), "exec"] if local else []
+
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        command = [
-            str(self.repo / "e2e" / "kind" / "host.sh"),
-            "exec",
-            self._kubectl_binary,
-            "--kubeconfig",
-            str(self.kubeconfig),
-            *args,
-        ]
+        command = [*self._where, self._kubectl_binary, "--kubeconfig", str(self.kubeconfig), *args]
         return subprocess.run(command, input=stdin, text=True, capture_output=True, check=check)
 
     def exists(self) -> bool:
