@@ -24,7 +24,7 @@ from phalanx.api import keys, schema
 from phalanx.kinds import HOOKS
 from phalanx.kube.client import Forbidden, Kube
 from phalanx.owners import webhook_config
-from phalanx.scheduling import holes
+from phalanx.scheduling import deallocation, holes
 from phalanx.scheduling.record import allocation
 from phalanx.scheduling.reserve import Releaser
 from phalanx_dev.localcluster import operatorproc
@@ -491,7 +491,7 @@ def test_the_operator_writes_a_claims_status_only_as_phalanx_does(installed: Clu
     finally:
         installed.kubectl("delete", "clusterrolebinding,clusterrole", "test-claim-driver", "--ignore-not-found")
 
-    asyncio.run(_as(operator, lambda kube: releaser(kube).deallocate_claims(namespace, [reservation])))
+    asyncio.run(_as(operator, lambda kube: deallocation.undo(kube, namespace, [reservation])))
     undone = installed.get("resourceclaim", "gpu", "-n", namespace).get("status") or {}
     assert not undone.get("allocation") and not undone.get("reservedFor"), undone
     assert not undone.get("devices"), "the API server drops the status of deallocated devices itself"

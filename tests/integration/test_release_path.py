@@ -30,9 +30,10 @@ from phalanx.kube.client import Conflict, Kube, claim_path, custom_path
 from phalanx.kube.informers import ClusterView
 from phalanx.planner import Fits, plan
 from phalanx.planner.model import Group
-from phalanx.scheduling import accessors, inputs, snapshots, teardown
+from phalanx.scheduling import accessors, deallocation, inputs, snapshots, teardown
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.reserve import NotLeading, ReleaseAborted, Releaser
+from phalanx.scheduling.outcome import NotLeading, ReleaseAborted
+from phalanx.scheduling.reserve import Releaser
 from phalanx_dev.localcluster import demo, operatorproc
 
 ROOT = Path(__file__).parents[2]
@@ -723,7 +724,7 @@ async def test_no_claim_is_freed_under_a_running_pod_whatever_the_watch_shows(cl
 
         before = claims()
         assert all(accessors.allocated_ids(c) and c["status"].get("reservedFor") for c in before), before
-        await releaser.deallocate_claims(namespace, reservation.claims)
+        await deallocation.undo(kube, namespace, reservation.claims)
 
         def as_read(_: str, name: str) -> dict[str, Any]:
             return next(c for c in before if c["metadata"]["name"] == name)
@@ -745,7 +746,7 @@ async def test_no_claim_is_freed_under_a_running_pod_whatever_the_watch_shows(cl
         cluster.kubectl("delete", "pod", member, "-n", namespace, "--wait=false")
         stopping = cluster.get("pod", member, "-n", namespace)
         assert stopping["metadata"].get("deletionTimestamp") and stopping["spec"].get("nodeName"), "running out its grace"
-        await releaser.deallocate_claims(namespace, [ours])
+        await deallocation.undo(kube, namespace, [ours])
         assert accessors.allocated_ids(cluster.get("resourceclaim", ours.name, "-n", namespace)), "kept while its pod stops"
         assert cluster.get("pod", member, "-n", namespace)["metadata"]["uid"] == stopping["metadata"]["uid"], "still stopping then"
 
@@ -754,7 +755,7 @@ async def test_no_claim_is_freed_under_a_running_pod_whatever_the_watch_shows(cl
         def freed() -> bool:
             if cluster.kubectl("get", "pod", member, "-n", namespace, check=False).returncode == 0:
                 return False
-            asyncio.run_coroutine_threadsafe(releaser.deallocate_claims(namespace, [ours]), loop).result()
+            asyncio.run_coroutine_threadsafe(deallocation.undo(kube, namespace, [ours]), loop).result()
             got = cluster.kubectl("get", "resourceclaim", ours.name, "-n", namespace, "-o", "json", check=False)
             return got.returncode != 0 or not accessors.allocated_ids(json.loads(got.stdout))  # freed, or collected with its pod
 

@@ -11,7 +11,8 @@ from kubernetes_asyncio import client
 from phalanx.api import schema
 from phalanx.kube.informers import ClusterView
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.reserve import ReleaseAborted, Releaser
+from phalanx.scheduling.outcome import ReleaseAborted
+from phalanx.scheduling.reserve import Releaser
 
 DRIVER = "gpu.example.com"
 

@@ -27,9 +27,10 @@ from phalanx.scheduling.cycle import Cycle
 from phalanx.scheduling.derived import Derived
 from phalanx.scheduling.membership import Membership
 from phalanx.scheduling.nomination import Preemptor
+from phalanx.scheduling.outcome import GatesRefused, ReleaseAborted
 from phalanx.scheduling.preempting import Preempting
 from phalanx.scheduling.record import planned_devices
-from phalanx.scheduling.reserve import GatesRefused, ReleaseAborted, Releaser, Steps
+from phalanx.scheduling.reserve import Releaser, Steps
 
 logger = logging.getLogger(__name__)
 

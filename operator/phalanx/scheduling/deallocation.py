@@ -1,7 +1,7 @@
 """Where a claim's allocation is cleared, and the one rule every clearing obeys: never while a user may run.
 
-Phalanx clears allocations in three places (a release rolled back, the idle claims of a gang torn down, the
-claims of a torn-down gang's members once they stop), each deciding from the watch which claims are idle. The
+Phalanx clears allocations in three places (a release rolled back and the idle claims of a gang torn down, both by
+`undo`; the claims of a torn-down gang's members once they stop), each deciding from the watch which claims are idle. The
 watch can be seconds behind: after an API server restart it shows a member still gated that kube-scheduler has
 since bound, and a claim cleared then leaves a running container on a device the next plan hands to someone
 else. So the last word is a fresh read of every pod the claim is reserved for or owned by, as upstream's
@@ -12,12 +12,13 @@ that may still run keeps the claim; the resourceclaim controller frees it once t
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from phalanx.api import keys
-from phalanx.kube.client import Kube, all_answered, claim_path, pod_path
-from phalanx.scheduling.accessors import may_run
+from phalanx.api import keys, schema
+from phalanx.kube.client import Conflict, Kube, NotFound, all_answered, claim_path, pod_path
+from phalanx.scheduling.accessors import allocated_ids, may_run
+from phalanx.scheduling.outcome import ReleaseAborted
 
 logger = logging.getLogger(__name__)
 
@@ -69,3 +70,26 @@ async def clear(kube: Kube, claim: Mapping[str, Any], *, unprotect: bool = False
             {"metadata": {"resourceVersion": freed["metadata"]["resourceVersion"], "finalizers": others or None}},
         )
     return True
+
+
+async def undo(kube: Kube, namespace: str, claims: Iterable[schema.ClaimReservation]) -> None:
+    """Clear each claim's allocation if it is still exactly the one the reservation wrote and none of its users may
+    run (`clear`); a concurrent change is read again and judged again."""
+
+    async def one(claim: schema.ClaimReservation) -> None:
+        mine = {(r.driver, r.pool, r.device) for r in claim.results}
+        for _ in range(5):
+            obj = await kube.get(claim_path(namespace, claim.name))
+            held = set(allocated_ids(obj) or ()) if obj else set()
+            if obj is None or obj["metadata"]["uid"] != claim.uid or not held or not held <= mine:
+                return
+            try:
+                await clear(kube, obj)
+                return
+            except NotFound:
+                return
+            except Conflict:
+                continue
+        raise ReleaseAborted(f"claim {claim.name} kept changing while its allocation was being undone")
+
+    await all_answered(one(c) for c in claims)

@@ -70,8 +70,9 @@ from phalanx.scheduling.cycle import Cycle
 from phalanx.scheduling.deadlines import Deadlines
 from phalanx.scheduling.holes import HELD, NOMINATED, Holes
 from phalanx.scheduling.nomination import Preemptor
+from phalanx.scheduling.outcome import NotLeading
 from phalanx.scheduling.preempting import Preempting
-from phalanx.scheduling.reserve import NotLeading, Releaser
+from phalanx.scheduling.reserve import Releaser
 from phalanx.scheduling.visit import Visits
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""Where a gang is reserved and its gates are lifted: the only side effects of a plan.
+"""Where a gang is reserved and released: the only side effects of a plan (the gate lift itself is `gates`, the
+undoing of a claim's allocation `deallocation`, how a release ends otherwise `outcome`).
 
 The reservation cycle, each step idempotent:
 1. record the intent in PodGroup `status.reservation` (state Reserving),
@@ -17,12 +18,10 @@ The reservation cycle, each step idempotent:
    a device also held by another claim (nothing upstream coordinates two
    allocators, kubernetes#128980) aborts. Our reservation yields: nobody
    else is evicted for it;
-4. release every member, concurrently: one patch per pod pins it to its
-   node (required node affinity + annotation) and lifts Phalanx's gate
-   (state Released). One write per member, not a pin and then a lift: the
-   API server accepts the affinity change because the pod it updates is
-   still gated, and a member refused (a policy, gone) is neither pinned nor
-   released, which is the refused gate lift below;
+4. release every member, concurrently (`gates.lift`): one patch per pod
+   pins it to its node and lifts Phalanx's gate (state Released); a member
+   refused (a policy, gone) is neither pinned nor released, which is the
+   refused gate lift below;
 5. wait until the watch shows the pins, so the next plan counts the members
    on their nodes.
 An abort before any member is released rolls back every allocation this
@@ -42,15 +41,16 @@ from typing import Any, NoReturn
 
 from phalanx.api import keys, schema, times
 from phalanx.crashpoints import crash_point
-from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, all_answered, claim_path, pod_path, retried
+from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, all_answered, claim_path
 from phalanx.kube.informers import ClusterView, key_of
 from phalanx.planner import Fits
 from phalanx.planner.model import DeviceId
-from phalanx.scheduling import accessors, composites, deallocation, inflight, metrics
+from phalanx.scheduling import accessors, composites, deallocation, gates, inflight, metrics
 from phalanx.scheduling.accessors import allocated_ids, claim_name, claim_names, dedicated_ids, shares, started
 from phalanx.scheduling.deviceinputs import extended_resources
 from phalanx.scheduling.holes import Holes
-from phalanx.scheduling.record import allocation, pinned_affinity, reservation_of, takes_whole
+from phalanx.scheduling.outcome import GatesRefused, NotLeading, ReleaseAborted
+from phalanx.scheduling.record import allocation, reservation_of, takes_whole
 
 logger = logging.getLogger(__name__)
 
@@ -68,28 +68,6 @@ def _identity(reservation: schema.Reservation | None) -> tuple[Any, ...] | None:
 
 def _consuming(claim: dict[str, Any]) -> tuple[DeviceId, ...]:
     return accessors.consuming_ids(claim) or ()
-
-
-class ReleaseAborted(Exception):
-    """The plan can no longer be completed; its reservation has been rolled back and the group will be planned again."""
-
-    def __init__(self, message: str, shared: frozenset[DeviceId] = frozenset()) -> None:
-        super().__init__(message)
-        self.shared = shared
-        """Devices of ours another claim also holds: undoing ours opens a hole in kube-scheduler's view of them."""
-
-
-class NotLeading(Exception):
-    """This replica may have lost its Lease mid-release: it writes nothing more, not even a rollback. The record
-    says where it stopped, and the next leader finishes or undoes it, as after a crash."""
-
-
-class GatesRefused(Exception):
-    """Some gates were lifted and others refused: the group is released in part and must be torn down."""
-
-    def __init__(self, message: str, reservation: schema.Reservation) -> None:
-        super().__init__(message)
-        self.reservation = reservation
 
 
 class Steps:
@@ -181,7 +159,9 @@ class Releaser:
             await self._undo(pod_group, reservation, f"a write was refused: {exc}", record=record, resumed=resumed)
             raise ReleaseAborted(f"a write was refused: {exc}") from exc
         self._still_leading()
-        refused = await self._release_pods(pods, [p.node for p in reservation.placements])
+        refused = await gates.lift(
+            self.kube, pods, [p.node for p in reservation.placements], still_leading=self._still_leading, pinned=self.pinned
+        )
         steps.done("pin+lift")
         metrics.RELEASED_PODS.inc(len(pods) - len(refused))
         self._still_leading()
@@ -231,74 +211,22 @@ class Releaser:
         """Clear every allocation this reservation made, except those of members already bound or released.
 
         `fence`: the reservation was begun by another process (a leader since deposed), which may still have gate
-        lifts in flight. Each member still gated is written first (`_fence`), so such a lift, conditional on the
+        lifts in flight. Each member still gated is written first (`gates.fence`), so such a lift, conditional on the
         pod's resourceVersion, fails; a member found released by then keeps its claim, and the reservation is kept
         as released (GatesRefused) for the teardown instead of undone."""
         namespace = pod_group["metadata"]["namespace"]
         users = self.claim_users(namespace, reservation)
-        lifted = await self._fence(namespace, reservation) if fence else set()
+        lifted = await gates.fence(self.kube, namespace, reservation, self._still_leading) if fence else set()
         if lifted:
             await self._keep_released(pod_group, reservation, f"{', '.join(sorted(lifted))} released by the leader before; {why}")
         untouchable = {
             c.name for c in reservation.claims if any(started(self.view.pods.get(namespace, u["name"])) for u in users.get(c.name, []))
         }
-        await all_answered(self._deallocate(namespace, c) for c in reservation.claims if c.name not in untouchable)
+        await deallocation.undo(self.kube, namespace, [c for c in reservation.claims if c.name not in untouchable])
         metrics.ROLLBACKS.inc()
         logger.warning("rolled back reservation of %s/%s: %s", namespace, pod_group["metadata"]["name"], why)
         if record:
             await self.record(pod_group, None, expected=reservation)
-
-    async def _fence(self, namespace: str, reservation: schema.Reservation) -> set[str]:
-        """Write every member still gated (`keys.ROLLED_BACK`), each conditional on the pod as read; returns the
-        members found released (bound, or their gate lifted)."""
-
-        async def fence(placement: schema.PodPlacement) -> str | None:
-            for _ in range(5):
-                pod = await self.kube.get(pod_path(namespace, placement.name))
-                if pod is None or pod["metadata"]["uid"] != placement.uid:
-                    return None
-                if started(pod):
-                    return placement.name
-                self._still_leading()
-                try:
-                    await self.kube.merge_patch(
-                        pod_path(namespace, placement.name),
-                        {
-                            "metadata": {
-                                "resourceVersion": pod["metadata"]["resourceVersion"],
-                                "annotations": {keys.ROLLED_BACK: times.micro_stamp()},
-                            }
-                        },
-                    )
-                    return None
-                except NotFound:
-                    return None
-                except Conflict:
-                    continue  # changed meanwhile (perhaps released): judged again on a fresh read
-            raise ReleaseAborted(f"member {placement.name} kept changing while its release was being undone")
-
-        return {name for name in await all_answered(fence(p) for p in reservation.placements) if name is not None}
-
-    async def deallocate_claims(self, namespace: str, claims: Iterable[schema.ClaimReservation]) -> None:
-        await all_answered(self._deallocate(namespace, c) for c in claims)
-
-    async def _deallocate(self, namespace: str, claim: schema.ClaimReservation) -> None:
-        """Clear one claim's allocation if it is still exactly ours and none of its users may run (`deallocation`); a
-        concurrent change is re-read and judged again."""
-        mine = {(r.driver, r.pool, r.device) for r in claim.results}
-        for _ in range(5):
-            obj = await self.kube.get(claim_path(namespace, claim.name))
-            held = set(allocated_ids(obj) or ()) if obj else set()
-            if obj is None or obj["metadata"]["uid"] != claim.uid or not held or not held <= mine:
-                return
-            try:
-                await deallocation.clear(self.kube, obj)
-                return
-            except NotFound:
-                return
-            except Conflict:
-                continue
-        raise ReleaseAborted(f"claim {claim.name} kept changing while its allocation was being undone")
 
     async def record(
         self,
@@ -519,54 +447,3 @@ class Releaser:
         """Pins of pods that are gone go with them."""
         for uid in [u for u in self.pinned if u not in live]:
             del self.pinned[uid]
-
-    async def _release_pods(self, pods: list[Mapping[str, Any]], nodes: list[str]) -> list[tuple[str, ApiError]]:
-        """Pin each member to its node and lift Phalanx's gate, in one patch per member, concurrently; returns the
-        refusals (a policy, a vanished pod) by pod name."""
-
-        async def release(pod: Mapping[str, Any], node: str, tries: int = 3) -> tuple[str, ApiError] | None:
-            gates = pod["spec"].get("schedulingGates") or []
-            remaining = [g for g in gates if g.get("name") != keys.SCHEDULING_GATE]
-            if len(remaining) == len(gates):
-                return None  # released before a restart
-            meta = pod["metadata"]
-            # conditional on the pod as read: a rollback by a newer leader writes every member it leaves gated, so
-            # this lift, if it is late, fails instead of releasing one member with its devices undone
-            patch: dict[str, Any] = {
-                "metadata": {"resourceVersion": meta["resourceVersion"]},
-                "spec": {"schedulingGates": remaining or None},
-            }
-            affinity = pinned_affinity(pod, node)
-            # an annotation alone (anyone may write one) is no pin: both it and the node affinity are checked
-            if (meta.get("annotations") or {}).get(keys.PINNED_NODE) != node or pod["spec"].get("affinity") != affinity:
-                patch["metadata"]["annotations"] = {keys.PINNED_NODE: node}
-                patch["spec"]["affinity"] = affinity
-
-            async def lift() -> None:
-                self._still_leading()  # before every attempt: a lift sent again after the Lease is lost is a deposed leader's
-                await self.kube.merge_patch(pod_path(meta["namespace"], meta["name"]), patch)
-
-            try:
-                # a transient answer (429, 5xx) is no refusal: the patch is idempotent, and a gang torn down for
-                # an overloaded API server would spend its Job's back-off for nothing
-                await retried(lift)
-            except Conflict as exc:
-                fresh = await self.kube.get(pod_path(meta["namespace"], meta["name"]))
-                if fresh is None or fresh["metadata"]["uid"] != meta["uid"] or tries <= 1:
-                    return meta["name"], exc
-                if (fresh["metadata"].get("annotations") or {}).get(keys.ROLLED_BACK) != (meta.get("annotations") or {}).get(
-                    keys.ROLLED_BACK
-                ):
-                    raise NotLeading(f"a newer leader undid the release of {meta['name']} meanwhile") from exc
-                return await release(fresh, node, tries - 1)  # changed by someone else (a stale watch copy): lifted from a fresh read
-            except ApiError as exc:
-                logger.warning("release of %s/%s refused: %s", meta["namespace"], meta["name"], exc)
-                return meta["name"], exc
-            self.pinned[meta["uid"]] = node
-            crash_point("reserve.mid-gates")
-            return None
-
-        # an unanswered patch (the API server gone) raises, after every other patch has had its answer: the group
-        # stays Reserving and the next cycle resumes it from what the API server then shows
-        results = await all_answered(release(p, n) for p, n in zip(pods, nodes, strict=True))
-        return [r for r in results if r is not None]

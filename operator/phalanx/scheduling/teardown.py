@@ -311,7 +311,7 @@ class TearDown:
             every = {p["metadata"]["uid"]: p for p in members}
             users = self.releaser.claim_users(accessors.namespace(pod_group), reservation)
             idle = [c for c in reservation.claims if not any(accessors.may_run(every.get(u["uid"])) for u in users.get(c.name, []))]
-            await self.releaser.deallocate_claims(accessors.namespace(pod_group), idle)
+            await deallocation.undo(self.kube, accessors.namespace(pod_group), idle)
             crash_point("teardown.after-deallocate")
         if standing:
             waits = f"{why}; waiting for the eviction of {', '.join(standing)}, refused for now and tried again"
