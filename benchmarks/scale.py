@@ -50,6 +50,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import components
 import three_way as tw
 from kubernetes_asyncio import client
 from prometheus_client.parser import text_string_to_metric_families
@@ -156,6 +157,8 @@ async def burst_run(way: tw.Way, gangs: int, timeout: float, kept: dict[str, Any
     name before the gangs are drained (a run stopped while they drain keeps its figures)."""
     names = [f"burst-{i:04d}" for i in range(gangs)]
     before = scrape(way.operator) if way.operator else {}
+    operator_pid = way.operator.process.pid if way.operator else None
+    cpu_before = components.cpu(operator_pid)
     started = time.monotonic()
     sem = asyncio.Semaphore(32)
 
@@ -180,6 +183,7 @@ async def burst_run(way: tw.Way, gangs: int, timeout: float, kept: dict[str, Any
         return len(admitted) >= gangs
 
     await way.pods.until(done, timeout)
+    cpu_spent = components.spent(cpu_before, components.cpu(operator_pid))
     out: dict[str, Any] = {
         "gangs": gangs,
         "admitted": len(admitted),
@@ -200,6 +204,8 @@ async def burst_run(way: tw.Way, gangs: int, timeout: float, kept: dict[str, Any
                 * (_sum(after, algo + "_sum") - _sum(before, algo + "_sum"))
                 / max(1, _sum(after, algo + "_count") - _sum(before, algo + "_count"))
             )
+    # every process's CPU over the burst, the other cluster idling beside it included (benchmarks/components.py)
+    out["cpu_seconds"] = cpu_spent
     kept[way.name] = {**out, "load": _load()}
     say(f"burst {way.name}: {out}")
     await asyncio.gather(*(way.finish(n) for n in names))
