@@ -8,6 +8,7 @@ first. No figure is asserted: speed lives in the benchmarks' own runs, as ratios
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 
+import components
 import planner_bench
 import preemption_bench
 import queue_cost
@@ -42,3 +44,24 @@ def test_the_queue_cost_benchmark_runs_each_part_of_a_cycle_and_prints_its_table
 def test_the_snapshot_benchmark_keeps_a_snapshot_equal_to_one_from_scratch(capsys: pytest.CaptureFixture[str]) -> None:
     assert snapshot_bench.main(["--nodes", "40", "--running", "20", "--gangs", "5"]) == 0, capsys.readouterr().out
     assert "as expected" in capsys.readouterr().out
+
+
+def test_the_component_reading_finds_each_cluster_binary_by_its_role(tmp_path: Path) -> None:
+    """A process started from a cluster's `clusters/NAME/bin/` is read under "NAME/ROLE"; one that is not a cluster
+    component is left out; this process is "bench"; what each spent is the difference, largest first."""
+    binary = tmp_path / "clusters" / "bench-x" / "bin" / "kube-scheduler"
+    binary.parent.mkdir(parents=True)
+    binary.symlink_to("/bin/sleep")
+    stranger = tmp_path / "clusters" / "bench-x" / "bin" / "not-a-component"
+    stranger.symlink_to("/bin/sleep")
+    running = [subprocess.Popen([str(binary), "30"]), subprocess.Popen([str(stranger), "30"])]
+    try:
+        read = components.cpu()
+    finally:
+        for process in running:
+            process.kill()
+            process.wait()
+    assert "bench-x/scheduler" in read, read
+    assert not any(key.startswith("bench-x/") and key != "bench-x/scheduler" for key in read), read
+    assert read["bench"] > 0
+    assert components.spent({"a": 1.0, "b": 1.0}, {"a": 1.5, "b": 3.0, "c": 0.2}) == {"b": 2.0, "a": 0.5, "c": 0.2}
