@@ -1,7 +1,8 @@
 """A Kind cluster of e2e/kind/cluster.sh as `phalanx demo --backend kind` drives it: kubectl run where the API server
-is reached (on this machine's kind of host, inside the Docker engine's network namespace, host.sh exec, where kind
-publishes it on 127.0.0.1; on a machine with Docker of its own, directly); up, down and the operator's metrics (each replica's, through the API server's pod proxy). The shell scripts stay the one way to make
-and remove the cluster; this only calls them.
+is reached (on this machine's kind of host inside the Docker engine's network namespace, host.sh exec, where kind
+publishes it on 127.0.0.1; on a machine with Docker of its own, directly); up, down and the operator's metrics (each
+replica's, through the API server's pod proxy). The shell scripts stay the one way to make and remove the cluster;
+this only calls them.
 
     KindCluster.of(repo)                                    e2e/kind/kind.yaml: the article's cluster, with Phalanx
     KindCluster.of(repo, "kind-upstream-gang.yaml", operator=False)   the comparison: the 1.37 gates, no Phalanx
