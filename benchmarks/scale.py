@@ -50,6 +50,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import apirequests
 import components
 import three_way as tw
 from kubernetes_asyncio import client
@@ -159,6 +160,7 @@ async def burst_run(way: tw.Way, gangs: int, timeout: float, kept: dict[str, Any
     before = scrape(way.operator) if way.operator else {}
     operator_pid = way.operator.process.pid if way.operator else None
     cpu_before = components.cpu(operator_pid)
+    asked_before = apirequests.count(way.cluster)
     started = time.monotonic()
     sem = asyncio.Semaphore(32)
 
@@ -184,6 +186,7 @@ async def burst_run(way: tw.Way, gangs: int, timeout: float, kept: dict[str, Any
 
     await way.pods.until(done, timeout)
     cpu_spent = components.spent(cpu_before, components.cpu(operator_pid))
+    asked = apirequests.spent(asked_before, apirequests.count(way.cluster))
     out: dict[str, Any] = {
         "gangs": gangs,
         "admitted": len(admitted),
@@ -206,6 +209,8 @@ async def burst_run(way: tw.Way, gangs: int, timeout: float, kept: dict[str, Any
             )
     # every process's CPU over the burst, the other cluster idling beside it included (benchmarks/components.py)
     out["cpu_seconds"] = cpu_spent
+    # what its API server was asked over the burst, by verb and resource (benchmarks/apirequests.py)
+    out["requests"] = asked
     kept[way.name] = {**out, "load": _load()}
     say(f"burst {way.name}: {out}")
     await asyncio.gather(*(way.finish(n) for n in names))

@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 
+import apirequests
 import components
 import planner_bench
 import preemption_bench
@@ -65,3 +66,24 @@ def test_the_component_reading_finds_each_cluster_binary_by_its_role(tmp_path: P
     assert not any(key.startswith("bench-x/") and key != "bench-x/scheduler" for key in read), read
     assert read["bench"] > 0
     assert components.spent({"a": 1.0, "b": 1.0}, {"a": 1.5, "b": 3.0, "c": 0.2}) == {"b": 2.0, "a": 0.5, "c": 0.2}
+
+
+def test_the_api_server_s_requests_are_counted_by_verb_and_resource_whatever_their_code() -> None:
+    """Codes and other labels are summed; a subresource is named after its resource; watches are left out; what
+    moved is the difference, largest first, with what did not move left out."""
+    text = "\n".join(
+        [
+            "# HELP apiserver_request_total Counter of apiserver requests.",
+            "# TYPE apiserver_request_total counter",
+            'apiserver_request_total{code="200",resource="podgroups",subresource="status",verb="PATCH"} 5',
+            'apiserver_request_total{code="409",resource="podgroups",subresource="status",verb="PATCH"} 2',
+            'apiserver_request_total{code="201",resource="events",subresource="",verb="POST"} 3',
+            'apiserver_request_total{code="200",resource="pods",subresource="",verb="WATCH"} 9',
+            "# HELP apiserver_request_duration_seconds Latency.",
+            "# TYPE apiserver_request_duration_seconds histogram",
+            'apiserver_request_duration_seconds_count{resource="pods",verb="GET"} 4',
+        ]
+    )
+    counted = apirequests.parse(text + "\n")
+    assert counted == {"PATCH podgroups/status": 7.0, "POST events": 3.0}
+    assert apirequests.spent(counted, {**counted, "POST events": 10.0, "GET pods": 1.0}) == {"POST events": 7, "GET pods": 1}

@@ -15,10 +15,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 import apiobjects as api
+from phalanx.api import keys
 from phalanx.kinds import KINDS
 from phalanx.kube.client import ApiError
 from phalanx.kube.informers import Index, Informer
-from phalanx.scheduling import accessors, pointers, quorum, waits
+from phalanx.scheduling import accessors, conditions, pointers, quorum, waits
 from phalanx.scheduling.membership import Membership
 
 JSON = dict[str, Any]
@@ -186,6 +187,7 @@ def test_facts_are_what_each_reader_derives_and_the_devices_held_follow_the_clai
     claims.apply("ADDED", gpu)
     members = Membership(pods, KINDS)
     group = _group("a")
+    group["status"] = {"conditions": [conditions.condition(keys.INITIALLY_SCHEDULED, False, keys.UNSCHEDULABLE, "short")]}
     members.refresh([group])
     every = members["a-uid"]
 

@@ -1,16 +1,17 @@
-"""One Event per gated gang member, not one per cycle; a refusal is raised and the member tried again."""
+"""One Event per gated member of a gang that waits, not one per cycle; a refusal is raised and the member tried again."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import Any
 
 import pytest
 
-from phalanx.api import keys
+from phalanx.api import keys, times
 from phalanx.jobs.owner import JOBS
 from phalanx.kube.client import ApiError
-from phalanx.scheduling import pointers
+from phalanx.scheduling import conditions, pointers
 
 
 class FakeKube:
@@ -29,10 +30,18 @@ class FakeKube:
         return True
 
 
-def _group(policy: dict[str, Any]) -> dict[str, Any]:
+def _waiting(reason: str = keys.UNSCHEDULABLE, status: bool = False, ago: float = 0.0) -> dict[str, Any]:
+    """A PodGroupInitiallyScheduled condition as a visit writes it, turned `ago` seconds before now."""
+    cond = conditions.condition(keys.INITIALLY_SCHEDULED, status, reason, "why")
+    return dict(cond, lastTransitionTime=times.stamp(times.now() - datetime.timedelta(seconds=ago)))
+
+
+def _group(policy: dict[str, Any], waiting: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A group a visit found unschedulable, unless `waiting` says otherwise."""
     return {
         "metadata": {"namespace": "ml", "name": "train-b-pg", "uid": "pg", "labels": {keys.JOB_NAME_LABEL: "train-b"}},
         "spec": {"schedulingPolicy": policy, "disruptionMode": {"all": {}} if "gang" in policy else {"single": {}}},
+        "status": {"conditions": [waiting or _waiting()]},
     }
 
 
@@ -97,3 +106,38 @@ def test_a_cycle_writes_at_most_per_cycle_events_and_the_next_cycles_the_rest() 
         assert written <= pointers.PER_CYCLE
         total += written
     assert total == len(kube.names) == 300
+
+
+@pytest.mark.parametrize(
+    ("waiting", "pointed"),
+    [
+        (None, False),  # never visited: only queued for its turn
+        ((keys.UNSCHEDULABLE, False, 0), True),  # an attempt failed: at once, as kube-scheduler's FailedScheduling
+        ((keys.PENDING, False, 0), False),  # on its way: for its quorum or its turn
+        ((keys.PENDING, False, pointers.WAITED + 2), True),  # on its way for long: it waits
+        ((keys.PREEMPTING, False, 0), False),
+        ((keys.DISRUPTED, False, pointers.WAITED - 5), False),  # torn down, being placed again
+        ((keys.DISRUPTED, False, pointers.WAITED + 2), True),
+        ((keys.SCHEDULED, True, 3600), False),  # placed; a member gated now is a late one on its way
+    ],
+)
+def test_only_the_members_of_a_gang_a_visit_found_waiting_are_pointed(waiting: tuple[str, bool, float] | None, pointed: bool) -> None:
+    """A burst's gangs queued for their turn get no Event each (2,000 at 5,000 nodes kept the API server from the
+    releases); a gang that cannot be placed, or has waited, does. `waiting`: (reason, status, seconds ago)."""
+    group = _group({"gang": {"minCount": 2}})
+    group["status"] = {"conditions": [_waiting(waiting[0], status=waiting[1], ago=waiting[2])]} if waiting else {}
+    kube = FakeKube()
+    notes = pointers.Pointers(kube, JOBS.name)  # type: ignore[arg-type]
+    assert asyncio.run(notes.point(_gated([(group, [_pod("b-0"), _pod("b-1")])]))) == (2 if pointed else 0)
+    assert kube.calls == (2 if pointed else 0)
+
+
+def test_a_gang_on_its_way_is_pointed_once_it_has_waited() -> None:
+    """The same members, given again each cycle, are looked at again until their group is due."""
+    group = _group({"gang": {"minCount": 2}}, _waiting(keys.PENDING))
+    kube = FakeKube()
+    notes = pointers.Pointers(kube, JOBS.name)  # type: ignore[arg-type]
+    gated = _gated([(group, [_pod("b-0"), _pod("b-1")])])
+    assert asyncio.run(notes.point(gated)) == 0
+    group["status"]["conditions"][0]["lastTransitionTime"] = _waiting(ago=pointers.WAITED)["lastTransitionTime"]
+    assert asyncio.run(notes.point(gated)) == 2 and asyncio.run(notes.point(gated)) == 0 and kube.calls == 2
