@@ -109,35 +109,37 @@ def test_a_cycle_writes_at_most_per_cycle_events_and_the_next_cycles_the_rest() 
 
 
 @pytest.mark.parametrize(
-    ("waiting", "pointed"),
+    ("waiting", "members", "pointed"),
     [
-        (None, False),  # never visited: only queued for its turn
-        ((keys.UNSCHEDULABLE, False, 0), True),  # an attempt failed: at once, as kube-scheduler's FailedScheduling
-        ((keys.PENDING, False, 0), False),  # on its way: for its quorum or its turn
-        ((keys.PENDING, False, pointers.WAITED + 2), True),  # on its way for long: it waits
-        ((keys.PREEMPTING, False, 0), False),
-        ((keys.DISRUPTED, False, pointers.WAITED - 5), False),  # torn down, being placed again
-        ((keys.DISRUPTED, False, pointers.WAITED + 2), True),
-        ((keys.SCHEDULED, True, 3600), False),  # placed; a member gated now is a late one on its way
+        (None, 2, False),  # never visited: only queued for its turn
+        ((keys.UNSCHEDULABLE, False, 0), 2, True),  # an attempt failed: at once, as kube-scheduler's FailedScheduling
+        ((keys.PENDING, False, pointers.WAITED + 600), 2, False),  # its members there, queued for its turn: on its way
+        ((keys.PREEMPTING, False, pointers.WAITED + 600), 2, False),
+        ((keys.PENDING, False, 0), 1, False),  # short of members, which its owner is making
+        ((keys.PENDING, False, pointers.WAITED + 2), 1, True),  # short of members for long: it waits for them
+        ((keys.DISRUPTED, False, pointers.WAITED - 5), 1, False),  # torn down, its members being made again
+        ((keys.DISRUPTED, False, pointers.WAITED + 2), 1, True),
+        ((keys.SCHEDULED, True, 3600), 1, False),  # placed; a member gated now is a late one on its way
     ],
 )
-def test_only_the_members_of_a_gang_a_visit_found_waiting_are_pointed(waiting: tuple[str, bool, float] | None, pointed: bool) -> None:
+def test_only_the_members_of_a_gang_that_waits_are_pointed(waiting: tuple[str, bool, float] | None, members: int, pointed: bool) -> None:
     """A burst's gangs queued for their turn get no Event each (2,000 at 5,000 nodes kept the API server from the
-    releases); a gang that cannot be placed, or has waited, does. `waiting`: (reason, status, seconds ago)."""
+    releases); a gang that cannot be placed, or has long lacked members, does. `waiting`: its condition's (reason,
+    status, seconds ago); `members`: of its minCount 2, gated."""
     group = _group({"gang": {"minCount": 2}})
     group["status"] = {"conditions": [_waiting(waiting[0], status=waiting[1], ago=waiting[2])]} if waiting else {}
     kube = FakeKube()
     notes = pointers.Pointers(kube, JOBS.name)  # type: ignore[arg-type]
-    assert asyncio.run(notes.point(_gated([(group, [_pod("b-0"), _pod("b-1")])]))) == (2 if pointed else 0)
-    assert kube.calls == (2 if pointed else 0)
+    assert asyncio.run(notes.point(_gated([(group, [_pod(f"b-{i}") for i in range(members)])]))) == (members if pointed else 0)
+    assert kube.calls == (members if pointed else 0)
 
 
-def test_a_gang_on_its_way_is_pointed_once_it_has_waited() -> None:
+def test_a_gang_short_of_members_is_pointed_once_it_has_waited() -> None:
     """The same members, given again each cycle, are looked at again until their group is due."""
     group = _group({"gang": {"minCount": 2}}, _waiting(keys.PENDING))
     kube = FakeKube()
     notes = pointers.Pointers(kube, JOBS.name)  # type: ignore[arg-type]
-    gated = _gated([(group, [_pod("b-0"), _pod("b-1")])])
+    gated = _gated([(group, [_pod("b-0")])])
     assert asyncio.run(notes.point(gated)) == 0
     group["status"]["conditions"][0]["lastTransitionTime"] = _waiting(ago=pointers.WAITED)["lastTransitionTime"]
-    assert asyncio.run(notes.point(gated)) == 2 and asyncio.run(notes.point(gated)) == 0 and kube.calls == 2
+    assert asyncio.run(notes.point(gated)) == 1 and asyncio.run(notes.point(gated)) == 0 and kube.calls == 1

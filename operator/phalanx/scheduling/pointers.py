@@ -3,14 +3,15 @@
 A pod held by the gang gate shows only `SchedulingGated` to a user who
 looks at the pod, not that it waits for a gang, which one, or where to ask
 why. Each gated member of a gang that waits gets one Event naming its
-PodGroup and the `explain` command. A gang waits once a visit found it so,
-as kube-scheduler's FailedScheduling follows an attempt, not a place in the
-queue: at once when it cannot be placed (Unschedulable), after `WAITED`
-when it is on its way (Pending for its quorum or its turn, Preempting, torn
-down and placed again). A gang only queued, or on its way, gets none: in a
-burst of 1,000 gangs at 5,000 nodes, the Events on gangs queued for their
-turn (about 2,000 in a slow run) took the API server from the releases and
-so queued more gangs for longer. One per pod, not per cycle: the Event's name is derived
+PodGroup and the `explain` command. A gang waits once a visit found it so
+(its PodGroupInitiallyScheduled False), as kube-scheduler's FailedScheduling
+follows an attempt, not a place in the queue: at once when it cannot be
+placed (Unschedulable), after `WAITED` when it lacks members (its owner has
+not made minCount of them). A gang with its members on its way (queued for
+its turn, preempting) gets none, as kube-scheduler writes none for a pod in
+its queue: in a burst of 1,000 gangs at 5,000 nodes, the Events on gangs
+queued for their turn (about 2,000 in a slow run) took the API server from
+the releases and so queued more gangs for longer. One per pod, not per cycle: the Event's name is derived
 from the pod's uid, so a restart or a second replica finds it there
 (AlreadyExists) instead of writing it again, and the pods already done are
 remembered until they go.
@@ -19,7 +20,7 @@ remembered until they go.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping, Sized
 from typing import Any
 
 from phalanx.api import keys, times
@@ -33,8 +34,9 @@ PER_CYCLE = 64
 """Events written per cycle at most: the cycle awaits them before it plans any group, and 1,000 gangs of 3 submitted
 at once made 3,000 at once, which kept every cycle (and the Lease renewal, on the same event loop) waiting for
 minutes (`./task bench -- --scale`). The rest go on the next cycles."""
-WAITED = 30.0
-"""Seconds a gang on its way (any reason but Unschedulable) waits before its members are pointed."""
+WAITED = 60.0
+"""Seconds a gang short of members waits for them before the members it has are pointed: in a burst, an owner makes
+its pods within seconds."""
 
 
 def event_name(pod: Mapping[str, Any]) -> str:
@@ -63,11 +65,14 @@ def gated_members(pod_group: Mapping[str, Any], pods: Iterable[Mapping[str, Any]
     return [p for p in pods if accessors.live(p) and accessors.gated(p)]
 
 
-def due(pod_group: Mapping[str, Any]) -> bool:
-    """Whether its waiting members are pointed now: at once when it cannot be placed, else once it has waited
-    `WAITED` (since its condition turned False; one written without a time counts as long past)."""
+def due(pod_group: Mapping[str, Any], gated: Sized) -> bool:
+    """Whether the `gated` members of a gang a visit found waiting (`gated_members`) are pointed now: at once when it
+    cannot be placed, after `WAITED` (since its condition turned False; one written without a time counts as long
+    past) while it lacks members, never while it has them and is on its way."""
     waiting = conditions.find(pod_group, keys.INITIALLY_SCHEDULED) or {}
-    return waiting.get("reason") == keys.UNSCHEDULABLE or times.waited(waiting.get("lastTransitionTime")) >= WAITED
+    if waiting.get("reason") == keys.UNSCHEDULABLE:
+        return True
+    return len(gated) < accessors.min_count(pod_group) and times.waited(waiting.get("lastTransitionTime")) >= WAITED
 
 
 class Pointers:
@@ -92,7 +97,7 @@ class Pointers:
             if self._complete.get(uid) is pods:  # the same members as when each was found pointed: done only grows
                 complete[uid] = pods
                 continue
-            if pods and not due(pod_group):
+            if pods and not due(pod_group, pods):
                 continue  # looked at again on the next cycle: it may be due by then
             missing = [(pod_group, pod) for pod in pods if pod["metadata"]["uid"] not in self.done]
             if missing:
