@@ -44,7 +44,7 @@ def count(cluster: Cluster) -> dict[str, float]:
     return parse(cluster.kubectl("get", "--raw", "/metrics").stdout)  # type: ignore[attr-defined]
 
 
-def spent(before: dict[str, float], after: dict[str, float], top: int = 20) -> dict[str, int]:
+def spent(before: dict[str, float], after: dict[str, float], top: int = 40) -> dict[str, int]:
     """The `top` counts that moved most between two readings, largest first."""
     moved = {key: int(after[key] - before.get(key, 0.0)) for key in after}
     return dict(sorted(((k, v) for k, v in moved.items() if v), key=lambda kv: -kv[1])[:top])
