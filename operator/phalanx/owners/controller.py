@@ -114,6 +114,13 @@ async def reconcile(kube: Kube, source: objects.GangSource, logger: Any, cached:
     server, each round trip took seconds, and no gang can be planned before its PodGroup exists).
     """
     job_ref = source.reference()
+    if isinstance(cached, dict) and not source.roles and objects.min_count_patch(source, cached, workload_kind=False) is None:
+        # its PodGroup at the owner's minCount: so is its Workload (brought to it first), which needs no read; the
+        # PodGroup is read afresh, so a release the cache has not seen yet cannot leave PodsGated True
+        group = await kube.get(custom_path("podgroups", source.namespace, source.pod_group_name))
+        if group is not None and group["metadata"]["uid"] == cached["metadata"]["uid"]:
+            await _report_gating(kube, job_ref, source, group, logger)
+            return
     fresh = cached is None and not source.roles
     made = await _ensure(kube, source, "workloads", source.workload_name, lambda: objects.workload(source).wire(), logger, fresh)
     if made is None:

@@ -27,8 +27,12 @@ class GroupMemory:
     """When this loop first saw its quorum waiting, until the group is released."""
     owner: tuple[frozenset[str], Any] | None = None
     """(its lost members, its owner as read when they were lost)."""
+    counts: dict[str, int] | None = None
+    """Its member counts as its last visit found them (`status.Status.want`): every apply of its status carries them."""
+    counts_written: dict[str, int] | None = None
+    """The member counts this loop last wrote."""
     counts_at: float = -math.inf
-    """When this loop last wrote its member counts."""
+    """When this loop last wrote its member counts on their own (`status.Status.counters`)."""
     counts_due: bool = False
     """Its counts changed since that write: written once the interval has passed."""
     intended: tuple[frozenset[str], int | None] | None = None
@@ -75,7 +79,7 @@ class GroupMemory:
 
 
 _UNSET = object()
-_UNSUMMED = frozenset({"since", "settled"})
+_UNSUMMED = frozenset({"since", "settled", "counts", "counts_written"})
 
 
 @dataclass(frozen=True)

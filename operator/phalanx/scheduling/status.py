@@ -1,8 +1,9 @@
 """What the loop writes of a group for its users to read: the two conditions it owns, the member counts, and Events.
 
-Every write of the loop's conditions goes through `condition`, as one server-side apply under the loop's field
-manager carrying every condition the loop owns (an apply that left one out would drop it); what was written is
-remembered (`memory`), so a second write of the same state costs nothing. Events name the PodGroup and, when another
+Every write of the loop's conditions and counts is one server-side apply under the loop's field manager carrying
+every condition the loop owns and the counts (an apply that left one out would drop it): a visit's counts go with its
+condition when it writes one (a gang's release, its Scheduled), and on their own after the visit only when it
+wrote none. What was written is remembered (`memory`), so a second write of the same state costs nothing. Events name the PodGroup and, when another
 object owns it, that owner too, where `kubectl describe job` shows them.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 from phalanx.api import keys, schema
 from phalanx.kube.client import Kube, all_answered
 from phalanx.owners.seam import OwnerKind
-from phalanx.scheduling import accessors, composites, conditions
+from phalanx.scheduling import accessors, conditions
 from phalanx.scheduling.memory import Memory
 
 logger = logging.getLogger("phalanx.scheduling.loop")
@@ -33,26 +34,56 @@ class Status:
         self.memory = memory
         self.owner = owner
 
-    async def counters(self, pod_group: Mapping[str, Any], members: int, bound: int, late: int) -> dict[str, Any] | None:
+    def want(self, pod_group: Mapping[str, Any], members: int, bound: int, late: int) -> None:
         """status.members, .bound and .lateMembers (members behind the gate of a group already placed: a Job's
-        replacements, a labelled pod created after the release), written at most every COUNTS_EVERY. Returns the
-        PodGroup as written (None: nothing written), so the visit's later conditional writes (a release's record)
-        start from its version, not the watch's older copy, which would conflict and cost a read and a retry."""
-        uid = pod_group["metadata"]["uid"]
-        current = pod_group.get("status") or {}
-        remembered = self.memory.of(uid)
-        counts = {"members": members, "bound": bound, "lateMembers": late}
-        if all(current.get(k, 0 if k == "lateMembers" else None) == v for k, v in counts.items()):
+        replacements, a labelled pod created after the release) as a visit finds them, before its action: any apply
+        of its status carries them, and `counters` writes them after it if none did."""
+        self.memory.of(pod_group["metadata"]["uid"]).counts = {"members": members, "bound": bound, "lateMembers": late}
+
+    async def counters(self, pod_group: Mapping[str, Any]) -> None:
+        """After a visit's action: the counts it found (`want`), when no write of its own carried them, at most every
+        COUNTS_EVERY (the loop wakes for them when due)."""
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
+        if remembered.counts is None or remembered.counts == self._written(pod_group):
             remembered.counts_due = False
-            return None
+            return
         now = time.monotonic()
         if now - remembered.counts_at < COUNTS_EVERY:
-            remembered.counts_due = True  # the loop wakes for it when due
-            return None
+            remembered.counts_due = True
+            return
         remembered.counts_at = now
-        remembered.counts_due = False
-        answer = await self.kube.merge_patch(accessors.path(pod_group, status=True), {"status": counts})
-        return composites.as_written(pod_group, answer)
+        await self._apply(pod_group, self._owned(pod_group))
+
+    def _written(self, pod_group: Mapping[str, Any]) -> dict[str, int] | None:
+        """The counts as this loop last wrote them, else as the group shows them (None: it shows none)."""
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
+        if remembered.counts_written is not None:
+            return remembered.counts_written
+        current = pod_group.get("status") or {}
+        if current.get("members") is None:
+            return None
+        return {"members": current["members"], "bound": current.get("bound", 0), "lateMembers": current.get("lateMembers", 0)}
+
+    def _owned(self, pod_group: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The loop's conditions as it last wrote them, else as the group shows them."""
+        mine = self.memory.of(pod_group["metadata"]["uid"]).conditions
+        shown = [c for c in (pod_group.get("status") or {}).get("conditions") or [] if c["type"] in LOOP_CONDITIONS]
+        return [mine.get(c["type"], c) for c in shown] + [c for t, c in mine.items() if t not in {c["type"] for c in shown}]
+
+    async def _apply(self, pod_group: Mapping[str, Any], owned: list[dict[str, Any]]) -> None:
+        """The one write of the loop's conditions and counts: `owned` and the counts wanted (else those written)."""
+        remembered = self.memory.of(pod_group["metadata"]["uid"])
+        counts = remembered.counts or self._written(pod_group) or {}
+        await self.kube.apply_status(
+            accessors.kind(pod_group),
+            pod_group["metadata"]["namespace"],
+            pod_group["metadata"]["name"],
+            {"conditions": owned, **counts},
+            keys.SCHEDULING_LOOP,
+        )
+        remembered.conditions.update({c["type"]: c for c in owned})
+        if counts:
+            remembered.counts_written, remembered.counts_due = counts, False
 
     async def scheduled(
         self, pod_group: dict[str, Any], ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
@@ -62,27 +93,15 @@ class Status:
     async def condition(
         self, pod_group: dict[str, Any], type_: str, ok: bool, reason: str, message: str, *, warn: bool = False, readmit: bool = False
     ) -> None:
-        """Set one of the loop's conditions; every condition this loop owns goes in the same apply, or the others would be dropped."""
-        uid = pod_group["metadata"]["uid"]
-        mine = self.memory.of(uid).conditions
-        existing = [mine.get(c["type"], c) for c in (pod_group.get("status") or {}).get("conditions") or []]
-        existing += [c for t, c in mine.items() if t not in {e["type"] for e in existing}]
+        """Set one of the loop's conditions; every condition this loop owns, and the counts, go in the same apply."""
         new = conditions.condition(type_, ok, reason, message, pod_group["metadata"].get("generation"))
-        merged = conditions.merged(existing, new, readmit=readmit)
+        merged = conditions.merged(self._owned(pod_group), new, readmit=readmit)
         if merged is None:
             return
         logger.info(
             "%s/%s: %s=%s %s %s", pod_group["metadata"]["namespace"], pod_group["metadata"]["name"], type_, new["status"], reason, message
         )
-        owned = [c for c in merged if c["type"] in LOOP_CONDITIONS]
-        await self.kube.apply_status(
-            accessors.kind(pod_group),
-            pod_group["metadata"]["namespace"],
-            pod_group["metadata"]["name"],
-            {"conditions": owned},
-            keys.SCHEDULING_LOOP,
-        )
-        mine.update({c["type"]: c for c in owned})
+        await self._apply(pod_group, merged)
         if warn or (ok and type_ == keys.INITIALLY_SCHEDULED):
             await self.event(pod_group, "Warning" if warn else "Normal", reason, message)
 

@@ -138,16 +138,15 @@ class Visits:
         return await self._act(visit)
 
     async def _act(self, visit: Visit) -> bool:
-        """What every visit writes (its counts, a Warning for members without the gate), then its phase's action."""
+        """What every visit writes (a Warning for members without the gate; its counts, with the condition its action
+        writes or after it), and its phase's action."""
         pods = visit.pods
         scheduled_or_released = visit.facts.scheduled or visit.released
-        written = await self.status.counters(
-            visit.pod_group, len(pods), len(visit.bound), len(visit.waiting) if scheduled_or_released else 0
-        )
-        if written is not None:
-            visit.pod_group = written  # the visit's conditional writes start from the version it made
+        self.status.want(visit.pod_group, len(pods), len(visit.bound), len(visit.waiting) if scheduled_or_released else 0)
         await self._ungated(visit.pod_group, pods)
-        return await self.ACTIONS[visit.stands](self, visit)
+        verdict = await self.ACTIONS[visit.stands](self, visit)
+        await self.status.counters(visit.pod_group)
+        return verdict
 
     async def _read(self, pod_group: dict[str, Any], pods: list[dict[str, Any]]) -> Visit:
         """The facts of one visit: the members lost (of a released gang), its owner's state when one was, the members
