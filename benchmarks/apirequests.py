@@ -11,6 +11,7 @@ server, so the operator, kube-scheduler, the controllers and the bench's client 
 
 from __future__ import annotations
 
+import subprocess
 from typing import Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,7 +21,7 @@ SKIPPED = frozenset({"WATCH", "CONNECT"})
 
 
 class Cluster(Protocol):
-    def kubectl(self, *args: str) -> object: ...
+    def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]: ...
 
 
 def parse(text: str) -> dict[str, float]:
@@ -41,7 +42,7 @@ def parse(text: str) -> dict[str, float]:
 
 def count(cluster: Cluster) -> dict[str, float]:
     """The counts so far of the cluster's API server (`parse`)."""
-    return parse(cluster.kubectl("get", "--raw", "/metrics").stdout)  # type: ignore[attr-defined]
+    return parse(cluster.kubectl("get", "--raw", "/metrics").stdout)
 
 
 def spent(before: dict[str, float], after: dict[str, float], top: int = 40) -> dict[str, int]:

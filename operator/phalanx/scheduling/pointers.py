@@ -11,10 +11,10 @@ not made minCount of them). A gang with its members on its way (queued for
 its turn, preempting) gets none, as kube-scheduler writes none for a pod in
 its queue: in a burst of 1,000 gangs at 5,000 nodes, the Events on gangs
 queued for their turn (about 2,000 in a slow run) took the API server from
-the releases and so queued more gangs for longer. One per pod, not per cycle: the Event's name is derived
-from the pod's uid, so a restart or a second replica finds it there
-(AlreadyExists) instead of writing it again, and the pods already done are
-remembered until they go.
+the releases and so queued more gangs for longer. One per pod, not per
+cycle: the Event's name is derived from the pod's uid, so a restart or a
+second replica finds it there (AlreadyExists) instead of writing it again,
+and the pods already done are remembered until they go.
 """
 
 from __future__ import annotations

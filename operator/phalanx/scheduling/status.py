@@ -1,10 +1,10 @@
 """What the loop writes of a group for its users to read: the two conditions it owns, the member counts, and Events.
 
 Every write of the loop's conditions and counts is one server-side apply under the loop's field manager carrying
-every condition the loop owns and the counts (an apply that left one out would drop it): a visit's counts go with its
-condition when it writes one (a gang's release, its Scheduled), and on their own after the visit only when it
-wrote none. What was written is remembered (`memory`), so a second write of the same state costs nothing. Events name the PodGroup and, when another
-object owns it, that owner too, where `kubectl describe job` shows them.
+every condition the loop owns and the counts (an apply that left one out would drop it): a visit's counts go with the
+condition it writes (a gang's release, its Scheduled), and on their own after the visit only when it wrote none.
+What was written is remembered (`memory`), so a second write of the same state costs nothing. Events name the
+PodGroup and, when another object owns it, that owner too, where `kubectl describe job` shows them.
 """
 
 from __future__ import annotations
