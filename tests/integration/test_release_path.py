@@ -221,9 +221,9 @@ def test_a_member_beyond_min_count_kube_scheduler_never_binds_is_taken_down_and_
 ) -> None:
     """Three ranks, minCount 2, disruptionMode all: rank 2's binding is refused by policy, so the gang is Scheduled
     with ranks 0 and 1 and rank 2, created once they run, stays released (pinned, gate lifted, its device reserved)
-    and unbound. At the
-    bind deadline rank 2 leaves the record and is taken down, its device freed; the running ranks are left alone
-    (its going is no loss of the gang's), and its Job creates it again, placed afresh once binding is allowed."""
+    and unbound. At the bind deadline rank 2 leaves the record and is taken down, its device freed; the running ranks
+    are left alone (its going is no loss of the gang's), and its Job creates it again, placed afresh once binding is
+    allowed."""
     name = f"no-bind-{namespace}"
     admission_policy(name, namespace, ["pods/binding"], "!object.metadata.name.startsWith('beyond-2-')", "test policy: rank 2 cannot bind")
     demo.apply(cluster.kubectl, WORKLOADS, ["one-gpu.yaml"], namespace)
