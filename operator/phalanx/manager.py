@@ -32,7 +32,7 @@ from phalanx.kube.readiness import Readiness
 from phalanx.kube.webhookserver import WebhookServer
 from phalanx.leaderworkersets import controller as lws_controller
 from phalanx.leaderworkersets import webhooks as lws_webhooks
-from phalanx.owners import webhook_config
+from phalanx.owners import gating, webhook_config
 from phalanx.podgroups import webhooks as pod_group_webhooks
 from phalanx.scheduling import assumed
 from phalanx.scheduling.loop import SchedulingLoop
@@ -154,6 +154,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any
         prometheus_client.start_http_server(cfg.metrics_port, addr=cfg.metrics_listen)
     memo.watches = await preflight.api_client()
     memo.view = ClusterView(memo.kube, memo.watches)
+    memo.lifted = gating.Lifted(memo.view)
     await memo.view.start()
     memo.elector = lease.Elector(_lease_client, cfg.namespace, cfg.lease_name, cfg.identity, cfg.lease_timing)
     memo.loop_task = asyncio.create_task(memo.elector.run(lambda: _lead(memo, logger)), name="leader-election")
@@ -184,7 +185,8 @@ def _stop_unless_cancelled(election: asyncio.Task[None]) -> None:
 
 async def _lead(memo: kopf.Memo, logger: Any) -> None:
     """What only the leader does, until the Lease may be lost: the scheduling loop (a release the last leader left
-    half-done is resumed on its first cycle) and, beside it, one resync of every gang Job."""
+    half-done is resumed on its first cycle) and, beside it, one resync of every gang Job, and PodsGated lifted on
+    each group the watch shows released (`gating.Lifted`)."""
     cfg: OperatorConfig = memo.config
     loop = SchedulingLoop(
         memo.kube,
@@ -205,7 +207,7 @@ async def _lead(memo: kopf.Memo, logger: Any) -> None:
         lwss = await lws_controller.resync(memo.owners, logger)
         logger.info(f"leading: {jobs} gang Job(s), {jobsets} gang JobSet(s), {lwss} gang LeaderWorkerSet(s) reconciled")
 
-    await asyncio.gather(loop.run(), resync())
+    await asyncio.gather(loop.run(), resync(), memo.lifted.run(memo.owners))
 
 
 @kopf.on.cleanup()

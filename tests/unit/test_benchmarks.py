@@ -87,3 +87,30 @@ def test_the_api_server_s_requests_are_counted_by_verb_and_resource_whatever_the
     counted = apirequests.parse(text + "\n")
     assert counted == {"PATCH podgroups/status": 7.0, "POST events": 3.0}
     assert apirequests.spent(counted, {**counted, "POST events": 10.0, "GET pods": 1.0}) == {"POST events": 7, "GET pods": 1}
+
+
+def test_the_scale_tier_runs_every_thread_of_a_cluster_s_fake_nodes_at_its_nice(tmp_path: Path) -> None:
+    """`scale.prioritise_nodes`: every thread of the process the cluster's kwok pid file names, not only its first."""
+    import os
+    import threading
+    from types import SimpleNamespace
+
+    import scale
+
+    code = (
+        "import threading, time; [threading.Thread(target=time.sleep, args=(30,), daemon=True).start() for _ in range(3)]; time.sleep(30)"
+    )
+    kwok = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        (tmp_path / "pids").mkdir()
+        (tmp_path / "pids" / "kwok-controller.pid").write_text(f"{kwok.pid}\n")
+        tasks = Path(f"/proc/{kwok.pid}/task")
+        for _ in range(100):
+            if len(list(tasks.iterdir())) == 4:
+                break
+            threading.Event().wait(0.05)
+        assert scale.prioritise_nodes(SimpleNamespace(cluster_dir=tmp_path)) == 4  # type: ignore[arg-type]
+        assert {os.getpriority(os.PRIO_PROCESS, int(t.name)) for t in tasks.iterdir()} == {scale.NODES_NICE}
+    finally:
+        kwok.kill()
+        kwok.wait()

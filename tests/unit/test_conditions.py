@@ -29,7 +29,7 @@ def _group(*conds: dict) -> dict:
 
 
 def test_pods_gated_follows_the_release() -> None:
-    from phalanx.owners.controller import gating_condition
+    from phalanx.owners.gating import gating_condition
 
     waiting = gating_condition(True, _group({"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable"}))
     assert (waiting["status"], waiting["reason"]) == ("True", "Gated")

@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phalanx.scheduling import deviceinputs, inputs, snapshots
-from phalanx.scheduling.cache import ClaimsTally
+from phalanx.scheduling import accessors, deviceinputs, inputs, snapshots
+from phalanx.scheduling.cache import ClaimsTally, Pins
 from phalanx.scheduling.derived import Derived
 
 JSON = dict[str, Any]
@@ -185,3 +185,45 @@ def test_the_claims_tally_always_counts_as_a_model_of_the_whole_store_would(even
 def _held(claim: JSON) -> str | None:
     results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
     return results[0]["device"] if results else None
+
+
+def _group(name: str, version: int, placements: list[tuple[str, str]]) -> JSON:
+    reservation = {"state": "Released", "placements": [{"name": uid, "uid": uid, "node": node} for uid, node in placements]}
+    return {"metadata": {"name": name, "namespace": "ml", "resourceVersion": str(version)}, "status": {"reservation": reservation}}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(("write", "delete", "relist")),
+            st.sampled_from("abc"),
+            st.lists(st.tuples(st.sampled_from(("u1", "u2", "u3", "u4")), st.sampled_from(("n1", "n2"))), max_size=3),
+        ),
+        max_size=30,
+    )
+)
+def test_the_pins_kept_as_groups_are_written_are_those_the_whole_store_records(
+    events: list[tuple[str, str, list[tuple[str, str]]]],
+) -> None:
+    """Any sequence of writes, deletes and relists of groups' reservations: the pins kept one write at a time
+    (`cache.Pins`) are every pin the store records (`accessors.pins`); a pod two groups name is pinned while either
+    does, on a node one of them names, and exactly as the store says when only one does."""
+    pins, store = Pins(), {}
+    for version, (kind, name, placements) in enumerate(events, start=1):
+        key = ("ml", name)
+        if kind == "write":
+            before, store[key] = store.get(key), _group(name, version, placements)
+            pins.put(before, store[key])
+        elif kind == "delete" and key in store:
+            pins.put(store.pop(key), None)
+        elif kind == "relist":
+            pins.rebuild(store)
+        named: dict[str, set[str]] = {}
+        for group in store.values():
+            for uid, node in accessors.recorded_pins(group).items():
+                named.setdefault(uid, set()).add(node)
+        assert pins.pins.keys() == named.keys()
+        assert all(pins.pins[uid] in nodes for uid, nodes in named.items())
+        if all(sum(uid in accessors.recorded_pins(g) for g in store.values()) == 1 for uid in named):
+            assert pins.pins == accessors.pins(store.values())

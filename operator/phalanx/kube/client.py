@@ -224,8 +224,13 @@ class Kube:
                 raise
             return existing, False
 
-    async def apply_status(self, kind: str, namespace: str, name: str, status: JSON, manager: str) -> JSON:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name, "namespace": namespace}, "status": status}
+    async def apply_status(
+        self, kind: str, namespace: str, name: str, status: JSON, manager: str, *, resource_version: str | None = None
+    ) -> JSON:
+        """Server-side apply of one of our objects' status; with `resource_version`, only while the object is at it
+        (else Conflict)."""
+        meta = {"name": name, "namespace": namespace} | ({"resourceVersion": resource_version} if resource_version else {})
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": meta, "status": status}
         return await self.apply(custom_path(kind.lower() + "s", namespace, name, status=True), body, manager)
 
     async def pages(self, path: str, *, limit: int = PAGE) -> AsyncIterator[JSON]:

@@ -17,16 +17,8 @@ import kopf
 
 from phalanx.api import keys
 from phalanx.api.intent import GangSpecError
-from phalanx.kube.client import ApiError, Kube, NotFound, custom_path
-from phalanx.owners import objects
-from phalanx.scheduling import conditions
-
-NOT_GATED_MESSAGE = (
-    "the {kind}'s pod template lacks the scheduling gate {gate}: it was admitted without Phalanx's webhook "
-    "(webhook not installed, namespace excluded, or bypassed), so its pods are scheduled one by one and may "
-    "deadlock; delete and recreate the {kind} to get gang scheduling"
-)
-
+from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, custom_path
+from phalanx.owners import gating, objects
 
 SourceOf = Callable[[dict[str, Any]], objects.GangSource | Sequence[objects.GangSource] | None]
 """A gang owner's `GangSource` from its object, or one per gang where it has several (a LeaderWorkerSet's replicas);
@@ -59,8 +51,6 @@ async def on_event(type: str | None, body: Any, memo: kopf.Memo, logger: Any, so
     podgroups = memo.view.podgroups
     for source in sources:
         cached = podgroups.get(source.namespace, source.pod_group_name) if podgroups.synced.is_set() else MISSING
-        if cached is not MISSING and settled(source, cached):
-            continue
         await reconcile(memo.owners, source, logger, cached)
 
 
@@ -87,20 +77,13 @@ MISSING: Any = object()
 """No cache to read (`reconcile` from a resync, or the PodGroups' informer not synced yet): every object is read."""
 
 
-def settled(source: objects.GangSource, cached: dict[str, Any] | None) -> bool:
-    """The owner's PodGroup, as the informer last saw it, is scheduled whole and says all a reconcile would write:
-    nothing to read or write for this event (most of a Job's events come after its gang was placed: its members
-    starting, becoming ready, finishing; each read the Workload and the PodGroup afresh before).
-
-    Only a PodGroup the loop marked scheduled: while its gang waits, the PodGroup is read fresh on each event, so a
-    release the cache has not seen yet cannot leave PodsGated True. The Workload is brought to a new minCount
-    before its PodGroup, so a PodGroup at the owner's minCount means its Workload is too. An owner of roles takes
-    the whole path (a composite and its children are several objects)."""
-    if cached is None or source.roles or cached["metadata"].get("deletionTimestamp"):
+def at_min_count(source: objects.GangSource, cached: dict[str, Any] | None) -> bool:
+    """The owner's PodGroup, as the informer has it, is at the owner's minCount: so is its Workload, brought to it
+    first, and neither needs a read. An owner of roles takes the whole path (a composite and its children are
+    several objects), and so does a PodGroup being deleted."""
+    if not isinstance(cached, dict) or source.roles or cached["metadata"].get("deletionTimestamp"):
         return False
-    if (conditions.find(cached, keys.INITIALLY_SCHEDULED) or {}).get("status") != "True":
-        return False
-    return objects.min_count_patch(source, cached, workload_kind=False) is None and _gating_update(source, cached) is None
+    return objects.min_count_patch(source, cached, workload_kind=False) is None
 
 
 async def reconcile(kube: Kube, source: objects.GangSource, logger: Any, cached: dict[str, Any] | None = MISSING) -> None:
@@ -114,9 +97,16 @@ async def reconcile(kube: Kube, source: objects.GangSource, logger: Any, cached:
     server, each round trip took seconds, and no gang can be planned before its PodGroup exists).
     """
     job_ref = source.reference()
-    if isinstance(cached, dict) and not source.roles and objects.min_count_patch(source, cached, workload_kind=False) is None:
-        # its PodGroup at the owner's minCount: so is its Workload (brought to it first), which needs no read; the
-        # PodGroup is read afresh, so a release the cache has not seen yet cannot leave PodsGated True
+    if at_min_count(source, cached):
+        # most of an owner's events (its members created, started, ready, finished) need no read: PodsGated is
+        # judged on the informer's copy, written only while the PodGroup is at that copy's version, and a copy
+        # behind the server is read afresh. A release the copy does not show yet is the PodGroups' watch's to tell
+        # (`gating.Lifted`)
+        try:
+            await _report_gating(kube, job_ref, source, cached, logger, conditional=True)
+            return
+        except (Conflict, NotFound):
+            pass
         group = await kube.get(custom_path("podgroups", source.namespace, source.pod_group_name))
         if group is not None and group["metadata"]["uid"] == cached["metadata"]["uid"]:
             await _report_gating(kube, job_ref, source, group, logger)
@@ -238,15 +228,21 @@ async def _owner_live(kube: Kube, source: objects.GangSource, logger: Any) -> bo
     return False
 
 
-async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.GangSource, pod_group: dict[str, Any], logger: Any) -> None:
-    """The PodsGated condition is this controller's; PodGroupInitiallyScheduled belongs to the release loop."""
-    current = _gating_update(source, pod_group)
+async def _report_gating(
+    kube: Kube, job_ref: dict[str, Any], source: objects.GangSource, pod_group: dict[str, Any], logger: Any, conditional: bool = False
+) -> None:
+    """The PodsGated condition is this controller's; PodGroupInitiallyScheduled belongs to the release loop.
+    `conditional`: written only while the PodGroup is at `pod_group`'s version (else Conflict; NotFound raised too)."""
+    current = _gating(source, pod_group)
     if current is None:
         return
     kind = keys.COMPOSITE_KIND if source.roles else "PodGroup"
     try:
-        await kube.apply_status(kind, source.namespace, source.pod_group_name, {"conditions": [current]}, keys.JOB_CONTROLLER)
+        version = pod_group["metadata"]["resourceVersion"] if conditional else None
+        await gating.write(kube, kind, (source.namespace, source.pod_group_name), current, version)
     except NotFound:
+        if conditional:
+            raise
         # the owner was deleted after the event this reconcile answers: the garbage collector took the PodGroup
         # (and takes any this reconcile made again, whose owner is gone); nothing is left to report on
         logger.info(f"PodGroup {source.namespace}/{source.pod_group_name} went before its PodsGated condition was written")
@@ -257,34 +253,12 @@ async def _report_gating(kube: Kube, job_ref: dict[str, Any], source: objects.Ga
             job_ref,
             type_="Warning",
             reason=keys.GANG_NOT_ENFORCED,
-            message=NOT_GATED_MESSAGE.format(kind=source.kind, gate=keys.SCHEDULING_GATE),
+            message=gating.NOT_GATED_MESSAGE.format(kind=source.kind, gate=keys.SCHEDULING_GATE),
         )
 
 
-def _gating_update(source: objects.GangSource, pod_group: dict[str, Any]) -> dict[str, Any] | None:
-    """The PodsGated condition to write on `pod_group`, or None when it already reads so."""
-    existing = (pod_group.get("status") or {}).get("conditions") or []
-    merged = conditions.merged(existing, gating_condition(source.gated, pod_group, source.kind))
-    if merged is None:
-        return None
-    (current,) = [c for c in merged if c["type"] == keys.GATED]
-    return current
-
-
-def gating_condition(gated: bool, pod_group: dict[str, Any], kind: str = "Job") -> dict[str, Any]:
-    """PodsGated: True while the group waits behind the gate, False once the loop released it whole (or when the
-    template was never gated). Level-triggered: a group torn down and admitted again is gated again."""
-    generation = pod_group["metadata"].get("generation")
-    if not gated:
-        return conditions.condition(
-            keys.GATED, False, keys.PODS_NOT_GATED, NOT_GATED_MESSAGE.format(kind=kind, gate=keys.SCHEDULING_GATE), generation
-        )
-    scheduled = conditions.find(pod_group, keys.INITIALLY_SCHEDULED) or {}
-    if scheduled.get("status") == "True" or scheduled.get("reason") == keys.RELEASED:
-        message = f"the whole group was placed and {keys.SCHEDULING_GATE} lifted from its members; later members are released as they fit"
-        return conditions.condition(keys.GATED, False, keys.GATES_LIFTED, message, generation)
-    message = f"pods are held by {keys.SCHEDULING_GATE} until the group can be placed"
-    return conditions.condition(keys.GATED, True, "Gated", message, generation)
+def _gating(source: objects.GangSource, pod_group: dict[str, Any]) -> dict[str, Any] | None:
+    return gating.update(source.gated, pod_group, source.kind)
 
 
 def _policy_text(source: objects.GangSource) -> str:

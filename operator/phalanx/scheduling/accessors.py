@@ -72,12 +72,13 @@ def pins(pod_groups: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
     The `scheduling.phalanx.dev/node` annotation alone proves nothing (anyone who
     may patch a pod can write it), so only a recorded pin counts."""
-    return {
-        p["uid"]: p["node"]
-        for g in pod_groups
-        for p in (((g.get("status") or {}).get("reservation") or {}).get("placements") or [])
-        if p.get("uid") and p.get("node")
-    }
+    return {uid: node for g in pod_groups for uid, node in recorded_pins(g).items()}
+
+
+def recorded_pins(pod_group: Mapping[str, Any]) -> dict[str, str]:
+    """Pod uid -> node of the placements one group's reservation records."""
+    placements = ((pod_group.get("status") or {}).get("reservation") or {}).get("placements") or []
+    return {p["uid"]: p["node"] for p in placements if p.get("uid") and p.get("node")}
 
 
 def placed_on(pod: Mapping[str, Any], pinned: Mapping[str, str] | None = None) -> str | None:

@@ -102,6 +102,48 @@ class ClaimsTally:
         return self._modelled
 
 
+class Pins:
+    """Pod uid -> node of every pin recorded in the reservations of one store (PodGroups, or CompositePodGroups),
+    kept as its watch writes them: a listener of the informer (`Informer.listen`).
+
+    Gathered from every group after any write to any group instead, the pins took 4.5% of the operator's samples in
+    a 5,000-node burst, where every release writes its group several times. Should two groups' reservations name one
+    pod, the one written last pins it while it names it, as a dict made from the whole store would."""
+
+    def __init__(self) -> None:
+        self._of: dict[Key, dict[str, str]] = {}
+        self._holders: dict[str, dict[Key, str]] = {}
+        self.pins: dict[str, str] = {}
+
+    def put(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+        obj = after if after is not None else before
+        if obj is None:
+            return
+        key = key_of(obj)
+        now = accessors.recorded_pins(after) if after is not None else {}
+        if now == self._of.get(key, {}):
+            return
+        for uid in self._of.pop(key, {}):
+            holders = self._holders[uid]
+            del holders[key]
+            if holders:
+                self.pins[uid] = next(reversed(holders.values()))
+            else:
+                del self._holders[uid], self.pins[uid]
+        if now:
+            self._of[key] = now
+            for uid, node in now.items():
+                self._holders.setdefault(uid, {})[key] = node
+            self.pins.update(now)
+
+    def rebuild(self, store: dict[Key, dict[str, Any]]) -> None:
+        self._of.clear()
+        self._holders.clear()
+        self.pins.clear()
+        for obj in store.values():
+            self.put(None, obj)
+
+
 class ClusterCache:
     """The planner's snapshot and the values derived from whole stores of the view, each kept until what it was
     derived from is written."""
@@ -141,6 +183,8 @@ class ClusterCache:
         """What shortfall capacity derived from the snapshots before (free devices, each node's shape)."""
         self.claims = view.claims.listen("planner claims", ClaimsTally)
         """The claims as the planner counts them, kept as the watch writes them."""
+        self._pins = (view.podgroups.listen("pins", Pins), view.composites.listen("pins", Pins))
+        """The pins recorded in the groups' reservations, kept as the watches write them."""
         self._kept: dict[str, tuple[tuple[Any, ...], Any]] = {}
         """What `of_view` derived from whole stores: (their `written`, the value)."""
         self.built_cpu = 0.0
@@ -240,8 +284,7 @@ class ClusterCache:
 
     def pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""
-        recorded = self.of_view("pins", (self.view.groups.written,), lambda: accessors.pins(self.view.groups.items()))
-        return {**recorded, **self.releaser.pinned}
+        return {**self._pins[0].pins, **self._pins[1].pins, **self.releaser.pinned}
 
     def policy(self) -> tuple[Any, ...]:
         """What preemption reads besides capacity (`shortfall.policy`)."""
