@@ -114,6 +114,20 @@ def test_the_controller_managers_client_limits_are_set_only_when_asked(tmp_path:
     assert args(raised) == {**args(stock), "kube-api-qps": "100", "kube-api-burst": "150"}
 
 
+def test_kwok_s_lease_parallelism_is_set_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    monkeypatch.setenv("PHALANX_CACHE", str(tmp_path))
+    stock = list(yaml.safe_load_all(LocalCluster(ClusterSpec(name="stock"))._kwokctl_config().read_text()))
+    leases = list(yaml.safe_load_all(LocalCluster(ClusterSpec(name="leases", node_lease_parallelism=16))._kwokctl_config().read_text()))
+    assert [d["kind"] for d in stock] == ["KwokctlConfiguration"]
+    assert leases[0] == stock[0], "the kwokctl document as it was"
+    assert [(d["kind"], d["options"]["nodeLeaseParallelism"]) for d in leases[1:]] == [("KwokConfiguration", 16)]
+    assert leases[1]["options"]["podPlayStageParallelism"] > 0 < leases[1]["options"]["nodePlayStageParallelism"], (
+        "kwok takes a configuration given whole: without them it refuses to start"
+    )
+
+
 def test_a_started_process_is_judged_by_its_pid_running_or_how_it_ended(tmp_path: Path) -> None:
     import os
     import signal

@@ -19,6 +19,7 @@ from phalanx.api import keys
 from phalanx.api.intent import GangSpecError
 from phalanx.kube.client import ApiError, Conflict, Kube, NotFound, custom_path
 from phalanx.owners import gating, objects
+from phalanx.scheduling import conditions
 
 SourceOf = Callable[[dict[str, Any]], objects.GangSource | Sequence[objects.GangSource] | None]
 """A gang owner's `GangSource` from its object, or one per gang where it has several (a LeaderWorkerSet's replicas);
@@ -98,15 +99,19 @@ async def reconcile(kube: Kube, source: objects.GangSource, logger: Any, cached:
     """
     job_ref = source.reference()
     if at_min_count(source, cached):
-        # most of an owner's events (its members created, started, ready, finished) need no read: PodsGated is
-        # judged on the informer's copy, written only while the PodGroup is at that copy's version, and a copy
-        # behind the server is read afresh. A release the copy does not show yet is the PodGroups' watch's to tell
-        # (`gating.Lifted`)
-        try:
-            await _report_gating(kube, job_ref, source, cached, logger, conditional=True)
-            return
-        except (Conflict, NotFound):
-            pass
+        if conditions.find(cached, keys.GATED) is not None:
+            # most of an owner's events (its members created, started, ready, finished) need no read: PodsGated is
+            # judged on the informer's copy, and written only while the PodGroup is at that copy's version. The
+            # release's lift is the PodGroups' watch's to write (`gating.Lifted`), here it would race that one
+            current = _gating(source, cached)
+            if current is None or current["reason"] == keys.GATES_LIFTED:
+                return
+            try:
+                await _report_gating(kube, job_ref, source, cached, logger, conditional=True)
+                return
+            except (Conflict, NotFound):
+                pass  # the copy was behind: read afresh
+        # a copy without PodsGated is most often behind this controller's own write of it, just made: read afresh
         group = await kube.get(custom_path("podgroups", source.namespace, source.pod_group_name))
         if group is not None and group["metadata"]["uid"] == cached["metadata"]["uid"]:
             await _report_gating(kube, job_ref, source, group, logger)

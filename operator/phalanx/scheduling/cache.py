@@ -108,7 +108,7 @@ class Pins:
 
     Gathered from every group after any write to any group instead, the pins took 4.5% of the operator's samples in
     a 5,000-node burst, where every release writes its group several times. Should two groups' reservations name one
-    pod, the one written last pins it while it names it, as a dict made from the whole store would."""
+    pod (Phalanx's never do), it stays pinned while either names it, on the node of the one written last."""
 
     def __init__(self) -> None:
         self._of: dict[Key, dict[str, str]] = {}
