@@ -198,3 +198,18 @@ def test_a_node_heartbeat_that_changes_nothing_kept_makes_no_node_again() -> Non
     watched.view.nodes.apply("MODIFIED", _node("n1", 2))  # a new version, the same Node
     again, _ = watched.build({}, {})
     assert again is first
+
+
+def test_the_pins_this_process_wrote_move_their_version_with_each_pin_written_or_forgotten() -> None:
+    """`reserve.Pinned`: the snapshot's revision compares this version, not the pins, so it must move on each."""
+    from phalanx.scheduling.reserve import Pinned
+
+    pinned = Pinned()
+    seen = {pinned.version}
+    pinned["u1"] = "n1"
+    seen.add(pinned.version)
+    pinned["u1"] = "n2"
+    seen.add(pinned.version)
+    del pinned["u1"]
+    seen.add(pinned.version)
+    assert len(seen) == 4 and pinned == {}

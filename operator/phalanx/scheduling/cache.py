@@ -280,7 +280,7 @@ class ClusterCache:
 
     def revision(self) -> tuple[Any, ...]:
         """The state of the view (and of this process's pins and releases under way) a snapshot is built from."""
-        return (self.view.revision, tuple(sorted(self.releaser.pinned.items())), self.releases.version)
+        return (self.view.revision, self.releaser.pinned.version, self.releases.version)
 
     def pins(self) -> dict[str, str]:
         """Pod uid -> node of every pin Phalanx made: recorded in a reservation, or written by this process just now."""

@@ -55,6 +55,24 @@ from phalanx.scheduling.record import allocation, reservation_of, takes_whole
 logger = logging.getLogger(__name__)
 
 
+class Pinned(dict[str, str]):
+    """Pod uid -> node of the pins this process wrote, with a `version` that moves with each one written or
+    forgotten: what is built from them (the snapshot, `ClusterCache.revision`) compares the version, not the pins
+    (3,000 of them sorted at each snapshot lookup took 9% of the operator's samples in a 5,000-node burst)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.version = 0
+
+    def __setitem__(self, uid: str, node: str) -> None:
+        super().__setitem__(uid, node)
+        self.version += 1
+
+    def __delitem__(self, uid: str) -> None:
+        super().__delitem__(uid)
+        self.version += 1
+
+
 ANY = object()
 """`Releaser.record`'s default: written whatever the record is now (the loop's own writes, outside a release)."""
 
@@ -104,7 +122,7 @@ class Releaser:
         self.holes = holes
         self.settle = settle
         self.observe_timeout = observe_timeout
-        self.pinned: dict[str, str] = {}
+        self.pinned = Pinned()
         """Pod uid -> node of the pins this process wrote: trusted before the watch shows them in a recorded reservation."""
 
     async def release(self, pod_group: Mapping[str, Any], fits: Fits, steps: Steps | None = None) -> schema.Reservation:
