@@ -129,7 +129,7 @@ class Occupancy:
     """Each distinct set of requests once: most pods ask alike, and 100,000 copies would cost 16 MiB."""
     _views: tuple[Any, ...] | None = None
     """The bound pods' views as the last build gave them, until a pod is written (made again per build, with
-    3,000 of them, they were 5% of the operator's samples in a 5,000-node burst)."""
+    3,000 of them, they were 4% of the operator's CPU in a 5,000-node burst, and the nodes' tuple 8%)."""
 
     def apply(self, nodes: Writes, pods: Writes) -> set[str]:
         """The informers' writes: the names of the nodes whose occupancy they changed."""
