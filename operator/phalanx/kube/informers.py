@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Protocol, TypeVar
 
+import orjson
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -337,6 +338,28 @@ class RawWatch(watch.Watch):
 
     def get_return_type(self, func: object) -> None:  # type: ignore[override]
         return None
+
+    def unmarshal_event(self, data: str | bytes, response_type: str | None) -> Any:
+        """An object's event parsed by orjson (the standard library's parser was the largest single cost of the
+        informers in the 5,000-node burst's profile); an ERROR or a BOOKMARK, rare, goes the library's way (parsed
+        again there), which raises the one and resumes from the other."""
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return data
+        if (
+            response_type is not None
+            or not isinstance(event, dict)
+            or event.get("type") not in _OBJECT_EVENTS
+            or not isinstance(event.get("object"), dict)
+        ):
+            return super().unmarshal_event(data, response_type)
+        event["raw_object"] = obj = event["object"]
+        self.resource_version = (obj.get("metadata") or {}).get("resourceVersion", self.resource_version)
+        return event
+
+
+_OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
 
 
 def _event(event: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
