@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phalanx.api import keys, schema
 from phalanx.api.intent import GangSpecError
+from phalanx.kube.informers import Informer
 from phalanx.podgroups import admission
 from phalanx.podgroups.owner import PODGROUPS, composite_key, member_key
 from phalanx.scheduling import accessors, composites, disruption, inputs
@@ -100,24 +103,53 @@ def test_members_of_a_role_are_found_by_the_composite_and_planned_in_their_role(
     ], "a member whose PodGroup is no longer a child goes along, needed by no role"
 
 
+def informer(name: str, items: list[dict[str, Any]]) -> Informer:
+    store = Informer(name, None, f"/{name}", None, lambda: None, keep=lambda obj: obj)  # type: ignore[arg-type]
+    for obj in items:
+        store.apply("ADDED", obj)
+    return store
+
+
 def test_the_view_makes_a_composite_again_only_when_it_or_a_childs_minimum_changes() -> None:
-    class Store:
-        def __init__(self, items: list[dict[str, Any]]) -> None:
-            self.objects, self.written = items, 0
-
-        def items(self) -> list[dict[str, Any]]:
-            return self.objects
-
-    podgroups, composite_store = Store([child("launcher", "train", 1), child("workers", "train", 3)]), Store([composite()])
-    view = composites.Groups(podgroups, composite_store)
+    podgroups = informer("podgroups", [child("launcher", "train", 1), child("workers", "train", 3)])
+    view = composites.Groups(podgroups, informer("composites", [composite()]))
     first = view.items()[0]
-    podgroups.objects = [child("launcher", "train", 1, version="2"), child("workers", "train", 3)]
-    podgroups.written = 1
+    podgroups.apply("MODIFIED", child("launcher", "train", 1, version="2"))
     assert view.items()[0] is first, "a child written without a new minimum: the same group, so what is kept of it stays"
-    podgroups.objects = [child("launcher", "train", 1), child("workers", "train", 5)]
-    podgroups.written = 2
+    podgroups.apply("MODIFIED", child("workers", "train", 5))
     again = view.items()[0]
     assert again is not first and accessors.min_count(again) == 6
+
+
+NAMES = st.sampled_from(["a", "b", "c", "d"])
+WRITES = st.lists(
+    st.one_of(
+        st.tuples(st.just("podgroup"), NAMES, st.sampled_from([None, "train", "gone"]), st.booleans()),
+        st.tuples(st.just("composite"), st.sampled_from(["train", "other"]), st.none(), st.booleans()),
+        st.tuples(st.just("relist"), st.just(""), st.none(), st.booleans()),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(WRITES)
+def test_the_view_is_every_group_the_stores_make_whatever_their_writes_deletes_and_relists(writes: list[Any]) -> None:
+    """`Groups.items` kept from the watches (each PodGroup a group while no composite or child is there) equals
+    `groups` made from the two stores, in their order, after any writes."""
+    podgroups, composite_store = informer("podgroups", []), informer("composites", [])
+    view = composites.Groups(podgroups, composite_store)
+    for version, (what, name, parent, keep) in enumerate(writes):
+        if what == "relist":
+            podgroups.store = dict(reversed(list(podgroups.store.items())))
+            for listener in podgroups.indexes.values():
+                listener.rebuild(podgroups.store)
+            podgroups.relists += 1
+        else:
+            store = podgroups if what == "podgroup" else composite_store
+            obj = child(name, parent, 2, str(version)) if what == "podgroup" else composite(name)
+            store.apply("MODIFIED" if keep else "DELETED", obj)
+        assert view.items() == composites.groups(podgroups.items(), composite_store.items())
 
 
 def test_the_answer_to_a_write_is_the_loops_group_again() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx.scheduling.inflight import allocating, binding
+from phalanx.kube.informers import Informer
+from phalanx.scheduling.inflight import allocating, binding, unplaced
 
 EXTENDED = {"example.com/gpu": "gpu.example.com"}
 
@@ -64,3 +65,27 @@ def test_a_pod_nominated_to_a_node_with_its_claim_unwritten_is_being_bound() -> 
     written = with_claim("c", "taken", status={"phase": "Pending", "nominatedNodeName": "worker-1"})
     bound = with_claim("d", "free", nodeName="worker-1", status={"phase": "Pending", "nominatedNodeName": "worker-1"})
     assert binding([nominated, queued, written, bound], claim, EXTENDED) == ["ns/a"]
+
+
+def test_the_index_holds_exactly_the_pods_kube_scheduler_may_still_place_as_they_change() -> None:
+    """`unplaced` is kept by the pods' watch: a pod joins it when its gate is lifted and leaves it when bound, deleted
+    or finished, and `allocating` over it names what it names over every pod."""
+    pods = Informer("pods", None, "/api/v1/pods", None, lambda: None, keep=lambda obj: obj)  # type: ignore[arg-type]
+    gate = [{"name": "scheduling.phalanx.dev/gang"}]
+    for i, p in enumerate([with_claim("a", "free", schedulingGates=gate), with_claim("b", "taken"), pod("c", nodeName="w")]):
+        pods.apply("ADDED", {**p, "metadata": {**p["metadata"], "resourceVersion": str(i)}})
+    assert names(unplaced(pods)) == ["b"]
+    lifted = with_claim("a", "free")
+    pods.apply("MODIFIED", lifted)
+    assert names(unplaced(pods)) == ["a", "b"]
+    assert allocating(unplaced(pods), claim, EXTENDED) == allocating(pods.items(), claim, EXTENDED) == ["ns/a"]
+    pods.apply("MODIFIED", with_claim("a", "free", nodeName="w"))
+    pods.apply("MODIFIED", with_claim("b", "taken", status={"phase": "Failed"}))
+    assert unplaced(pods) == []
+    pods.apply("MODIFIED", lifted)
+    pods.apply("DELETED", lifted)
+    assert unplaced(pods) == []
+
+
+def names(pods: list[dict[str, Any]]) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in pods)

@@ -154,6 +154,7 @@ class Groups:
     def __init__(self, podgroups: Any, composites: Any) -> None:
         self.podgroups = podgroups
         self.composites = composites
+        self._plain = podgroups.listen("groups/plain", _Plain)
         self._kept: tuple[Any, list[JSON]] | None = None
         self._made: dict[str, tuple[Any, JSON]] = {}
         """Composite uid -> (its and its children's versions, the group made of them): the same object while neither
@@ -166,6 +167,11 @@ class Groups:
     def items(self) -> list[JSON]:
         written = self.written
         if self._kept is not None and self._kept[0] == written:
+            return self._kept[1]
+        if not self._plain.children and not self.composites.store:
+            # no composite and no child of one (every gang of Jobs): each PodGroup is a group, in the store's order,
+            # taken as the watch keeps them instead of looked through after each of the burst's PodGroup writes
+            self._made, self._kept = {}, (written, list(self._plain.groups.values()))
             return self._kept[1]
         made = groups(self.podgroups.items(), self.composites.items())
         out, kept = [], {}
@@ -183,3 +189,27 @@ class Groups:
         self._made = kept
         self._kept = (written, out)
         return out
+
+
+class _Plain:
+    """The PodGroups informer's listener for `Groups`: the PodGroups with no parent, in the store's order, and how
+    many have one."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[str, str], JSON] = {}
+        self.children = 0
+
+    def put(self, before: JSON | None, after: JSON | None) -> None:
+        obj = after if after is not None else before
+        if obj is None:
+            return
+        key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        self.children += (after is not None and parent(after) is not None) - (before is not None and parent(before) is not None)
+        if after is not None and parent(after) is None:
+            self.groups[key] = after
+        else:
+            self.groups.pop(key, None)
+
+    def rebuild(self, store: dict[tuple[str, str], JSON]) -> None:
+        self.groups = {key: group for key, group in store.items() if parent(group) is None}
+        self.children = len(store) - len(self.groups)

@@ -17,16 +17,35 @@ A nomination kube-scheduler's own pod preemption made looks the same; waiting fo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.scheduling.accessors import allocated_ids, claim_names
 
+if TYPE_CHECKING:
+    from phalanx.kube.informers import Informer
 
-def _may_allocate(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[str, Any] | None], extended: Mapping[str, str]) -> bool:
+
+UNPLACED = "inflight/unplaced"
+"""The pods informer's index of the pods kube-scheduler may still place (`unplaced`)."""
+
+
+def _placeable(pod: Mapping[str, Any]) -> tuple[bool, ...]:
+    """(True,) for a pod kube-scheduler may still place: pending, unbound, ungated, not being deleted; else ()."""
     spec = pod["spec"]
     if spec.get("nodeName") or spec.get("schedulingGates") or pod["metadata"].get("deletionTimestamp"):
-        return False
-    if (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+        return ()
+    return (True,) if (pod.get("status") or {}).get("phase", "Pending") == "Pending" else ()
+
+
+def unplaced(pods: Informer) -> list[dict[str, Any]]:
+    """The pods kube-scheduler may still place, from the pods informer's index: the only ones `allocating` and
+    `binding` can name, so a release looks through those, not through every pod (3,000 bound or gated ones for each
+    gang of a 1,000-gang burst: 7 s of the operator's CPU at 5,000 nodes)."""
+    return pods.index(UNPLACED, _placeable).get(True)
+
+
+def _may_allocate(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[str, Any] | None], extended: Mapping[str, str]) -> bool:
+    if not _placeable(pod):
         return False
     names = claim_names(pod)
     if names is None:
@@ -34,6 +53,7 @@ def _may_allocate(pod: Mapping[str, Any], claim: Callable[[str, str], Mapping[st
     namespace = pod["metadata"]["namespace"]
     if any(allocated_ids(claim(namespace, n) or {}) is None for n in names):
         return True
+    spec = pod["spec"]
     containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
     return any(
         name in extended for c in containers for part in ("requests", "limits") for name in (c.get("resources") or {}).get(part) or {}

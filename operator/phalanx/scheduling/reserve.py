@@ -160,7 +160,9 @@ class Releaser:
             steps.done("reserve")
             await self._await_observed(namespace, reservation)
             steps.done("observe")
-            contenders = inflight.allocating(self.view.pods.items(), self.view.claims.get, extended_resources(self.view.classes.items()))
+            contenders = inflight.allocating(
+                inflight.unplaced(self.view.pods), self.view.claims.get, extended_resources(self.view.classes.items())
+            )
             if contenders and self.settle:
                 await self._settle()
                 self._verify(namespace, reservation, await self.kube.list_claims())
@@ -420,7 +422,7 @@ class Releaser:
         extended = extended_resources(self.view.classes.items())
 
         def binding() -> list[str]:
-            return inflight.binding(self.view.pods.items(), self.view.claims.get, extended)
+            return inflight.binding(inflight.unplaced(self.view.pods), self.view.claims.get, extended)
 
         if not await self.view.pods.wait_until(lambda: not binding(), self.observe_timeout):
             raise ReleaseAborted(
