@@ -74,9 +74,10 @@ def _visits(kube: _Kube) -> tuple[Visits, list[Visit]]:
 
 
 async def test_a_visit_s_counts_are_written_after_its_action_when_it_wrote_no_condition() -> None:
-    """A gang's first visit writes its counts after its action, in the one apply of the loop's status; the action got
-    the group as read (no write before it, so a release's conditional record starts from the watch's version); a
-    second visit with the same counts writes nothing."""
+    """A gang's first visit once the loop may write (`status.QUIET_FOR` after it met the group) writes its counts after
+    its action, in the one apply of the loop's status; the action got the group as read (no write before it, so a
+    release's conditional record starts from the watch's version); a second visit with the same counts writes
+    nothing."""
     kube = _Kube()
     visits, seen = _visits(kube)
     group = api.pod_group("train")
@@ -85,6 +86,10 @@ async def test_a_visit_s_counts_are_written_after_its_action_when_it_wrote_no_co
     pods = [api.pod(f"train-{i}", gated=True, claims=()) for i in range(2)]
     assert await visits(group, pods)
     assert seen[0].stands is phase.Phase.PLANNABLE and seen[0].pod_group is group
+    remembered = visits.memory.of(group["metadata"]["uid"])
+    assert kube.patched == [] and remembered.counts_due, "a group met just now: its counts wait for the quiet time, due"
+    remembered.met_at -= status.QUIET_FOR
+    assert await visits(group, pods)
     assert kube.patched == [
         ("PodGroup ml/train phalanx-release-loop", {"status": {"conditions": [], "members": 2, "bound": 0, "lateMembers": 0}})
     ]
@@ -122,6 +127,7 @@ async def test_a_gang_waiting_for_its_members_is_written_beside_the_walk_once() 
     group["metadata"]["resourceVersion"] = "1"
     visits.members.refresh([group])
     arriving = [api.pod("train-0", gated=True, claims=()), api.pod("train-1", gated=True)]  # the second's claim not made yet
+    visits.memory.of(group["metadata"]["uid"]).met_at -= status.QUIET_FOR  # met long enough ago to be written
     assert await asyncio.wait_for(visits(group, arriving), 5), "the visit returns while its writes wait for an answer"
     await asyncio.sleep(0)
     assert len(kube.patched) == 1, "the counts write (after its action) started"
@@ -138,6 +144,39 @@ async def test_a_gang_waiting_for_its_members_is_written_beside_the_walk_once() 
     assert await deciding
     assert [v.stands for v in seen] == [phase.Phase.QUORUM, phase.Phase.PLANNABLE], "the waiting visit's action ran first"
     await visits.background.drain()
+
+
+async def test_a_gang_waits_for_quorum_unsaid_for_the_quiet_time_and_the_loop_wakes_to_say_it() -> None:
+    """Met just now and short of its quorum, a gang gets its claims protected and no write (a burst's gangs have
+    their members within seconds, and their first write is their release); the loop is due back at the end of the
+    quiet time, and a visit then says it waits, with its counts, in one apply."""
+    kube = _Kube()
+    visits, _ = _visits(kube)
+    protected: list[list[str]] = []
+
+    async def protect(ready: list[dict[str, Any]]) -> None:
+        protected.append([p["metadata"]["name"] for p in ready])
+
+    visits.releaser = SimpleNamespace(protect=protect)  # type: ignore[assignment]
+    visits.deadlines = SimpleNamespace(backing_off=lambda _: asyncio.sleep(0, False))  # type: ignore[assignment]
+    visits.attempts = SimpleNamespace(claims_ready=lambda pod: True)  # type: ignore[assignment]
+    visits.ACTIONS = {**visits.ACTIONS, phase.Phase.QUORUM: Visits.ACTIONS[phase.Phase.QUORUM]}  # type: ignore[misc]
+    group = api.pod_group("train")
+    visits.members.refresh([group])
+    arriving = [api.pod("train-0", gated=True, claims=())]  # one of minCount 2
+    remembered = visits.memory.of(group["metadata"]["uid"])
+    assert await visits(group, arriving)
+    await visits.background.drain()
+    assert kube.patched == [] and protected == [["train-0"]], "its claims protected, nothing written"
+    assert remembered.due == remembered.met_at + status.QUIET_FOR, "the loop is due back once it may say so"
+    remembered.met_at -= status.QUIET_FOR
+    remembered.due = None  # as the cycle clears a deadline passed
+    assert await visits(group, arriving)
+    await visits.background.drain()
+    ((_, written),) = kube.patched
+    (waiting,) = written["status"]["conditions"]
+    assert (waiting["type"], waiting["status"], waiting["reason"]) == (keys.INITIALLY_SCHEDULED, "False", keys.PENDING)
+    assert waiting["message"].startswith("waiting for quorum: minCount 2") and written["status"]["members"] == 1
 
 
 async def test_a_released_gang_bound_whole_is_marked_scheduled_beside_the_walk() -> None:

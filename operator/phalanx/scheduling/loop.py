@@ -111,7 +111,7 @@ class SchedulingLoop:
         """The workload kind whose groups this loop schedules: their members, their owner, its state."""
         self.period = period
         self.bind_deadline = bind_deadline
-        self.memory = memory.Memory(counts_every=status.COUNTS_EVERY)
+        self.memory = memory.Memory(counts_every=status.COUNTS_EVERY, quiet_for=status.QUIET_FOR)
         """What the loop remembers of each group between cycles."""
         self.status = status.Status(kube, self.memory, owner)
         """What the loop writes of a group for users: its conditions, its counts, Events."""

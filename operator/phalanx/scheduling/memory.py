@@ -31,6 +31,9 @@ class GroupMemory:
     """Its member counts as its last visit found them (`status.Status.want`): every apply of its status carries them."""
     counts_written: dict[str, int] | None = None
     """The member counts this loop last wrote."""
+    met_at: float = field(default_factory=time.monotonic)
+    """When this loop first met the group: its counts, and its wait for quorum, are written no sooner than
+    `Memory.quiet_for` after (`status.Status.quiet`)."""
     counts_at: float = -math.inf
     """When this loop last wrote its member counts on their own (`status.Status.counters`)."""
     counts_due: bool = False
@@ -102,10 +105,12 @@ class Summary:
 class Memory:
     """PodGroup uid -> its record."""
 
-    def __init__(self, counts_every: float = 0.0) -> None:
+    def __init__(self, counts_every: float = 0.0, quiet_for: float = 0.0) -> None:
         self._groups: dict[str, GroupMemory] = {}
         self.counts_every = counts_every
         """Seconds between two writes of a group's counts: counts due wake the loop that long after the last."""
+        self.quiet_for = quiet_for
+        """Seconds after the loop first met a group before its counts are written: due, they wake the loop then."""
         self._dropped = 0
         self._summary: tuple[tuple[int, int], Summary] | None = None
 
@@ -132,7 +137,9 @@ class Memory:
             records = self._groups.values()
             backoffs = tuple((uid, m.backoff[0]) for uid, m in self._groups.items() if m.backoff is not None)
             due = min((m.due for m in records if m.due is not None), default=math.inf)
-            counts = min((m.counts_at + self.counts_every for m in records if m.counts_due), default=math.inf)
+            counts = min(
+                (max(m.counts_at + self.counts_every, m.met_at + self.quiet_for) for m in records if m.counts_due), default=math.inf
+            )
             summary = Summary(
                 wake=min(due, counts, min((t for _, t in backoffs), default=math.inf)),
                 due=due,

@@ -26,6 +26,11 @@ LOOP_CONDITIONS = (keys.INITIALLY_SCHEDULED, keys.DISRUPTION_TARGET)
 """The conditions the loop owns (the Job controller owns PodsGated)."""
 COUNTS_EVERY = 1.0
 """Seconds between two writes of a group's counts."""
+QUIET_FOR = 10.0
+"""Seconds after the loop first met a group during which it writes neither the group's counts on their own nor that
+it waits for quorum (`quiet`), as kube-scheduler writes nothing of a pod that waits for its claims: a gang of a burst
+has its members and claims within seconds and its first write is its release, which carries its counts. In the
+5,000-node burst, that first "waiting for quorum" was one of each gang's eight PodGroup writes."""
 
 
 class Status:
@@ -48,11 +53,16 @@ class Status:
             remembered.counts_due = False
             return
         now = time.monotonic()
-        if now - remembered.counts_at < COUNTS_EVERY:
+        if now - remembered.counts_at < COUNTS_EVERY or self.quiet(pod_group):
             remembered.counts_due = True
             return
         remembered.counts_at = now
         await self._apply(pod_group, self._owned(pod_group))
+
+    def quiet(self, pod_group: Mapping[str, Any]) -> bool:
+        """Whether the loop met the group less than QUIET_FOR ago: until then only a change of its state is written
+        (a release, Unschedulable, ...), never its counts alone nor its wait for quorum."""
+        return time.monotonic() < self.memory.of(pod_group["metadata"]["uid"]).met_at + QUIET_FOR
 
     def _written(self, pod_group: Mapping[str, Any]) -> dict[str, int] | None:
         """The counts as this loop last wrote them, else as the group shows them (None: it shows none)."""

@@ -9,6 +9,7 @@ taken down `teardown`'s.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -250,6 +251,11 @@ class Visits:
         if visit.stands is phase.Phase.QUORUM:
             # while the others arrive the claims get their finalizer, so the release writes only allocations; and no
             # running count in the message: status.members counts, and one status write per arriving member is enough
+            if self.status.quiet(pod_group):  # said only if it still waits once the loop may write (woken for it)
+                remembered = self.memory.of(pod_group["metadata"]["uid"])
+                remembered.due = min(remembered.due or math.inf, remembered.met_at + status.QUIET_FOR)
+                await self.releaser.protect(ready)
+                return True
             finished = f" ({facts.done} finished count toward it)" if facts.done else ""
             why = f"waiting for quorum: minCount {facts.min_count} members created with their claims{finished}"
             why += composites.describe(pod_group)
