@@ -8,6 +8,7 @@ first. No figure is asserted: speed lives in the benchmarks' own runs, as ratios
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,57 @@ def test_the_scale_tier_runs_every_thread_of_a_cluster_s_fake_nodes_at_its_nice(
     finally:
         kwok.kill()
         kwok.wait()
+
+
+def test_the_scale_tier_measures_each_way_with_the_other_cluster_and_its_operator_stopped(tmp_path: Path) -> None:
+    """`scale.alone`: inside, every process of the other cluster (its pid files) and its operator is stopped and the
+    measured cluster's runs; after, each is continued, and the block ends once the other answers again."""
+    import subprocess as sp
+    import threading
+    from types import SimpleNamespace
+
+    import scale
+
+    def state(pid: int) -> str:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    def states(want: list[str]) -> list[str]:
+        for _ in range(100):  # a signal is delivered, and a process started, in its own time
+            if (now := [state(p.pid) for p in started]) == want:
+                break
+            threading.Event().wait(0.05)
+        return now
+
+    started = [sp.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(4)]
+    try:
+        assert states(["S"] * 4) == ["S"] * 4, "each started and sleeping"
+        ways = []
+        for name, procs, operator in (("phalanx", started[:2], started[2]), ("intree", started[3:], None)):
+            (tmp_path / name / "pids").mkdir(parents=True)
+            for i, proc in enumerate(procs):
+                (tmp_path / name / "pids" / f"{i}.pid").write_text(f"{proc.pid}\n")
+            asked: list[tuple[str, ...]] = []
+            cluster = SimpleNamespace(
+                cluster_dir=tmp_path / name,
+                spec=SimpleNamespace(name=name),
+                kubectl=lambda *args, asked=asked, **_: asked.append(args) or SimpleNamespace(returncode=0, stderr=""),
+                asked=asked,
+            )
+            runs = SimpleNamespace(process=operator, ready=lambda: True) if operator else None
+            ways.append(SimpleNamespace(cluster=cluster, operator=runs))
+        phalanx, intree = ways
+        vanilla = SimpleNamespace(cluster=intree.cluster, operator=None)  # shares the in-tree cluster
+        inside: list[str] = []
+
+        async def measured() -> None:
+            async with scale.alone(vanilla, [phalanx, vanilla, intree]):  # type: ignore[arg-type]
+                inside.extend(states(["T", "T", "T", "S"]))
+
+        asyncio.run(measured())
+        assert inside == ["T", "T", "T", "S"], "phalanx's cluster and operator stopped, not vanilla's"
+        assert states(["S"] * 4) == ["S"] * 4, "every process continued"
+        assert phalanx.cluster.asked == [("get", "--raw", "/readyz")] and intree.cluster.asked == [], "the continued cluster asked"
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()

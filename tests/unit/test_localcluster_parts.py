@@ -98,7 +98,9 @@ def test_a_component_that_lost_its_port_is_named(tmp_path: Path, monkeypatch: py
         local.check_ports()
 
 
-def test_the_controller_managers_client_limits_are_set_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_controller_managers_client_limits_and_node_grace_are_set_only_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import yaml
 
     monkeypatch.setenv("PHALANX_CACHE", str(tmp_path))
@@ -112,6 +114,8 @@ def test_the_controller_managers_client_limits_are_set_only_when_asked(tmp_path:
 
     assert "kube-api-qps" not in args(stock)
     assert args(raised) == {**args(stock), "kube-api-qps": "100", "kube-api-burst": "150"}
+    patient = LocalCluster(ClusterSpec(name="patient", node_monitor_grace="1h"))._kwokctl_config()
+    assert args(patient) == {**args(stock), "node-monitor-grace-period": "1h"}
 
 
 def test_kwok_s_lease_parallelism_is_set_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -89,6 +89,9 @@ class ClusterSpec:
     """Node Leases kwok renews at once (its `nodeLeaseParallelism`, 4 by default); None leaves the default. Each of
     a real cluster's kubelets renews its own; with 4 at a time, 5,000 fake nodes on a loaded API server renew too
     late and are marked NotReady."""
+    node_monitor_grace: str | None = None
+    """kube-controller-manager's `--node-monitor-grace-period` (kwokctl's 3m20s when None): how long a node may go
+    without renewing its Lease before it is marked NotReady, as the controller manager counts it."""
 
     @property
     def node_count(self) -> int:
@@ -254,18 +257,16 @@ class LocalCluster:
         _log(f"cluster {self.spec.name!r} up in {time.monotonic() - started:.1f}s, {devices} (kubeconfig {self.kubeconfig})")
 
     def _kwokctl_config(self) -> Path:
-        """kwokctl.yaml, with the controller manager's client limits and kwok's lease parallelism when the spec sets
-        them (a file beside the cluster)."""
-        if self.spec.controller_qps is None and self.spec.node_lease_parallelism is None:
+        """kwokctl.yaml, with the controller manager's client limits and node grace period and kwok's lease
+        parallelism when the spec sets them (a file beside the cluster)."""
+        if self.spec.controller_qps is None and self.spec.node_lease_parallelism is None and self.spec.node_monitor_grace is None:
             return HERE / "kwokctl.yaml"
         docs = [yaml.safe_load((HERE / "kwokctl.yaml").read_text())]
+        (manager,) = [patch for patch in docs[0]["componentsPatches"] if patch["name"] == "kube-controller-manager"]
         if (qps := self.spec.controller_qps) is not None:
-            for patch in docs[0]["componentsPatches"]:
-                if patch["name"] == "kube-controller-manager":
-                    patch["extraArgs"] += [
-                        {"key": "kube-api-qps", "value": str(qps)},
-                        {"key": "kube-api-burst", "value": str(qps * 3 // 2)},
-                    ]
+            manager["extraArgs"] += [{"key": "kube-api-qps", "value": str(qps)}, {"key": "kube-api-burst", "value": str(qps * 3 // 2)}]
+        if self.spec.node_monitor_grace is not None:
+            manager["extraArgs"].append({"key": "node-monitor-grace-period", "value": self.spec.node_monitor_grace})
         if self.spec.node_lease_parallelism is not None:
             # a KwokConfiguration given is taken whole, its defaults not applied: kwok v0.8's are spelled out here
             options = {
