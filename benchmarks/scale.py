@@ -624,15 +624,30 @@ async def alone(way: tw.Way, ways: Iterable[tw.Way]) -> AsyncIterator[None]:
 
 
 async def resumed(way: tw.Way, timeout: float = 300) -> None:
-    """Until a continued way's API server is ready and its operator (if any) with it."""
+    """Until a continued way's API server is ready, and its operator (if any) ready and leading again: stopped past
+    its Lease's term, it stepped down on waking (its term is counted lost) and takes the Lease again."""
     deadline = time.monotonic() + timeout
     while True:
         answer = way.cluster.kubectl("get", "--raw", "/readyz", check=False)
-        if answer.returncode == 0 and (way.operator is None or way.operator.ready()):
+        if answer.returncode == 0 and (way.operator is None or (way.operator.ready() and _renewed(way.cluster) < 3)):
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"{way.cluster.spec.name} not ready {timeout:.0f}s after it was continued: {answer.stderr}")
         await asyncio.sleep(1)
+
+
+LEADER_LEASE = ("phalanx-system", "phalanx-leader")
+"""The operator's Lease (`operatorproc.NAMESPACE`, `manager.Config.lease_name`)."""
+
+
+def _renewed(cluster: LocalCluster) -> float:
+    """Seconds since the operator's Lease was last renewed (infinite when it cannot be read)."""
+    answer = cluster.kubectl("get", "lease", "-n", LEADER_LEASE[0], LEADER_LEASE[1], "-o", "jsonpath={.spec.renewTime}", check=False)
+    try:
+        renewed = datetime.datetime.fromisoformat(answer.stdout.strip())
+    except ValueError:
+        return float("inf")
+    return (datetime.datetime.now(datetime.UTC) - renewed).total_seconds()
 
 
 NODE_MONITOR_GRACE = "1h"

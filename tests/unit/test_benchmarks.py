@@ -12,6 +12,7 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,6 +121,7 @@ def test_the_scale_tier_runs_every_thread_of_a_cluster_s_fake_nodes_at_its_nice(
 def test_the_scale_tier_measures_each_way_with_the_other_cluster_and_its_operator_stopped(tmp_path: Path) -> None:
     """`scale.alone`: inside, every process of the other cluster (its pid files) and its operator is stopped and the
     measured cluster's runs; after, each is continued, and the block ends once the other answers again."""
+    import datetime
     import subprocess as sp
     import threading
     from types import SimpleNamespace
@@ -145,12 +147,13 @@ def test_the_scale_tier_measures_each_way_with_the_other_cluster_and_its_operato
             for i, proc in enumerate(procs):
                 (tmp_path / name / "pids" / f"{i}.pid").write_text(f"{proc.pid}\n")
             asked: list[tuple[str, ...]] = []
-            cluster = SimpleNamespace(
-                cluster_dir=tmp_path / name,
-                spec=SimpleNamespace(name=name),
-                kubectl=lambda *args, asked=asked, **_: asked.append(args) or SimpleNamespace(returncode=0, stderr=""),
-                asked=asked,
-            )
+
+            def kubectl(*args: str, asked: list[tuple[str, ...]] = asked, **_: Any) -> SimpleNamespace:
+                asked.append(args)
+                renewed = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=10 if len(asked) < 4 else 1)
+                return SimpleNamespace(returncode=0, stderr="", stdout=renewed.isoformat())
+
+            cluster = SimpleNamespace(cluster_dir=tmp_path / name, spec=SimpleNamespace(name=name), kubectl=kubectl, asked=asked)
             runs = SimpleNamespace(process=operator, ready=lambda: True) if operator else None
             ways.append(SimpleNamespace(cluster=cluster, operator=runs))
         phalanx, intree = ways
@@ -164,7 +167,9 @@ def test_the_scale_tier_measures_each_way_with_the_other_cluster_and_its_operato
         asyncio.run(measured())
         assert inside == ["T", "T", "T", "S"], "phalanx's cluster and operator stopped, not vanilla's"
         assert states(["S"] * 4) == ["S"] * 4, "every process continued"
-        assert phalanx.cluster.asked == [("get", "--raw", "/readyz")] and intree.cluster.asked == [], "the continued cluster asked"
+        lease = ("get", "lease", "-n", "phalanx-system", "phalanx-leader", "-o", "jsonpath={.spec.renewTime}")
+        assert phalanx.cluster.asked == [("get", "--raw", "/readyz"), lease] * 2, "asked until its operator's Lease is renewed"
+        assert intree.cluster.asked == [], "the cluster measured is asked nothing"
     finally:
         for proc in started:
             proc.kill()
