@@ -122,7 +122,7 @@ def test_a_launcher_and_three_workers_wait_whole_where_each_role_alone_would_fit
     )
     assert all(p["metadata"]["annotations"][keys.PINNED_NODE] == p["spec"]["nodeName"] for p in running), "Phalanx pinned each"
     wait_for(lambda: _condition(cluster, namespace, "train", keys.INITIALLY_SCHEDULED).get("status") == "True", "the composite Scheduled")
-    wait_for(  # the counts are written at most once a second (status.COUNTS_EVERY), so they may trail the condition
+    wait_for(  # the counts on their own trail by up to status.COUNTS_EVERY, so they may trail the condition
         lambda: (cluster.get("-n", namespace, "compositepodgroup", "train").get("status") or {}).get("bound") == 4,
         "the composite's counts show all 4 bound",
     )

@@ -259,7 +259,7 @@ def test_a_foreign_pod_with_the_jobs_label_is_no_member(cluster: Cluster, operat
     cluster.kubectl("create", "-n", other_namespace, "-f", "-", stdin=json.dumps(foreign))
     cluster.kubectl("patch", "job", "train", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": false}}')
     wait_for(lambda: _reason(_pod_group(cluster, namespace, "train")) == "Scheduled", "the gang Scheduled")
-    # the counts are written at most once a second: once they show both members bound, they were taken after both ran
+    # the counts on their own trail by up to status.COUNTS_EVERY: once they show both members bound, they were taken after both ran
     wait_for(lambda: _pod_group(cluster, namespace, "train")["status"].get("bound") == 2, "the counts show both members bound")
     pod_group = _pod_group(cluster, namespace, "train")
     assert pod_group["status"]["members"] == 2, "the impostors are not counted"

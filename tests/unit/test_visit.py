@@ -99,7 +99,8 @@ async def test_a_visit_s_counts_are_written_after_its_action_when_it_wrote_no_co
 
 async def test_a_visit_s_counts_go_with_the_condition_its_action_writes() -> None:
     """A release's visit writes its Released condition: its counts go in that apply, not in a write of their own (a
-    burst of 1,000 gangs wrote each PodGroup's status 8 times)."""
+    burst of 1,000 gangs wrote each PodGroup's status 8 times); and that apply starts the interval before counts are
+    written on their own (a gang binding reports its bound members in its Scheduled, not in a write per bind)."""
     kube = _Kube()
     visits, _ = _visits(kube)
 
@@ -114,6 +115,16 @@ async def test_a_visit_s_counts_go_with_the_condition_its_action_writes() -> Non
     ((_, written),) = kube.patched
     assert [(c["type"], c["reason"]) for c in written["status"]["conditions"]] == [(keys.INITIALLY_SCHEDULED, keys.RELEASED)]
     assert {k: v for k, v in written["status"].items() if k != "conditions"} == {"members": 2, "bound": 0, "lateMembers": 0}
+    remembered = visits.memory.of(group["metadata"]["uid"])
+    binding = [api.pod("train-0", gated=True, claims=()), api.pod("train-1", node="n1", claims=())]
+    remembered.met_at -= status.QUIET_FOR
+    assert await visits(group, binding)
+    await visits.background.drain()
+    assert len(kube.patched) == 1 and remembered.counts_due, "a member bound just after: its count waits COUNTS_EVERY, due"
+    remembered.counts_at -= status.COUNTS_EVERY
+    assert await visits(group, binding)
+    await visits.background.drain()
+    assert kube.patched[-1][1]["status"]["bound"] == 1, "then written on its own"
 
 
 async def test_a_gang_waiting_for_its_members_is_written_beside_the_walk_once() -> None:

@@ -35,7 +35,7 @@ class GroupMemory:
     """When this loop first met the group: its counts, and its wait for quorum, are written no sooner than
     `Memory.quiet_for` after (`status.Status.quiet`)."""
     counts_at: float = -math.inf
-    """When this loop last wrote its member counts on their own (`status.Status.counters`)."""
+    """When this loop last wrote its member counts, on their own or with a condition (`status.Status._apply`)."""
     counts_due: bool = False
     """Its counts changed since that write: written once the interval has passed."""
     intended: tuple[frozenset[str], int | None] | None = None
