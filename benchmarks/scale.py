@@ -587,11 +587,15 @@ def run(args: Any) -> int:
         say(f"{cluster.spec.name}: {plan.nodes} workers in {raw['grow_seconds'][cluster.spec.name]:.0f} s")
         raw.setdefault("nodes_nice", {})[cluster.spec.name] = prioritise_nodes(cluster)
 
+    reported = False
     try:
         with tw.running(phalanx, upstream, args.repo, prepare, tuple(args.operator_arg)) as operator:
             asyncio.run(measure(plan, phalanx, upstream, operator, raw))
+            report(plan, raw, started)  # before the clusters are torn down, which takes minutes at this size
+            reported = True
     finally:
-        report(plan, raw, started)
+        if not reported:
+            report(plan, raw, started)
     return 0
 
 
