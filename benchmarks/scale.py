@@ -625,6 +625,10 @@ async def alone(way: tw.Way, ways: Iterable[tw.Way]) -> AsyncIterator[None]:
             os.kill(pid, signal.SIGCONT)
         for other in others.values():
             await resumed(other)
+            # the pod watch held open across the stop may never hear from that server again (the in-tree burst's
+            # pods were all bound 260 s in while the watch had not shown one): listed and watched afresh
+            await other.pods.stop()
+            await other.pods.start()
 
 
 async def resumed(way: tw.Way, timeout: float = 300) -> None:

@@ -118,9 +118,23 @@ def test_the_scale_tier_runs_every_thread_of_a_cluster_s_fake_nodes_at_its_nice(
         kwok.wait()
 
 
+class Watch:
+    """A way's pod watch, as `scale.alone` restarts it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def stop(self) -> None:
+        self.calls.append("stop")
+
+    async def start(self) -> None:
+        self.calls.append("start")
+
+
 def test_the_scale_tier_measures_each_way_with_the_other_cluster_and_its_operator_stopped(tmp_path: Path) -> None:
     """`scale.alone`: inside, every process of the other cluster (its pid files) and its operator is stopped and the
-    measured cluster's runs; after, each is continued, and the block ends once the other answers again."""
+    measured cluster's runs; after, each is continued, and the block ends once the other answers again, its operator
+    leads, and its pods are listed and watched afresh."""
     import datetime
     import subprocess as sp
     import threading
@@ -155,9 +169,9 @@ def test_the_scale_tier_measures_each_way_with_the_other_cluster_and_its_operato
 
             cluster = SimpleNamespace(cluster_dir=tmp_path / name, spec=SimpleNamespace(name=name), kubectl=kubectl, asked=asked)
             runs = SimpleNamespace(process=operator, ready=lambda: True) if operator else None
-            ways.append(SimpleNamespace(cluster=cluster, operator=runs))
+            ways.append(SimpleNamespace(cluster=cluster, operator=runs, pods=Watch()))
         phalanx, intree = ways
-        vanilla = SimpleNamespace(cluster=intree.cluster, operator=None)  # shares the in-tree cluster
+        vanilla = SimpleNamespace(cluster=intree.cluster, operator=None, pods=intree.pods)  # shares the in-tree cluster
         inside: list[str] = []
 
         async def measured() -> None:
@@ -170,6 +184,7 @@ def test_the_scale_tier_measures_each_way_with_the_other_cluster_and_its_operato
         lease = ("get", "lease", "-n", "phalanx-system", "phalanx-leader", "-o", "jsonpath={.spec.renewTime}")
         assert phalanx.cluster.asked == [("get", "--raw", "/readyz"), lease] * 2, "asked until its operator's Lease is renewed"
         assert intree.cluster.asked == [], "the cluster measured is asked nothing"
+        assert phalanx.pods.calls == ["stop", "start"] and intree.pods.calls == [], "the continued cluster's pods watched afresh"
     finally:
         for proc in started:
             proc.kill()
