@@ -32,8 +32,8 @@ burst, 1.5 of each gang's 5.5 status applies were counts on their own)."""
 QUIET_FOR = 10.0
 """Seconds after the loop first met a group during which it writes neither the group's counts on their own nor that
 it waits for quorum (`quiet`), as kube-scheduler writes nothing of a pod that waits for its claims: a gang of a burst
-has its members and claims within seconds and its first write is its release, which carries its counts. In the
-5,000-node burst, that first "waiting for quorum" was one of each gang's eight PodGroup writes."""
+has its members and claims within seconds and its first write is its release, which carries its counts (a lone
+gang on the test cluster had "waiting for quorum" as the first of its seven PodGroup writes)."""
 
 
 class Status:
