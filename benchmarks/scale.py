@@ -612,9 +612,9 @@ async def alone(way: tw.Way, ways: Iterable[tw.Way]) -> AsyncIterator[None]:
     gets the machine's 2 cores to itself. Beside a measured burst, the other cluster's idle load took 0.44 of a core
     in vanilla's run and 0.72 in Phalanx's (`scale-5000-burst-20261207T2245Z-stopped.log`; its kwok's node status
     heartbeats falling in that window, and the aftermath of the last way's gangs): an unequal share of the CPU that
-    the ways are bound by. A stopped cluster's
-    nodes stay Ready (`NODE_MONITOR_GRACE`), so it resumes as it stopped: once its API server answers again and its
-    operator is ready, it is measured in turn."""
+    the ways are bound by. A stopped cluster's nodes stay Ready (`NODE_MONITOR_GRACE`), so it resumes as it stopped:
+    once its API server answers again and its operator leads again (`resumed`), its pods are listed and watched
+    afresh, and it is measured in turn."""
     others = {w.cluster.spec.name: w for w in ways if w.cluster is not way.cluster}
     pids = [pid for other in others.values() for pid in processes(other)]
     for pid in reversed(pids):
